@@ -1,0 +1,271 @@
+//! The runtime contract, in order: validate the key, claim, then run under a renewed lease and
+//! complete, or release, or report the duplicate.
+
+use std::any::Any;
+use std::convert::Infallible;
+use std::future::Future;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::pin::{pin, Pin};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tracing::Span;
+
+use crate::call::Call;
+use crate::codec::Codec;
+use crate::error::{Error, Operation};
+use crate::key::Key;
+use crate::outcome::Outcome;
+use crate::store::{Claim, ClaimRequest, Completion, Fence, Fenced, Store};
+
+/// First and longest pause between looks while `wait`ing for another run.
+const WAIT_POLL_FIRST: Duration = Duration::from_millis(5);
+const WAIT_POLL_MAX: Duration = Duration::from_millis(250);
+
+/// Pauses between attempts to record a completion after a store error.
+const COMPLETE_RETRIES: [Duration; 3] = [
+    Duration::from_millis(20),
+    Duration::from_millis(100),
+    Duration::from_millis(400),
+];
+
+fn record_outcome(kind: &'static str) {
+    Span::current().record("outcome", kind);
+}
+
+pub(crate) async fn execute<T, E, F, C>(
+    call: Call<'_>,
+    codec: C,
+    work: F,
+) -> Result<Outcome<T>, Error<E>>
+where
+    F: Future<Output = Result<T, E>>,
+    C: Codec<T>,
+{
+    let key = call.key.map_err(|e| {
+        record_outcome("invalid_key");
+        tracing::warn!(error = %e, "refused an invalid idempotency key");
+        Error::InvalidKey(e)
+    })?;
+    let fingerprint = call.fingerprint.map_err(|e| {
+        record_outcome("codec_error");
+        Error::Codec(e)
+    })?;
+    let store = call.store;
+    let request = ClaimRequest {
+        key: &key,
+        fingerprint: fingerprint.as_ref(),
+        lease: call.lease,
+    };
+    let deadline = call.wait.map(|wait| Instant::now() + wait);
+    let mut pause = WAIT_POLL_FIRST;
+    loop {
+        let claim = store.claim(request).await.map_err(|e| {
+            record_outcome("store_error");
+            tracing::error!(error = %e, "claim failed; the handler did not run");
+            Error::Store(e.during(Operation::Claim))
+        })?;
+        match claim {
+            Claim::Acquired {
+                fence, taken_over, ..
+            } => {
+                Span::current().record("fence", fence.0);
+                if taken_over {
+                    tracing::info!("took over a lapsed claim");
+                }
+                let claimed = Claimed {
+                    store,
+                    key: &key,
+                    fence,
+                    lease: call.lease,
+                };
+                return claimed.run(&codec, call.keep, work).await;
+            }
+            Claim::Completed {
+                completed_at,
+                output,
+            } => {
+                let value = codec.decode(output).map_err(|e| {
+                    record_outcome("codec_error");
+                    Error::Codec(e)
+                })?;
+                record_outcome("duplicate");
+                return Ok(Outcome::Duplicate {
+                    completed_at,
+                    value,
+                });
+            }
+            Claim::Mismatch => {
+                record_outcome("key_reused");
+                tracing::warn!("key reused with a different fingerprint; the handler did not run");
+                return Err(Error::KeyReused {
+                    key: key.into_string(),
+                });
+            }
+            Claim::InProgress { lease_expires_at } => {
+                let now = Instant::now();
+                match deadline {
+                    Some(deadline) if now < deadline => {
+                        tokio::time::sleep(pause.min(deadline - now)).await;
+                        pause = (pause * 2).min(WAIT_POLL_MAX);
+                    }
+                    _ => {
+                        record_outcome("in_progress");
+                        return Ok(Outcome::InProgress { lease_expires_at });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A claim this call holds.
+struct Claimed<'a> {
+    store: &'a dyn Store,
+    key: &'a Key,
+    fence: Fence,
+    lease: Duration,
+}
+
+impl Claimed<'_> {
+    async fn run<T, E, F, C>(
+        self,
+        codec: &C,
+        keep: Duration,
+        work: F,
+    ) -> Result<Outcome<T>, Error<E>>
+    where
+        F: Future<Output = Result<T, E>>,
+        C: Codec<T>,
+    {
+        // Until the claim is settled (completed or released), dropping this future abandons it.
+        let guard = AbandonGuard { claim: &self };
+        let result = {
+            let mut work = pin!(CatchUnwind(work));
+            let mut renew = pin!(self.renew_forever());
+            tokio::select! {
+                biased;
+                result = &mut work => result,
+                never = &mut renew => match never {},
+            }
+        };
+        let settled = match result {
+            Err(panic) => {
+                self.release().await;
+                std::mem::forget(guard);
+                record_outcome("panicked");
+                resume_unwind(panic);
+            }
+            Ok(Err(e)) => {
+                self.release().await;
+                record_outcome("handler_error");
+                Err(Error::Handler(e))
+            }
+            Ok(Ok(value)) => match codec.encode(&value) {
+                Err(e) => {
+                    self.release().await;
+                    record_outcome("codec_error");
+                    Err(Error::Codec(e))
+                }
+                Ok(output) => self.complete(output.as_deref(), keep).await.map(|()| {
+                    record_outcome("executed");
+                    Outcome::Executed(value)
+                }),
+            },
+        };
+        std::mem::forget(guard);
+        settled
+    }
+
+    /// Renews the lease every third of a lease, for as long as it is polled.
+    async fn renew_forever(&self) -> Infallible {
+        let every = (self.lease / 3).max(Duration::from_millis(1));
+        loop {
+            tokio::time::sleep(every).await;
+            match self.store.renew(self.key, self.fence, self.lease).await {
+                Ok(Fenced::Applied) => tracing::trace!("lease renewed"),
+                Ok(Fenced::Lost) => {
+                    tracing::warn!(
+                        "claim lost while the handler runs (a newer run took the key over); \
+                         its completion will be refused"
+                    );
+                    return std::future::pending().await;
+                }
+                Err(e) => tracing::warn!(error = %e, "lease renewal failed; will retry"),
+            }
+        }
+    }
+
+    async fn complete<E>(&self, output: Option<&[u8]>, keep: Duration) -> Result<(), Error<E>> {
+        let completion = Completion { output, keep };
+        let mut retries = COMPLETE_RETRIES.iter();
+        loop {
+            match self.store.complete(self.key, self.fence, completion).await {
+                Ok(Fenced::Applied) => return Ok(()),
+                Ok(Fenced::Lost) => {
+                    record_outcome("lost_claim");
+                    tracing::warn!("completion refused: a newer run took the key over");
+                    return Err(Error::LostClaim {
+                        key: self.key.as_str().to_owned(),
+                    });
+                }
+                Err(e) => match retries.next() {
+                    Some(pause) => {
+                        tracing::warn!(error = %e, "recording completion failed; retrying");
+                        tokio::time::sleep(*pause).await;
+                    }
+                    None => {
+                        record_outcome("store_error");
+                        tracing::error!(
+                            error = %e,
+                            "the handler ran but its completion could not be recorded"
+                        );
+                        return Err(Error::Store(e.during(Operation::Complete)));
+                    }
+                },
+            }
+        }
+    }
+
+    /// Frees the key after a handler error or panic. A failure only delays the next run by one
+    /// lease, so it is logged rather than returned in place of the handler's own error.
+    async fn release(&self) {
+        match self.store.release(self.key, self.fence).await {
+            Ok(Fenced::Applied) => {}
+            Ok(Fenced::Lost) => tracing::debug!("nothing to release: a newer run holds the key"),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "releasing the claim failed; the key is free again when its lease lapses"
+            ),
+        }
+    }
+}
+
+/// Abandons the claim if the call's future is dropped before the claim was settled.
+struct AbandonGuard<'a, 'b> {
+    claim: &'a Claimed<'b>,
+}
+
+impl Drop for AbandonGuard<'_, '_> {
+    fn drop(&mut self) {
+        tracing::info!(key = %self.claim.key, "call dropped mid-run; abandoning its claim");
+        self.claim.store.abandon(self.claim.key, self.claim.fence);
+    }
+}
+
+/// Resolves to `Err(payload)` instead of unwinding when the inner future panics.
+struct CatchUnwind<F>(F);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: the inner future is structurally pinned: it is never moved out of `self`.
+        let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Idempotency keys: the rendered, validated name of one unit of work.
+
+use std::fmt;
+
+/// The longest key a store accepts, in bytes.
+///
+/// Keys name work (`invoice-run:2026-11`), they do not carry it. Put large inputs in the
+/// fingerprint instead, which stores a fixed-size hash.
+pub const MAX_KEY_LEN: usize = 512;
+
+/// A validated idempotency key: non-empty, at most [`MAX_KEY_LEN`] bytes, no control characters.
+///
+/// ```
+/// use idem_core::Key;
+///
+/// let key = Key::new("reminder:user42:2026-11-01").unwrap();
+/// assert_eq!(key.as_str(), "reminder:user42:2026-11-01");
+/// assert!(Key::new("").is_err());
+/// assert!(Key::new("tab\there").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(String);
+
+impl Key {
+    /// Validates `key` and wraps it.
+    pub fn new(key: impl Into<String>) -> Result<Key, InvalidKey> {
+        let key = key.into();
+        let reason = if key.is_empty() {
+            Some(InvalidKeyReason::Empty)
+        } else if key.len() > MAX_KEY_LEN {
+            Some(InvalidKeyReason::TooLong { len: key.len() })
+        } else {
+            key.char_indices()
+                .find(|(_, c)| c.is_control())
+                .map(|(offset, _)| InvalidKeyReason::ControlCharacter { offset })
+        };
+        match reason {
+            None => Ok(Key(key)),
+            Some(reason) => Err(InvalidKey { key, reason }),
+        }
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The key as an owned `String`.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for Key {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for Key {
+    type Error = InvalidKey;
+    fn try_from(key: String) -> Result<Key, InvalidKey> {
+        Key::new(key)
+    }
+}
+
+impl TryFrom<&str> for Key {
+    type Error = InvalidKey;
+    fn try_from(key: &str) -> Result<Key, InvalidKey> {
+        Key::new(key)
+    }
+}
+
+/// Why a rendered key was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidKeyReason {
+    /// The key rendered to the empty string.
+    Empty,
+    /// The key is longer than [`MAX_KEY_LEN`] bytes.
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The key holds a control character (newline, tab, NUL, ...).
+    ControlCharacter {
+        /// Byte offset of the first one.
+        offset: usize,
+    },
+}
+
+/// A key that failed validation. Nothing was claimed and the handler did not run.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InvalidKey {
+    key: String,
+    reason: InvalidKeyReason,
+}
+
+impl InvalidKey {
+    /// The refused key, as rendered.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Why it was refused.
+    pub fn reason(&self) -> InvalidKeyReason {
+        self.reason
+    }
+}
+
+impl fmt::Debug for InvalidKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InvalidKey")
+            .field("key", &Shown(&self.key))
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+impl fmt::Display for InvalidKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.reason {
+            InvalidKeyReason::Empty => f.write_str(
+                "invalid idempotency key: it rendered to the empty string; \
+                 make sure every value in the key template is non-empty",
+            ),
+            InvalidKeyReason::TooLong { len } => write!(
+                f,
+                "invalid idempotency key {:?}: it is {len} bytes long and keys are at most \
+                 {MAX_KEY_LEN}; name the work in the key and move large inputs to `fingerprint(..)`",
+                Shown(&self.key)
+            ),
+            InvalidKeyReason::ControlCharacter { offset } => write!(
+                f,
+                "invalid idempotency key {:?}: it has a control character at byte {offset}; \
+                 keys must be printable text",
+                Shown(&self.key)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InvalidKey {}
+
+impl From<std::convert::Infallible> for InvalidKey {
+    fn from(never: std::convert::Infallible) -> InvalidKey {
+        match never {}
+    }
+}
+
+/// Shows at most the first 64 characters of a key, so an oversized key does not flood a log.
+struct Shown<'a>(&'a str);
+
+impl fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOW: usize = 64;
+        match self.0.char_indices().nth(SHOW) {
+            Some((cut, _)) => write!(f, "{:?}...", &self.0[..cut]),
+            None => write!(f, "{:?}", self.0),
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! # idem: make job and request handlers idempotent
+//!
+//! Schedulers, queues and HTTP clients deliver work *at least once*: a timeout after the handler
+//! finished, a retry after a slow answer, two servers firing the same cron. `idem` makes the
+//! second delivery a no-op. Annotate an async handler with [`#[idempotent]`](idempotent): before
+//! the body runs, the key is claimed in a [`Store`] in one atomic step; after it returns `Ok`,
+//! the key is recorded as completed; every later delivery of the same key is answered with
+//! [`Outcome::Duplicate`] without running the body.
+//!
+//! ```
+//! use idem_core::{idempotent, MemoryStore, Outcome};
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//!
+//! struct App {
+//!     store: MemoryStore,
+//!     emails_sent: AtomicU32,
+//! }
+//!
+//! #[idempotent(key = "reminder:{user_id}:{day}", store = app.store)]
+//! async fn send_reminder(app: &App, user_id: u64, day: &str) -> Result<(), std::io::Error> {
+//!     app.emails_sent.fetch_add(1, Ordering::SeqCst); // the side effect
+//!     Ok(())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let app = App { store: MemoryStore::new(), emails_sent: AtomicU32::new(0) };
+//! assert_eq!(send_reminder(&app, 42, "2026-11-01").await.unwrap(), Outcome::Executed(()));
+//! assert!(send_reminder(&app, 42, "2026-11-01").await.unwrap().is_duplicate());
+//! assert_eq!(app.emails_sent.load(Ordering::SeqCst), 1);
+//! # }
+//! ```
+//!
+//! ## The attribute
+//!
+//! ```text
+//! #[idempotent(
+//!     key = "reminder:{user_id}:{day}", // required: template over the parameters
+//!     store = app.store,                // required: the store (any expression)
+//!     lease = "30s",                    // claim lease, renewed while the body runs (default 30s)
+//!     keep = "7d",                      // how long completed records count (default 24h)
+//!     fingerprint(amount, currency),    // inputs that must match when the key is reused
+//!     replay,                           // store the Ok value and hand it to duplicates
+//!     wait = "10s",                     // on an in-flight duplicate, wait for its outcome
+//!     crate = "my_idem",                // path to a renamed idem-core dependency
+//! )]
+//! ```
+//!
+//! The annotated function must be `async` and return `Result<T, E>`; it then returns
+//! [`Idempotent<T, E>`], that is `Result<Outcome<T>, Error<E>>`. Placeholders are `{param}` or
+//! `{param.field}` naming parameters, rendered with `Display`; `{{` and `}}` are literal braces.
+//! Durations are a whole number with `ms`, `s`, `m`, `h` or `d`.
+//!
+//! ## What happens on each call
+//!
+//! 1. The key is rendered and validated ([`Key`]); an invalid key is [`Error::InvalidKey`].
+//! 2. One atomic claim in the store. If the store fails the body does not run
+//!    ([`Error::Store`]): idem fails closed.
+//! 3. Claimed: the body runs while the lease is renewed every third of a lease. `Ok(v)` is
+//!    recorded as completed, fenced by the claim's token, and returned as
+//!    [`Outcome::Executed`]; if a newer run took the key over meanwhile, the completion is
+//!    refused and the call returns [`Error::LostClaim`]. `Err(e)` releases the claim (a retry
+//!    runs again) and returns [`Error::Handler`]. A panic releases the claim, then continues.
+//!    If the call's future is dropped (a caller's timeout), the claim is never completed: the
+//!    store is told to [abandon](Store::abandon) it, which frees it at once for
+//!    [`MemoryStore`] and the PostgreSQL store, and at the latest when its lease lapses.
+//! 4. Completed before: [`Outcome::Duplicate`], with the stored value under `replay`.
+//! 5. Held by a live run: [`Outcome::InProgress`], or with `wait` the other run's outcome.
+//! 6. Same key, other fingerprint: [`Error::KeyReused`].
+//!
+//! Every call is one `tracing` span named `idem`, with the fields `handler`, `key`, `fence`
+//! and `outcome`.
+//!
+//! The runtime needs a Tokio runtime with timers enabled (for lease renewal and `wait`).
+
+#![warn(missing_docs)]
+
+mod call;
+pub mod clock;
+mod codec;
+mod error;
+mod execute;
+mod fingerprint;
+mod key;
+mod memory;
+mod outcome;
+mod store;
+
+#[doc(hidden)]
+pub mod __private;
+
+pub use call::{Call, DEFAULT_KEEP, DEFAULT_LEASE};
+pub use error::{BoxError, CodecError, Error, Operation, StoreError};
+pub use fingerprint::{Fingerprint, FingerprintBuilder};
+pub use idem_macros::idempotent;
+pub use key::{InvalidKey, InvalidKeyReason, Key, MAX_KEY_LEN};
+pub use memory::MemoryStore;
+pub use outcome::Outcome;
+pub use store::{Claim, ClaimRequest, Completion, Fence, Fenced, Record, RecordState, Store};
+
+/// The return type of an `#[idempotent]` function whose body returns `Result<T, E>`.
+///
+/// Handy in trait declarations whose implementations are annotated:
+///
+/// ```
+/// use idem_core::{idempotent, Idempotent, MemoryStore};
+///
+/// trait Job {
+///     async fn run(&self, id: u64) -> Idempotent<(), std::io::Error>;
+/// }
+///
+/// struct Cleanup { store: MemoryStore }
+///
+/// impl Job for Cleanup {
+///     #[idempotent(key = "cleanup:{id}", store = self.store)]
+///     async fn run(&self, id: u64) -> Result<(), std::io::Error> {
+///         Ok(())
+///     }
+/// }
+/// ```
+pub type Idempotent<T, E> = Result<Outcome<T>, Error<E>>;

@@ -1,0 +1,318 @@
+//! The embedded in-memory store.
+
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::StoreError;
+use crate::fingerprint::Fingerprint;
+use crate::key::Key;
+use crate::store::{Claim, ClaimRequest, Completion, Fence, Fenced, Record, RecordState, Store};
+
+/// Fences come from one counter for the whole process, so a key that is released (its record
+/// deleted) and claimed again still gets a larger fence than any earlier run of it.
+static NEXT_FENCE: AtomicU64 = AtomicU64::new(1);
+
+/// Records smaller than this are never purged automatically.
+const AUTO_PURGE_FLOOR: usize = 1024;
+
+/// An in-memory store for one process: tests, development, and single-instance services.
+///
+/// Thread-safe and honouring every rule of [`Store`], but it is only as durable and as shared
+/// as the process: a restart forgets every key, and two processes do not see each other's
+/// claims. Use a database-backed store (`idem-store-postgres`) when several processes or
+/// servers handle the same work.
+///
+/// Expired records are purged by [`Store::purge_expired`], and automatically whenever the map
+/// has doubled in size since the last purge, so memory stays bounded by the live records
+/// without a background task.
+///
+/// ```
+/// use idem_core::{idempotent, MemoryStore, Outcome};
+///
+/// struct App { store: MemoryStore }
+///
+/// #[idempotent(key = "reminder:{user_id}", store = app.store)]
+/// async fn send_reminder(app: &App, user_id: u64) -> Result<&'static str, std::io::Error> {
+///     Ok("sent")
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let app = App { store: MemoryStore::new() };
+/// assert_eq!(send_reminder(&app, 42).await.unwrap(), Outcome::Executed("sent"));
+/// assert!(send_reminder(&app, 42).await.unwrap().is_duplicate());
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    clock: Box<dyn Clock>,
+    map: Mutex<Map>,
+}
+
+#[derive(Debug, Default)]
+struct Map {
+    records: HashMap<Key, Entry>,
+    purge_at: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    fence: Fence,
+    fingerprint: Option<Fingerprint>,
+    state: State,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    InProgress {
+        lease_expires_at: SystemTime,
+    },
+    Completed {
+        completed_at: SystemTime,
+        expires_at: SystemTime,
+        output: Option<Vec<u8>>,
+    },
+}
+
+impl Entry {
+    fn is_expired(&self, now: SystemTime) -> bool {
+        match &self.state {
+            State::InProgress { lease_expires_at } => *lease_expires_at <= now,
+            State::Completed { expires_at, .. } => *expires_at <= now,
+        }
+    }
+}
+
+fn fingerprints_differ(stored: Option<&Fingerprint>, requested: Option<&Fingerprint>) -> bool {
+    matches!((stored, requested), (Some(a), Some(b)) if a != b)
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> MemoryStore {
+        MemoryStore::with_clock(SystemClock)
+    }
+
+    /// An empty store on the given clock, e.g. a [`ManualClock`](crate::clock::ManualClock)
+    /// to test lease expiry without sleeping.
+    pub fn with_clock(clock: impl Clock + 'static) -> MemoryStore {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                clock: Box::new(clock),
+                map: Mutex::new(Map {
+                    records: HashMap::new(),
+                    purge_at: AUTO_PURGE_FLOOR,
+                }),
+            }),
+        }
+    }
+
+    /// How many records are held, expired ones included.
+    pub fn len(&self) -> usize {
+        self.map().records.len()
+    }
+
+    /// Whether no records are held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn map(&self) -> MutexGuard<'_, Map> {
+        // A panic while holding the lock cannot leave a record half-written (each step replaces
+        // whole entries), so a poisoned lock is safe to keep using.
+        self.inner.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> SystemTime {
+        self.inner.clock.now()
+    }
+
+    /// Applies `f` to the record for `key` if it holds `fence`, in one critical section.
+    fn fenced(&self, key: &Key, fence: Fence, f: impl FnOnce(&mut Entry) -> After) -> Fenced {
+        let mut map = self.map();
+        let after = match map.records.get_mut(key) {
+            Some(entry) if entry.fence == fence => f(entry),
+            _ => return Fenced::Lost,
+        };
+        match after {
+            After::Keep => Fenced::Applied,
+            After::Remove => {
+                map.records.remove(key);
+                Fenced::Applied
+            }
+            After::Refuse => Fenced::Lost,
+        }
+    }
+}
+
+/// What a fenced step does with the record it matched.
+enum After {
+    Keep,
+    Remove,
+    Refuse,
+}
+
+/// Release and abandon free unfinished claims only: a completed record stays completed.
+fn free_unfinished(entry: &mut Entry) -> After {
+    match entry.state {
+        State::InProgress { .. } => After::Remove,
+        State::Completed { .. } => After::Keep,
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> MemoryStore {
+        MemoryStore::new()
+    }
+}
+
+impl Map {
+    fn purge(&mut self, now: SystemTime, limit: usize) -> u64 {
+        let mut removed = 0u64;
+        if limit >= self.records.len() {
+            let before = self.records.len();
+            self.records.retain(|_, e| !e.is_expired(now));
+            removed = (before - self.records.len()) as u64;
+        } else {
+            let expired: Vec<Key> = self
+                .records
+                .iter()
+                .filter(|(_, e)| e.is_expired(now))
+                .map(|(k, _)| k.clone())
+                .take(limit)
+                .collect();
+            for key in expired {
+                self.records.remove(&key);
+                removed += 1;
+            }
+        }
+        self.purge_at = (self.records.len() * 2).max(AUTO_PURGE_FLOOR);
+        removed
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let now = self.now();
+        let mut map = self.map();
+        if map.records.len() >= map.purge_at {
+            map.purge(now, usize::MAX);
+        }
+        let lease_expires_at = now + request.lease;
+        let taken_over = match map.records.get(request.key) {
+            None => false,
+            Some(entry) if entry.is_expired(now) => true,
+            Some(entry) => {
+                if fingerprints_differ(entry.fingerprint.as_ref(), request.fingerprint) {
+                    return Ok(Claim::Mismatch);
+                }
+                return Ok(match &entry.state {
+                    State::InProgress { lease_expires_at } => Claim::InProgress {
+                        lease_expires_at: *lease_expires_at,
+                    },
+                    State::Completed {
+                        completed_at,
+                        output,
+                        ..
+                    } => Claim::Completed {
+                        completed_at: *completed_at,
+                        output: output.clone(),
+                    },
+                });
+            }
+        };
+        let fence = Fence(NEXT_FENCE.fetch_add(1, Ordering::Relaxed));
+        map.records.insert(
+            request.key.clone(),
+            Entry {
+                fence,
+                fingerprint: request.fingerprint.cloned(),
+                state: State::InProgress { lease_expires_at },
+            },
+        );
+        Ok(Claim::Acquired {
+            fence,
+            lease_expires_at,
+            taken_over,
+        })
+    }
+
+    async fn complete(
+        &self,
+        key: &Key,
+        fence: Fence,
+        completion: Completion<'_>,
+    ) -> Result<Fenced, StoreError> {
+        let now = self.now();
+        Ok(self.fenced(key, fence, |entry| {
+            let completed_at = match &entry.state {
+                // A repeated completion keeps the first completion time.
+                State::Completed { completed_at, .. } => *completed_at,
+                State::InProgress { .. } => now,
+            };
+            entry.state = State::Completed {
+                completed_at,
+                expires_at: completed_at + completion.keep,
+                output: completion.output.map(<[u8]>::to_vec),
+            };
+            After::Keep
+        }))
+    }
+
+    async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
+        Ok(self.fenced(key, fence, free_unfinished))
+    }
+
+    async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
+        let now = self.now();
+        Ok(self.fenced(key, fence, |entry| match &mut entry.state {
+            State::InProgress { lease_expires_at } => {
+                *lease_expires_at = now + lease;
+                After::Keep
+            }
+            State::Completed { .. } => After::Refuse,
+        }))
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+        let map = self.map();
+        Ok(map.records.get(key).map(|entry| Record {
+            key: key.clone(),
+            fence: entry.fence,
+            fingerprint: entry.fingerprint.clone(),
+            state: match &entry.state {
+                State::InProgress { lease_expires_at } => RecordState::InProgress {
+                    lease_expires_at: *lease_expires_at,
+                },
+                State::Completed {
+                    completed_at,
+                    expires_at,
+                    output,
+                } => RecordState::Completed {
+                    completed_at: *completed_at,
+                    expires_at: *expires_at,
+                    output: output.clone(),
+                },
+            },
+        }))
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let now = self.now();
+        Ok(self.map().purge(now, limit))
+    }
+
+    fn abandon(&self, key: &Key, fence: Fence) {
+        // Synchronous and cheap here, so the key is free at once.
+        let _ = self.fenced(key, fence, free_unfinished);
+    }
+}

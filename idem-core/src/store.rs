@@ -1,0 +1,217 @@
+//! The storage contract: one trait, six atomic steps, any backend.
+
+use async_trait::async_trait;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::error::StoreError;
+use crate::fingerprint::Fingerprint;
+use crate::key::Key;
+
+/// A fencing token: a number that grows every time a key is claimed, including every takeover.
+///
+/// A run carries its token into `complete`, `release` and `renew`; a store applies those only
+/// while the record still holds that token, so a run whose claim was taken over cannot overwrite
+/// the newer run's record. Tokens are never reused for a key, not even after the record was
+/// released or purged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fence(pub u64);
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Whether a fenced write applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Fenced {
+    /// The record held the caller's fence; the write took effect.
+    Applied,
+    /// The record is gone or holds another fence (a newer run took it over); nothing changed.
+    Lost,
+}
+
+/// What a claim asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The key to claim.
+    pub key: &'a Key,
+    /// The inputs' fingerprint, when the handler declares one.
+    pub fingerprint: Option<&'a Fingerprint>,
+    /// How long the claim holds without renewal.
+    pub lease: Duration,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The caller holds the key now and may run the work.
+    Acquired {
+        /// The caller's fencing token.
+        fence: Fence,
+        /// When the claim lapses unless renewed.
+        lease_expires_at: SystemTime,
+        /// Whether an earlier claim existed whose lease had lapsed, or whose completed record had
+        /// outlived its `keep`, and was taken over.
+        taken_over: bool,
+    },
+    /// Another run holds a live claim on the key.
+    InProgress {
+        /// When that claim lapses unless renewed.
+        lease_expires_at: SystemTime,
+    },
+    /// The work was done already.
+    Completed {
+        /// When it completed.
+        completed_at: SystemTime,
+        /// The recorded output, for replay.
+        output: Option<Vec<u8>>,
+    },
+    /// The key is held or completed with a different fingerprint.
+    Mismatch,
+}
+
+/// What `complete` records.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion<'a> {
+    /// The encoded output to hand to duplicates, when the handler replays.
+    pub output: Option<&'a [u8]>,
+    /// How long the completed record is kept (and duplicates are recognised).
+    pub keep: Duration,
+}
+
+/// The state of a stored record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    /// Claimed and running (or crashed, if the lease is in the past).
+    InProgress {
+        /// When the claim lapses unless renewed.
+        lease_expires_at: SystemTime,
+    },
+    /// Done.
+    Completed {
+        /// When it completed.
+        completed_at: SystemTime,
+        /// When the record stops counting and may be purged.
+        expires_at: SystemTime,
+        /// The recorded output, for replay.
+        output: Option<Vec<u8>>,
+    },
+}
+
+/// A stored record, as [`Store::get`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The key.
+    pub key: Key,
+    /// The fence of the latest claim.
+    pub fence: Fence,
+    /// The fingerprint of the latest claim.
+    pub fingerprint: Option<Fingerprint>,
+    /// In progress or completed.
+    pub state: RecordState,
+}
+
+/// Where idempotency records live.
+///
+/// Each method is one atomic step for the backend: a single statement or a single critical
+/// section, never a read followed by a separate write. The rules every store follows (and that
+/// the shared conformance suite checks) are:
+///
+/// - `claim` on a key with no record, a record whose lease lapsed, or a completed record past
+///   its `keep` returns [`Claim::Acquired`] with a fence greater than any earlier one for the key;
+///   concurrent claims of one key acquire it exactly once.
+/// - `claim` on a live claim returns [`Claim::InProgress`], on a completed record
+///   [`Claim::Completed`] with its output, and on either with another fingerprint (both sides
+///   having one) [`Claim::Mismatch`].
+/// - `complete`, `release` and `renew` apply only while the record holds the caller's fence, and
+///   say [`Fenced::Lost`] otherwise. `complete` of an already completed record with the same
+///   fence applies again (so a retried completion is safe).
+/// - `release` deletes the claim so the key is free at once.
+/// - `purge_expired` deletes records past their lease (in progress) or `keep` (completed).
+///
+/// The trait is object safe: handlers take `&dyn Store` or `Arc<dyn Store>`, so backends swap
+/// at run time without touching handlers.
+#[async_trait]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an idem store",
+    label = "this must evaluate to an idem store",
+    note = "`store = ...` takes a value implementing `idem_core::Store` (such as `MemoryStore` or \
+            `PgStore`), a reference to one, a `&dyn Store`, or an `Arc<dyn Store>`"
+)]
+pub trait Store: fmt::Debug + Send + Sync {
+    /// Claims `request.key` for one run, atomically.
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError>;
+
+    /// Marks the key completed, if it still holds `fence`.
+    async fn complete(
+        &self,
+        key: &Key,
+        fence: Fence,
+        completion: Completion<'_>,
+    ) -> Result<Fenced, StoreError>;
+
+    /// Frees the key (after a handler error or panic), if it still holds `fence`.
+    async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError>;
+
+    /// Extends a live claim to `lease` from now, if the key still holds `fence`.
+    async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError>;
+
+    /// Reads the record for `key`, expired or not.
+    async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError>;
+
+    /// Deletes up to `limit` expired records and returns how many it deleted.
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError>;
+
+    /// Called, without waiting, when a claimed run's future is dropped before it finished (the
+    /// caller timed out or went away). A store should free the key promptly if it can do so
+    /// without blocking, for example by spawning the release on the current runtime. The default
+    /// does nothing: the key is then free when the lease lapses, at most one lease later.
+    fn abandon(&self, key: &Key, fence: Fence) {
+        let _ = (key, fence);
+    }
+}
+
+macro_rules! delegate_store {
+    ($($ty:ty),*) => {$(
+        #[async_trait]
+        impl<S: Store + ?Sized> Store for $ty {
+            async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+                (**self).claim(request).await
+            }
+            async fn complete(
+                &self,
+                key: &Key,
+                fence: Fence,
+                completion: Completion<'_>,
+            ) -> Result<Fenced, StoreError> {
+                (**self).complete(key, fence, completion).await
+            }
+            async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
+                (**self).release(key, fence).await
+            }
+            async fn renew(
+                &self,
+                key: &Key,
+                fence: Fence,
+                lease: Duration,
+            ) -> Result<Fenced, StoreError> {
+                (**self).renew(key, fence, lease).await
+            }
+            async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+                (**self).get(key).await
+            }
+            async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+                (**self).purge_expired(limit).await
+            }
+            fn abandon(&self, key: &Key, fence: Fence) {
+                (**self).abandon(key, fence)
+            }
+        }
+    )*};
+}
+
+delegate_store!(&S, Arc<S>, Box<S>);

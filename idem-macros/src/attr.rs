@@ -1,0 +1,180 @@
+//! Parsing `#[idempotent(...)]`'s arguments into [`Args`], keeping every value's span.
+
+use proc_macro2::Span;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
+
+use crate::duration::DurationArg;
+
+mod kw {
+    syn::custom_keyword!(key);
+    syn::custom_keyword!(store);
+    syn::custom_keyword!(lease);
+    syn::custom_keyword!(keep);
+    syn::custom_keyword!(fingerprint);
+    syn::custom_keyword!(replay);
+    syn::custom_keyword!(wait);
+}
+
+/// Every option the attribute takes, in the order the docs list them.
+pub(crate) const OPTIONS: &str =
+    "`key`, `store`, `lease`, `keep`, `fingerprint(..)`, `replay`, `wait` or `crate`";
+
+/// The attribute's arguments, as written. Each is set at most once.
+#[derive(Default)]
+pub(crate) struct Args {
+    pub key: Option<LitStr>,
+    pub store: Option<Expr>,
+    pub lease: Option<DurationArg>,
+    pub keep: Option<DurationArg>,
+    pub wait: Option<DurationArg>,
+    pub fingerprint: Option<Fingerprint>,
+    pub replay: Option<Span>,
+    pub krate: Option<syn::Path>,
+}
+
+/// `fingerprint(a, b)`: the keyword's span and the named parameters.
+pub(crate) struct Fingerprint {
+    pub span: Span,
+    pub params: Vec<Ident>,
+}
+
+/// Stores `value` in `slot`, or reports the second occurrence of an option at `span`.
+fn set_once<T>(slot: &mut Option<T>, value: T, name: &str, span: Span) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(syn::Error::new(
+            span,
+            format!("`{name}` is given more than once; keep one"),
+        ));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+fn string_value(input: ParseStream, name: &str, example: &str) -> syn::Result<LitStr> {
+    input.parse::<Token![=]>()?;
+    let expr: Expr = input.parse()?;
+    match expr {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Ok(lit),
+        other => Err(syn::Error::new(
+            other.span(),
+            format!("`{name}` takes a string literal, like `{name} = {example}`"),
+        )),
+    }
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream) -> syn::Result<Args> {
+        let mut args = Args::default();
+        while !input.is_empty() {
+            let lookahead = input.lookahead1();
+            let span = input.span();
+            if lookahead.peek(kw::key) {
+                input.parse::<kw::key>()?;
+                input.parse::<Token![=]>()?;
+                let expr: Expr = input.parse()?;
+                let lit = match expr {
+                    Expr::Lit(ExprLit {
+                        lit: Lit::Str(lit), ..
+                    }) => lit,
+                    other => {
+                        return Err(syn::Error::new(
+                            other.span(),
+                            "`key` must be a string literal template, like \
+                             `key = \"reminder:{user_id}:{day}\"`; to use a computed key, pass it \
+                             as a parameter and write `key = \"{param}\"`",
+                        ))
+                    }
+                };
+                set_once(&mut args.key, lit, "key", span)?;
+            } else if lookahead.peek(kw::store) {
+                input.parse::<kw::store>()?;
+                input.parse::<Token![=]>()?;
+                let expr: Expr = input.parse()?;
+                set_once(&mut args.store, expr, "store", span)?;
+            } else if lookahead.peek(kw::lease) {
+                input.parse::<kw::lease>()?;
+                let lit = string_value(input, "lease", "\"30s\"")?;
+                set_once(&mut args.lease, DurationArg::parse(lit)?, "lease", span)?;
+            } else if lookahead.peek(kw::keep) {
+                input.parse::<kw::keep>()?;
+                let lit = string_value(input, "keep", "\"7d\"")?;
+                set_once(&mut args.keep, DurationArg::parse(lit)?, "keep", span)?;
+            } else if lookahead.peek(kw::wait) {
+                input.parse::<kw::wait>()?;
+                let lit = string_value(input, "wait", "\"10s\"")?;
+                set_once(&mut args.wait, DurationArg::parse(lit)?, "wait", span)?;
+            } else if lookahead.peek(kw::fingerprint) {
+                input.parse::<kw::fingerprint>()?;
+                if !input.peek(syn::token::Paren) {
+                    return Err(syn::Error::new(
+                        span,
+                        "`fingerprint` lists parameters in parentheses, like \
+                         `fingerprint(amount, currency)`",
+                    ));
+                }
+                let content;
+                syn::parenthesized!(content in input);
+                let params: Punctuated<Ident, Token![,]> =
+                    content.parse_terminated(Ident::parse_any_param, Token![,])?;
+                let fingerprint = Fingerprint {
+                    span,
+                    params: params.into_iter().collect(),
+                };
+                set_once(&mut args.fingerprint, fingerprint, "fingerprint", span)?;
+            } else if lookahead.peek(kw::replay) {
+                input.parse::<kw::replay>()?;
+                if input.peek(Token![=]) {
+                    return Err(syn::Error::new(
+                        input.span(),
+                        "`replay` is a flag and takes no value: write `replay`",
+                    ));
+                }
+                set_once(&mut args.replay, span, "replay", span)?;
+            } else if lookahead.peek(Token![crate]) {
+                input.parse::<Token![crate]>()?;
+                let lit = string_value(input, "crate", "\"my_idem\"")?;
+                let path = lit.parse_with(syn::Path::parse_mod_style).map_err(|_| {
+                    syn::Error::new(
+                        lit.span(),
+                        "`crate` takes the path of the renamed idem-core dependency, like \
+                         `crate = \"my_idem\"`",
+                    )
+                })?;
+                set_once(&mut args.krate, path, "crate", span)?;
+            } else if input.peek(Ident) {
+                let unknown: Ident = input.parse()?;
+                return Err(syn::Error::new(
+                    unknown.span(),
+                    format!("unknown option `{unknown}`; expected one of {OPTIONS}"),
+                ));
+            } else {
+                return Err(lookahead.error());
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        Ok(args)
+    }
+}
+
+/// Parameter names include `self`, which is a keyword to `syn`.
+trait ParseAnyParam {
+    fn parse_any_param(input: ParseStream) -> syn::Result<Ident>;
+}
+
+impl ParseAnyParam for Ident {
+    fn parse_any_param(input: ParseStream) -> syn::Result<Ident> {
+        if input.peek(Token![self]) {
+            let token: Token![self] = input.parse()?;
+            return Ok(Ident::new("self", token.span));
+        }
+        input.parse()
+    }
+}

@@ -1,0 +1,149 @@
+//! Writing the code: the original function, its body wrapped in one idempotent call.
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::ItemFn;
+
+use crate::attr::Args;
+use crate::template::Segment;
+use crate::validate::{validate, Validated};
+
+/// Parse, validate, expand. On any error the function is emitted unchanged next to the error,
+/// so the rest of the crate still type-checks and the user sees one message.
+pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            let span = item
+                .clone()
+                .into_iter()
+                .next()
+                .map_or_else(Span::call_site, |t| t.span());
+            let error = syn::Error::new(
+                span,
+                "`#[idempotent]` goes on an `async fn` that returns `Result<T, E>`",
+            );
+            return with_error(item, error);
+        }
+    };
+    let parsed = syn::parse2::<Args>(args).and_then(|args| validate(args, func));
+    match parsed {
+        Ok(validated) => expand(validated),
+        Err(error) => with_error(item, error),
+    }
+}
+
+fn with_error(item: TokenStream, error: syn::Error) -> TokenStream {
+    let error = error.to_compile_error();
+    quote!(#item #error)
+}
+
+fn expand(v: Validated) -> TokenStream {
+    let Validated {
+        mut func,
+        template,
+        store,
+        lease,
+        keep,
+        wait,
+        fingerprint,
+        replay,
+        krate,
+        ok_ty,
+        err_ty,
+        output_span,
+    } = v;
+    let krate = krate.map_or_else(|| quote!(::idem_core), |path| path.to_token_stream());
+    let private = quote!(#krate::__private);
+
+    // The key: one `format_args!` over the template, each placeholder an expression.
+    let lit_span = template.lit.span();
+    let mut format = String::new();
+    let mut values = Vec::new();
+    for segment in &template.segments {
+        match segment {
+            Segment::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
+            Segment::Placeholder(placeholder) => {
+                format.push_str("{}");
+                let span = template.span_of(placeholder.range.clone());
+                let root = Ident::new(placeholder.root(), span);
+                let fields = placeholder.path[1..]
+                    .iter()
+                    .map(|field| match field.parse::<u32>() {
+                        Ok(index) => syn::Index { index, span }.to_token_stream(),
+                        Err(_) => Ident::new(field, span).to_token_stream(),
+                    });
+                values.push(quote_spanned!(span=> &#root #(.#fields)*));
+            }
+        }
+    }
+    let key = quote_spanned! {lit_span=>
+        #private::render_key(::core::format_args!(#format #(, #values)*))
+    };
+
+    let store_span = store.span();
+    let store = quote_spanned!(store_span=> #private::as_store(&(#store)));
+
+    let millis = |arg: &Option<crate::duration::DurationArg>, method: &str| {
+        arg.as_ref().map(|arg| {
+            let method = Ident::new(method, Span::call_site());
+            let ms = arg.millis;
+            quote!(.#method(#private::Duration::from_millis(#ms)))
+        })
+    };
+    let lease = millis(&lease, "lease");
+    let keep = millis(&keep, "keep");
+    let wait = millis(&wait, "wait");
+
+    let fingerprint = (!fingerprint.is_empty()).then(|| {
+        let fields = fingerprint.iter().map(|ident| {
+            let name = ident.to_string();
+            quote_spanned!(ident.span()=> .field(#name, &#ident)?)
+        });
+        quote! {
+            .fingerprint_result((|| -> #private::Result<#private::Fingerprint, #private::CodecError> {
+                #private::Result::Ok(#private::Fingerprint::builder() #(#fields)* .finish())
+            })())
+        }
+    });
+
+    let (run, check) = if replay {
+        (
+            quote!(run_replay),
+            quote_spanned!(output_span=> #private::assert_replayable::<#ok_ty>();),
+        )
+    } else {
+        (quote!(run), TokenStream::new())
+    };
+
+    let name = func.sig.ident.to_string();
+    let body = &func.block;
+    let new_body = quote! {{
+        #check
+        let __idem_store: &dyn #private::Store = #store;
+        #private::Call::from_rendered(__idem_store, #key)
+            .name(::core::concat!(::core::module_path!(), "::", #name))
+            #lease #keep #wait #fingerprint
+            .#run(async {
+                #[allow(
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::needless_return,
+                    clippy::let_unit_value
+                )]
+                if false {
+                    let __idem_unreachable: #private::Result<#ok_ty, #err_ty> = loop {};
+                    return __idem_unreachable;
+                }
+                #body
+            })
+            .await
+    }};
+    func.block = syn::parse2(new_body).expect("generated body parses");
+    let output = quote_spanned! {output_span=>
+        -> ::core::result::Result<#krate::Outcome<#ok_ty>, #krate::Error<#err_ty>>
+    };
+    func.sig.output = syn::parse2(output).expect("generated return type parses");
+    func.into_token_stream()
+}

@@ -1,0 +1,24 @@
+//! The `#[idempotent]` attribute. Use it through `idem-core`, which re-exports it and holds
+//! the runtime it expands to; see that crate for the full documentation.
+//!
+//! This crate only forwards: [`attr`] parses the arguments, [`validate`] checks them against
+//! the function, [`expand`] writes the code.
+
+mod attr;
+mod duration;
+mod expand;
+mod template;
+mod validate;
+
+use proc_macro::TokenStream;
+
+/// Makes an async handler idempotent; see the `idem-core` crate documentation.
+///
+/// ```ignore
+/// #[idempotent(key = "reminder:{user_id}:{day}", store = app.store)]
+/// async fn send_reminder(app: &App, user_id: u64, day: Date) -> Result<(), MailError> { .. }
+/// ```
+#[proc_macro_attribute]
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::idempotent(args.into(), item.into()).into()
+}
