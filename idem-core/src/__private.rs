@@ -2,7 +2,6 @@
 //! idem-core's version without breaking generated code.
 
 pub use crate::call::Call;
-pub use crate::codec::Replayable;
 pub use crate::error::{CodecError, Error};
 pub use crate::fingerprint::Fingerprint;
 pub use crate::key::{InvalidKey, Key};
@@ -26,7 +25,3 @@ pub fn render_key(args: core::fmt::Arguments<'_>) -> Result<Key, InvalidKey> {
 pub fn as_store<S: Store>(store: &S) -> &dyn Store {
     store
 }
-
-/// Checks at compile time that a `replay` output type can be stored.
-#[inline]
-pub fn assert_replayable<T: Replayable>() {}

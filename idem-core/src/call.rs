@@ -4,11 +4,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tracing::Instrument;
 
-use crate::codec::{Codec, JsonReplay, NoReplay};
+use crate::codec::{Codec, JsonReplay, NoReplay, Replayable};
 use crate::error::{CodecError, Error};
 use crate::execute::execute;
 use crate::fingerprint::Fingerprint;
@@ -131,7 +129,7 @@ impl<'s> Call<'s> {
     /// get it back in [`Outcome::Duplicate`].
     pub async fn run_replay<T, E, F>(self, work: F) -> Result<Outcome<T>, Error<E>>
     where
-        T: Serialize + DeserializeOwned,
+        T: Replayable,
         F: Future<Output = Result<T, E>>,
     {
         self.run_with(JsonReplay, work).await

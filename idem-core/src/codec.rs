@@ -31,7 +31,7 @@ impl<T> Codec<T> for NoReplay {
 #[derive(Debug, Clone, Copy)]
 pub struct JsonReplay;
 
-impl<T: Serialize + DeserializeOwned> Codec<T> for JsonReplay {
+impl<T: Replayable> Codec<T> for JsonReplay {
     fn encode(&self, value: &T) -> Result<Option<Vec<u8>>, CodecError> {
         serde_json::to_vec(value)
             .map(Some)
@@ -51,7 +51,11 @@ impl<T: Serialize + DeserializeOwned> Codec<T> for JsonReplay {
     }
 }
 
-/// Output types that `replay` can store: anything `Serialize + DeserializeOwned`.
+/// Output types that `replay` can store: anything `Serialize + DeserializeOwned`, as JSON.
+///
+/// JSON keeps `()`, `0`, `""`, `false`, `None` and empty collections apart from each other.
+/// Two values do not survive it: `Some(None)` of an `Option<Option<T>>` comes back as `None`,
+/// and non-finite floats (`NaN`, infinities) are stored as `null` and fail to decode.
 #[diagnostic::on_unimplemented(
     message = "`replay` needs the handler's output `{Self}` to be serializable",
     label = "`{Self}` must implement `serde::Serialize` and `serde::de::DeserializeOwned`",

@@ -90,6 +90,7 @@ mod store;
 pub mod __private;
 
 pub use call::{Call, DEFAULT_KEEP, DEFAULT_LEASE};
+pub use codec::Replayable;
 pub use error::{BoxError, CodecError, Error, Operation, StoreError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use idem_macros::idempotent;

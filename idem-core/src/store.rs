@@ -177,6 +177,7 @@ pub trait Store: fmt::Debug + Send + Sync {
 
 macro_rules! delegate_store {
     ($($ty:ty),*) => {$(
+        #[diagnostic::do_not_recommend]
         #[async_trait]
         impl<S: Store + ?Sized> Store for $ty {
             async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {

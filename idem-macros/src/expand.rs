@@ -83,7 +83,12 @@ fn expand(v: Validated) -> TokenStream {
     };
 
     let store_span = store.span();
-    let store = quote_spanned!(store_span=> #private::as_store(&(#store)));
+    // Two steps, so a temporary in the expression (`&app.store`, `app.store()`) lives for the
+    // whole call: `let x = &(expr);` extends it, a function argument would not.
+    let store = quote_spanned! {store_span=>
+        let __idem_store_ref = &(#store);
+        let __idem_store: &dyn #private::Store = #private::as_store(__idem_store_ref);
+    };
 
     let millis = |arg: &Option<crate::duration::DurationArg>, method: &str| {
         arg.as_ref().map(|arg| {
@@ -108,37 +113,38 @@ fn expand(v: Validated) -> TokenStream {
         }
     });
 
-    let (run, check) = if replay {
-        (
-            quote!(run_replay),
-            quote_spanned!(output_span=> #private::assert_replayable::<#ok_ty>();),
-        )
-    } else {
-        (quote!(run), TokenStream::new())
-    };
 
     let name = func.sig.ident.to_string();
-    let body = &func.block;
+    let body = &func.block.stmts;
+    let work = quote! {
+        async {
+            #[allow(
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::needless_return,
+                clippy::let_unit_value
+            )]
+            if false {
+                let __idem_unreachable: #private::Result<#ok_ty, #err_ty> = loop {};
+                return __idem_unreachable;
+            }
+            #(#body)*
+        }
+    };
+    // Spanned on `T`: a `replay` output that is not serializable is reported there.
+    let run = if replay {
+        quote_spanned!(ok_ty.span()=> __idem_call.run_replay(#work).await)
+    } else {
+        quote!(__idem_call.run(#work).await)
+    };
     let new_body = quote! {{
-        #check
-        let __idem_store: &dyn #private::Store = #store;
-        #private::Call::from_rendered(__idem_store, #key)
+        #store
+        // Built in its own statement: the key's `format_args!` temporaries are not `Send` and
+        // must not live across the `.await` below.
+        let __idem_call = #private::Call::from_rendered(__idem_store, #key)
             .name(::core::concat!(::core::module_path!(), "::", #name))
-            #lease #keep #wait #fingerprint
-            .#run(async {
-                #[allow(
-                    unreachable_code,
-                    clippy::diverging_sub_expression,
-                    clippy::needless_return,
-                    clippy::let_unit_value
-                )]
-                if false {
-                    let __idem_unreachable: #private::Result<#ok_ty, #err_ty> = loop {};
-                    return __idem_unreachable;
-                }
-                #body
-            })
-            .await
+            #lease #keep #wait #fingerprint;
+        #run
     }};
     func.block = syn::parse2(new_body).expect("generated body parses");
     let output = quote_spanned! {output_span=>

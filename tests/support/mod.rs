@@ -1,0 +1,69 @@
+//! Helpers shared by the behaviour tests: a store that fails on command.
+
+#![allow(dead_code)]
+
+use async_trait::async_trait;
+use idem_core::{
+    Claim, ClaimRequest, Completion, Fence, Fenced, Key, MemoryStore, Record, Store, StoreError,
+};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// A `MemoryStore` whose steps can be made to fail, counting the calls it gets.
+#[derive(Debug, Default)]
+pub struct FlakyStore {
+    pub inner: MemoryStore,
+    pub fail_claim: AtomicBool,
+    pub fail_complete: AtomicBool,
+    pub claims: AtomicUsize,
+    pub completes: AtomicUsize,
+    pub releases: AtomicUsize,
+    pub renews: AtomicUsize,
+}
+
+fn down() -> StoreError {
+    StoreError::new(
+        "store unreachable",
+        std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"),
+    )
+}
+
+#[async_trait]
+impl Store for FlakyStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        if self.fail_claim.load(Ordering::SeqCst) {
+            return Err(down());
+        }
+        self.inner.claim(request).await
+    }
+    async fn complete(
+        &self,
+        key: &Key,
+        fence: Fence,
+        completion: Completion<'_>,
+    ) -> Result<Fenced, StoreError> {
+        self.completes.fetch_add(1, Ordering::SeqCst);
+        if self.fail_complete.load(Ordering::SeqCst) {
+            return Err(down());
+        }
+        self.inner.complete(key, fence, completion).await
+    }
+    async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(key, fence).await
+    }
+    async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
+        self.renews.fetch_add(1, Ordering::SeqCst);
+        self.inner.renew(key, fence, lease).await
+    }
+    async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        self.inner.purge_expired(limit).await
+    }
+    fn abandon(&self, key: &Key, fence: Fence) {
+        self.inner.abandon(key, fence)
+    }
+}

@@ -1,0 +1,10 @@
+#![allow(unused_variables)]
+
+use idem_core::{idempotent, MemoryStore};
+
+#[idempotent(key = "job:{id}", store = store)]
+fn job(store: &MemoryStore, id: u32) -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+fn main() {}
