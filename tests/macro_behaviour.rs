@@ -119,7 +119,10 @@ async fn error_then_retry_runs_again() {
         Err(Error::Handler(MailError("smtp timeout"))) => {}
         other => panic!("expected the handler's error, got {other:?}"),
     }
-    assert_eq!(fails_first(&store, 1, &runs).await.unwrap(), Outcome::Executed(1));
+    assert_eq!(
+        fails_first(&store, 1, &runs).await.unwrap(),
+        Outcome::Executed(1)
+    );
     assert!(fails_first(&store, 1, &runs).await.unwrap().is_duplicate());
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
@@ -146,7 +149,11 @@ async fn panic_releases_the_claim_and_propagates() {
     let panic = joined.expect_err("the panic must propagate");
     assert!(panic.is_panic());
     assert!(
-        store.get(&Key::new("panics:3").unwrap()).await.unwrap().is_none(),
+        store
+            .get(&Key::new("panics:3").unwrap())
+            .await
+            .unwrap()
+            .is_none(),
         "the claim was released"
     );
     assert!(panics_first(&store, 3, &runs).await.unwrap().is_executed());
@@ -177,11 +184,19 @@ async fn slow_body_outlives_its_lease_without_takeover() {
     }
     assert!(first.await.unwrap().unwrap().is_executed());
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert!(store.renews.load(Ordering::SeqCst) >= 3, "the lease was renewed");
+    assert!(
+        store.renews.load(Ordering::SeqCst) >= 3,
+        "the lease was renewed"
+    );
 }
 
 #[idempotent(key = "stall:{id}", store = store)]
-async fn stalls(store: &MemoryStore, id: u32, gate: &Notify, runs: &AtomicU32) -> Result<u32, MailError> {
+async fn stalls(
+    store: &MemoryStore,
+    id: u32,
+    gate: &Notify,
+    runs: &AtomicU32,
+) -> Result<u32, MailError> {
     let run = runs.fetch_add(1, Ordering::SeqCst);
     if run == 0 {
         gate.notified().await;
@@ -205,13 +220,19 @@ async fn stalled_run_is_taken_over_and_then_fenced_out() {
         tokio::task::yield_now().await;
     }
     clock.advance(Duration::from_secs(31)); // past the default 30s lease, no renewal yet
-    assert_eq!(stalls(&store, 5, &gate, &runs).await.unwrap(), Outcome::Executed(51));
+    assert_eq!(
+        stalls(&store, 5, &gate, &runs).await.unwrap(),
+        Outcome::Executed(51)
+    );
     gate.notify_one();
     match stalled.await.unwrap() {
         Err(Error::LostClaim { key }) => assert_eq!(key, "stall:5"),
         other => panic!("the stalled run must be fenced out, got {other:?}"),
     }
-    assert!(stalls(&store, 5, &gate, &runs).await.unwrap().is_duplicate());
+    assert!(stalls(&store, 5, &gate, &runs)
+        .await
+        .unwrap()
+        .is_duplicate());
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
@@ -231,7 +252,11 @@ async fn cancellation_frees_the_key() {
     let runs = AtomicU32::new(0);
     let cut = tokio::time::timeout(Duration::from_millis(50), long_job(&store, 1, &runs)).await;
     assert!(cut.is_err(), "the caller timed out");
-    assert!(store.get(&Key::new("cancel:1").unwrap()).await.unwrap().is_none());
+    assert!(store
+        .get(&Key::new("cancel:1").unwrap())
+        .await
+        .unwrap()
+        .is_none());
     assert!(long_job(&store, 1, &runs).await.unwrap().is_executed());
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
@@ -303,7 +328,10 @@ async fn wait_takes_over_a_released_key() {
         async move { fails_slowly(&store, 4, &runs).await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(fails_slowly(&store, 4, &runs).await.unwrap(), Outcome::Executed(4));
+    assert_eq!(
+        fails_slowly(&store, 4, &runs).await.unwrap(),
+        Outcome::Executed(4)
+    );
     assert!(matches!(first.await.unwrap(), Err(Error::Handler(_))));
 }
 
@@ -359,7 +387,10 @@ async fn store_down_fails_closed() {
         Err(Error::Store(e)) => {
             assert_eq!(e.operation(), Some(Operation::Claim));
             assert!(e.to_string().contains("did not run"), "{e}");
-            assert!(std::error::Error::source(&e).is_some(), "keeps the backend error");
+            assert!(
+                std::error::Error::source(&e).is_some(),
+                "keeps the backend error"
+            );
         }
         other => panic!("expected a store error, got {other:?}"),
     }
@@ -383,11 +414,20 @@ async fn failed_completion_is_retried_then_reported() {
         other => panic!("expected a store error, got {other:?}"),
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert_eq!(store.completes.load(Ordering::SeqCst), 4, "one try and three retries");
+    assert_eq!(
+        store.completes.load(Ordering::SeqCst),
+        4,
+        "one try and three retries"
+    );
 }
 
 #[idempotent(key = "charge:{order}", store = store, fingerprint(amount, currency))]
-async fn charge(store: &MemoryStore, order: u32, amount: u64, currency: &str) -> Result<u64, MailError> {
+async fn charge(
+    store: &MemoryStore,
+    order: u32,
+    amount: u64,
+    currency: &str,
+) -> Result<u64, MailError> {
     Ok(amount)
 }
 
@@ -409,7 +449,10 @@ async fn key_reused_with_other_inputs_is_refused() {
 #[tokio::test]
 async fn duplicate_without_replay_has_no_value() {
     let store = MemoryStore::new();
-    assert_eq!(charge(&store, 2, 5, "EUR").await.unwrap(), Outcome::Executed(5));
+    assert_eq!(
+        charge(&store, 2, 5, "EUR").await.unwrap(),
+        Outcome::Executed(5)
+    );
     match charge(&store, 2, 5, "EUR").await.unwrap() {
         Outcome::Duplicate { value, .. } => assert_eq!(value, None),
         other => panic!("{other:?}"),

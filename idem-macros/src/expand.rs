@@ -113,7 +113,6 @@ fn expand(v: Validated) -> TokenStream {
         }
     });
 
-
     let name = func.sig.ident.to_string();
     let body = &func.block.stmts;
     let work = quote! {

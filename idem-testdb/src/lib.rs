@@ -1,0 +1,293 @@
+//! Throwaway PostgreSQL clusters for idem's tests.
+//!
+//! The test command (`scripts/test`) uses the `idem-testdb` binary to start one cluster for the
+//! whole run when `DATABASE_URL` is unset; tests that must stop and restart a server (the outage
+//! test) start their own [`Cluster`] with this library. One implementation serves both.
+//!
+//! The server binaries are looked up on `PATH`, then under `/usr/lib/postgresql/*/bin` (newest
+//! version first). `initdb` refuses to run as root, so when run as root every server command
+//! runs as the `postgres` user if it exists, else as `nobody`, through `runuser`.
+
+use std::fmt;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// Why a cluster could not be started or stopped.
+#[derive(Debug)]
+pub struct ClusterError(String);
+
+impl fmt::Display for ClusterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ClusterError {}
+
+fn fail(message: impl Into<String>) -> ClusterError {
+    ClusterError(message.into())
+}
+
+/// How to install a server, for the error when none is found.
+pub const INSTALL_HINT: &str = "no PostgreSQL server binaries (initdb, pg_ctl, postgres) were \
+found on PATH or under /usr/lib/postgresql/*/bin. Install them (Debian/Ubuntu: `apt-get install \
+postgresql`; macOS: `brew install postgresql`), or point the tests at a running server with \
+DATABASE_URL=postgres://user@host:port/database";
+
+/// The directory holding `initdb`, `pg_ctl` and `postgres`.
+pub fn find_bin_dir() -> Result<PathBuf, ClusterError> {
+    let has_all = |dir: &Path| ["initdb", "pg_ctl", "postgres"].iter().all(|b| dir.join(b).is_file());
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if has_all(&dir) {
+                return Ok(dir);
+            }
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, dir)| has_all(dir))
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .map(|(_, dir)| dir)
+        .ok_or_else(|| fail(INSTALL_HINT))
+}
+
+/// The unprivileged user to run the server as, when running as root.
+fn run_as() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { geteuid() } == 0;
+    if !root {
+        return None;
+    }
+    let exists = |user: &str| {
+        Command::new("id")
+            .arg("-u")
+            .arg(user)
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    Some(if exists("postgres") { "postgres" } else { "nobody" }.to_owned())
+}
+
+extern "C" {
+    fn geteuid() -> u32;
+}
+
+/// A port nobody listens on right now.
+fn free_port() -> Result<u16, ClusterError> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| fail(format!("cannot find a free port: {e}")))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| fail(format!("cannot find a free port: {e}")))
+}
+
+/// A PostgreSQL cluster in a directory of its own, listening on 127.0.0.1.
+#[derive(Debug)]
+pub struct Cluster {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    user: Option<String>,
+    /// Stop (and delete) the cluster when dropped.
+    owned: bool,
+}
+
+impl Cluster {
+    /// Creates and starts a cluster in a new temporary directory, on a free port. It is stopped
+    /// and deleted when the `Cluster` is dropped.
+    pub fn start() -> Result<Cluster, ClusterError> {
+        let base = std::env::temp_dir().join(format!(
+            "idem-pg-{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos() ^ u128::from(free_port()?)
+        ));
+        let mut cluster = Cluster::init(&base)?;
+        cluster.owned = true;
+        cluster.start_again()?;
+        Ok(cluster)
+    }
+
+    /// Creates a cluster in `dir` (which must not exist) without starting it.
+    pub fn init(dir: &Path) -> Result<Cluster, ClusterError> {
+        let bin = find_bin_dir()?;
+        let user = run_as();
+        std::fs::create_dir_all(dir)
+            .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
+        if user.is_some() {
+            // The unprivileged server user must be able to write here.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+                .map_err(|e| fail(format!("cannot open up {}: {e}", dir.display())))?;
+        }
+        let cluster = Cluster {
+            bin,
+            dir: dir.to_owned(),
+            port: free_port()?,
+            user,
+            owned: false,
+        };
+        let data = cluster.data_dir();
+        let output = cluster.run(
+            "initdb",
+            &[
+                "-D",
+                path_str(&data)?,
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ],
+        )?;
+        check(&output, "initdb")?;
+        std::fs::write(dir.join("port"), cluster.port.to_string())
+            .map_err(|e| fail(format!("cannot record the port: {e}")))?;
+        Ok(cluster)
+    }
+
+    /// Re-opens a cluster that `init` created in `dir` (to start or stop it from another
+    /// process).
+    pub fn open(dir: &Path) -> Result<Cluster, ClusterError> {
+        let port = std::fs::read_to_string(dir.join("port"))
+            .map_err(|e| fail(format!("no cluster in {}: {e}", dir.display())))?
+            .trim()
+            .parse()
+            .map_err(|e| fail(format!("bad port file in {}: {e}", dir.display())))?;
+        Ok(Cluster {
+            bin: find_bin_dir()?,
+            dir: dir.to_owned(),
+            port,
+            user: run_as(),
+            owned: false,
+        })
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn run(&self, program: &str, args: &[&str]) -> Result<Output, ClusterError> {
+        let program_path = self.bin.join(program);
+        let mut command = match &self.user {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.arg("-u").arg(user).arg("--").arg(&program_path);
+                c
+            }
+            None => Command::new(&program_path),
+        };
+        command
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .map_err(|e| fail(format!("cannot run {}: {e}", program_path.display())))
+    }
+
+    /// Starts (or restarts after [`stop`](Cluster::stop)) the server and waits until it
+    /// accepts connections.
+    pub fn start_again(&mut self) -> Result<(), ClusterError> {
+        let data = self.data_dir();
+        let log = self.dir.join("server.log");
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+             -c full_page_writes=off -c max_connections=300 -c shared_buffers=128MB",
+            self.port,
+            path_str(&self.dir)?
+        );
+        let output = self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                path_str(&data)?,
+                "-l",
+                path_str(&log)?,
+                "-o",
+                &options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+        )?;
+        if let Err(e) = check(&output, "pg_ctl start") {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(fail(format!("{e}\nserver log:\n{log}")));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if Instant::now() > deadline {
+                return Err(fail("the server did not accept connections within 30s"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Stops the server immediately (`pg_ctl stop -m immediate`): connections drop at once,
+    /// as when a database host goes away.
+    pub fn stop(&self) -> Result<(), ClusterError> {
+        let data = self.data_dir();
+        let output = self.run(
+            "pg_ctl",
+            &["-D", path_str(&data)?, "-m", "immediate", "-w", "stop"],
+        )?;
+        check(&output, "pg_ctl stop")
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A URL for the `postgres` database as the `postgres` superuser.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Where the cluster lives.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = self.stop();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn path_str(path: &Path) -> Result<&str, ClusterError> {
+    path.to_str()
+        .ok_or_else(|| fail(format!("path is not UTF-8: {}", path.display())))
+}
+
+fn check(output: &Output, what: &str) -> Result<(), ClusterError> {
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(fail(format!(
+        "{what} failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )))
+}
