@@ -39,7 +39,11 @@ DATABASE_URL=postgres://user@host:port/database";
 
 /// The directory holding `initdb`, `pg_ctl` and `postgres`.
 pub fn find_bin_dir() -> Result<PathBuf, ClusterError> {
-    let has_all = |dir: &Path| ["initdb", "pg_ctl", "postgres"].iter().all(|b| dir.join(b).is_file());
+    let has_all = |dir: &Path| {
+        ["initdb", "pg_ctl", "postgres"]
+            .iter()
+            .all(|b| dir.join(b).is_file())
+    };
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
             if has_all(&dir) {
@@ -79,7 +83,14 @@ fn run_as() -> Option<String> {
             .map(|o| o.status.success())
             .unwrap_or(false)
     };
-    Some(if exists("postgres") { "postgres" } else { "nobody" }.to_owned())
+    Some(
+        if exists("postgres") {
+            "postgres"
+        } else {
+            "nobody"
+        }
+        .to_owned(),
+    )
 }
 
 extern "C" {
