@@ -202,7 +202,11 @@ pub async fn release_of_a_completed_record_keeps_it(h: &impl Harness) {
     let k = key("release-done");
     let fence = acquire(&*store, &k, LONG_LEASE).await;
     assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
-    let _ = store.release(&k, fence).await.unwrap();
+    assert_eq!(
+        store.release(&k, fence).await.unwrap(),
+        Fenced::Lost,
+        "nothing unfinished to release"
+    );
     assert!(matches!(
         claim(&*store, &k, LONG_LEASE).await,
         Claim::Completed { .. }

@@ -160,11 +160,12 @@ enum After {
     Refuse,
 }
 
-/// Release and abandon free unfinished claims only: a completed record stays completed.
+/// Release and abandon free unfinished claims only: a completed record stays completed, and
+/// the release reports that nothing was released.
 fn free_unfinished(entry: &mut Entry) -> After {
     match entry.state {
         State::InProgress { .. } => After::Remove,
-        State::Completed { .. } => After::Keep,
+        State::Completed { .. } => After::Refuse,
     }
 }
 

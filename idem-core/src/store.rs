@@ -130,7 +130,8 @@ pub struct Record {
 /// - `complete`, `release` and `renew` apply only while the record holds the caller's fence, and
 ///   say [`Fenced::Lost`] otherwise. `complete` of an already completed record with the same
 ///   fence applies again (so a retried completion is safe).
-/// - `release` deletes the claim so the key is free at once.
+/// - `release` deletes an unfinished claim so the key is free at once; a completed record is
+///   left as it is (and the release reports [`Fenced::Lost`]).
 /// - `purge_expired` deletes records past their lease (in progress) or `keep` (completed).
 ///
 /// The trait is object safe: handlers take `&dyn Store` or `Arc<dyn Store>`, so backends swap

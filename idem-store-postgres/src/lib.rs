@@ -1,1 +1,28 @@
-//! placeholder
+//! # idem-store-postgres: idem's records in PostgreSQL
+//!
+//! [`PgStore`] keeps idempotency records in one table, shared by every app server that uses the
+//! same database: the store to use when "two servers fire the same cron". It takes the
+//! application's existing [`sqlx::PgPool`].
+//!
+//! - **Lease mode** (the default `#[idempotent]`): the claim is committed at once and renewed
+//!   while the handler runs; completion is a second statement. Right for long jobs and for side
+//!   effects outside the database (emails, payment APIs).
+//! - **Transactional mode** (`#[idempotent(.., transaction = tx)]`): the claim, the handler's own
+//!   writes and the completion commit in one transaction, or roll back together. Exactly once for
+//!   effects in this database; right for short jobs whose effects are database writes.
+//!
+//! See [`PgStore`] for an example and the repository README for the schema and tuning.
+
+#![warn(missing_docs)]
+
+mod error;
+mod ident;
+mod migrate;
+mod sql;
+mod store;
+mod time;
+mod transaction;
+
+pub use ident::MAX_IDENT_LEN;
+pub use sqlx;
+pub use store::{PgStore, PgStoreBuilder, DEFAULT_SCHEMA, DEFAULT_TABLE};

@@ -1,0 +1,39 @@
+//! sqlx errors as store errors, classified by SQLSTATE, never by message text.
+
+use idem_core::StoreError;
+
+/// SQLSTATE: the relation does not exist.
+const UNDEFINED_TABLE: &str = "42P01";
+/// SQLSTATE: the schema does not exist.
+const INVALID_SCHEMA_NAME: &str = "3F000";
+
+/// The SQLSTATE code of a database error, if it is one.
+pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .map(|code| code.into_owned())
+}
+
+/// Wraps a sqlx error, keeping it as the source, with a message that says what to do.
+pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
+    let message = match sqlstate(&error).as_deref() {
+        Some(UNDEFINED_TABLE) | Some(INVALID_SCHEMA_NAME) => {
+            "the idem table does not exist; run `PgStore::migrate()` once at start-up"
+        }
+        Some(code) if code.starts_with("08") => "lost the connection to PostgreSQL",
+        Some(code) if code.starts_with("57") => "PostgreSQL is shutting down or unavailable",
+        Some(_) => "PostgreSQL refused the statement",
+        None => match &error {
+            sqlx::Error::PoolTimedOut => {
+                "timed out waiting for a pooled connection (is PostgreSQL reachable, and is the \
+                 pool large enough?)"
+            }
+            sqlx::Error::Io(_) | sqlx::Error::PoolClosed | sqlx::Error::Tls(_) => {
+                "cannot reach PostgreSQL"
+            }
+            _ => "PostgreSQL call failed",
+        },
+    };
+    StoreError::new(message, error)
+}

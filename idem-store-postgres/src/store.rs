@@ -1,0 +1,414 @@
+//! `PgStore`: idem's records in PostgreSQL.
+
+use async_trait::async_trait;
+use idem_core::{
+    Claim, ClaimRequest, Completion, Fence, Fenced, Fingerprint, Key, Operation, Record,
+    RecordState, Store, StoreError,
+};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, PgPool, Row};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::store_error;
+use crate::ident::validate_ident;
+use crate::sql::Statements;
+use crate::time::{duration_micros, from_micros};
+
+/// How often a claim is retried when its statement raced a concurrent insert or takeover. Each
+/// retry sees a newer snapshot that holds the winner's row, so one retry almost always settles it.
+const CLAIM_ATTEMPTS: usize = 16;
+
+/// The default schema and table: `public.idem_records`.
+pub const DEFAULT_SCHEMA: &str = "public";
+/// See [`DEFAULT_SCHEMA`].
+pub const DEFAULT_TABLE: &str = "idem_records";
+
+/// idem's records in PostgreSQL, shared by every process that uses the same database.
+///
+/// Each [`Store`] operation is one SQL statement (one round trip): a fresh call costs two
+/// (claim, complete), a duplicate one. Lease expiry is judged by the database's `now()`, so app
+/// servers with skewed clocks agree. Run [`PgStore::migrate`] once at start-up.
+///
+/// ```no_run
+/// use idem_core::{idempotent, Outcome};
+/// use idem_store_postgres::{sqlx::PgPool, PgStore};
+///
+/// struct App { store: PgStore }
+///
+/// #[idempotent(key = "reminder:{user_id}", store = app.store)]
+/// async fn send_reminder(app: &App, user_id: u64) -> Result<(), std::io::Error> {
+///     Ok(())
+/// }
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let pool = PgPool::connect(&std::env::var("DATABASE_URL")?).await?;
+/// let store = PgStore::new(pool);
+/// store.migrate().await?;
+/// let app = App { store };
+/// assert!(send_reminder(&app, 42).await?.is_executed());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    schema: String,
+    table: String,
+    sql: Statements,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("table", &self.shared.sql.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`PgStore`] with another schema or table name.
+#[derive(Debug)]
+pub struct PgStoreBuilder {
+    pool: PgPool,
+    schema: String,
+    table: String,
+}
+
+impl PgStoreBuilder {
+    /// The schema to keep the table in (default `public`). Created by `migrate` if missing.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// The table name (default `idem_records`).
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.table = table.into();
+        self
+    }
+
+    /// Checks the names (plain lowercase identifiers only) and builds the store.
+    pub fn build(self) -> Result<PgStore, StoreError> {
+        validate_ident("schema", &self.schema)?;
+        validate_ident("table", &self.table)?;
+        Ok(PgStore {
+            pool: self.pool,
+            shared: Arc::new(Shared {
+                sql: Statements::new(&self.schema, &self.table),
+                schema: self.schema,
+                table: self.table,
+            }),
+        })
+    }
+}
+
+/// One decoded row of the claim statement.
+struct ClaimRow {
+    inserted: bool,
+    fence: i64,
+    fingerprint: Option<String>,
+    completed_at: Option<i64>,
+    expires_at: i64,
+    output: Option<Vec<u8>>,
+    lapsed: bool,
+}
+
+impl ClaimRow {
+    fn decode(row: &PgRow) -> Result<ClaimRow, sqlx::Error> {
+        Ok(ClaimRow {
+            inserted: row.try_get(0)?,
+            fence: row.try_get(1)?,
+            fingerprint: row.try_get(2)?,
+            completed_at: row.try_get(3)?,
+            expires_at: row.try_get(4)?,
+            output: row.try_get(5)?,
+            lapsed: row.try_get(6)?,
+        })
+    }
+}
+
+fn fence(value: i64) -> Fence {
+    Fence(value.unsigned_abs())
+}
+
+fn fenced(rows: u64) -> Fenced {
+    if rows == 1 {
+        Fenced::Applied
+    } else {
+        Fenced::Lost
+    }
+}
+
+impl PgStore {
+    /// A store on the application's pool, in `public.idem_records`.
+    pub fn new(pool: PgPool) -> PgStore {
+        PgStore::builder(pool)
+            .build()
+            .expect("the default names are valid")
+    }
+
+    /// A builder for another schema or table.
+    pub fn builder(pool: PgPool) -> PgStoreBuilder {
+        PgStoreBuilder {
+            pool,
+            schema: DEFAULT_SCHEMA.to_owned(),
+            table: DEFAULT_TABLE.to_owned(),
+        }
+    }
+
+    /// Creates or upgrades the schema, the table, its sequence and index, by applying this
+    /// crate's versioned migrations that are not applied yet. Safe to call from many processes
+    /// at once (they take turns on an advisory lock) and on every start-up.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        crate::migrate::migrate(&self.pool, &self.shared.schema, &self.shared.table).await
+    }
+
+    /// The pool the store uses.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The quoted, schema-qualified table name, e.g. `"public"."idem_records"`.
+    pub fn table(&self) -> &str {
+        &self.shared.sql.table
+    }
+
+    /// Deletes every expired record, `batch` at a time (each batch one short statement, so no
+    /// long lock), and returns how many it deleted.
+    pub async fn purge_all_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        let mut total = 0;
+        loop {
+            let deleted = self.purge_expired(batch).await?;
+            total += deleted;
+            if deleted < batch as u64 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Runs [`purge_all_expired`](PgStore::purge_all_expired) every `every` on the current
+    /// Tokio runtime, until the returned handle is aborted. Failures are logged and retried.
+    pub fn spawn_purger(&self, every: Duration, batch: usize) -> tokio::task::JoinHandle<()> {
+        let store = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                match store.purge_all_expired(batch).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(purged = n, "purged expired idem records"),
+                    Err(e) => tracing::warn!(error = %e, "purging expired idem records failed"),
+                }
+            }
+        })
+    }
+
+    /// Claims on `conn`: the one-statement claim, plus a takeover statement for a lapsed
+    /// record. Used by lease mode (on a pooled connection) and transactional mode (inside the
+    /// open transaction, where an inserted or taken-over row stays locked until commit).
+    pub(crate) async fn claim_on(
+        &self,
+        conn: &mut PgConnection,
+        request: ClaimRequest<'_>,
+    ) -> Result<Claim, sqlx::Error> {
+        let sql = &self.shared.sql;
+        let key = request.key.as_str();
+        let fingerprint = request.fingerprint.map(Fingerprint::as_str);
+        let lease = duration_micros(request.lease);
+        for _ in 0..CLAIM_ATTEMPTS {
+            let row = sqlx::query(&sql.claim)
+                .bind(key)
+                .bind(fingerprint)
+                .bind(lease)
+                .fetch_optional(&mut *conn)
+                .await?;
+            let Some(row) = row else {
+                // A concurrent claim inserted the key after this statement's snapshot.
+                continue;
+            };
+            let row = ClaimRow::decode(&row)?;
+            if row.inserted {
+                return Ok(Claim::Acquired {
+                    fence: fence(row.fence),
+                    lease_expires_at: from_micros(row.expires_at),
+                    taken_over: false,
+                });
+            }
+            if row.lapsed {
+                let taken = sqlx::query(&sql.takeover)
+                    .bind(key)
+                    .bind(fingerprint)
+                    .bind(lease)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                match taken {
+                    Some(taken) => {
+                        return Ok(Claim::Acquired {
+                            fence: fence(taken.try_get(0)?),
+                            lease_expires_at: from_micros(taken.try_get(1)?),
+                            taken_over: true,
+                        })
+                    }
+                    // Another claim took it over (or it was renewed) first: look again.
+                    None => continue,
+                }
+            }
+            let mismatch = matches!(
+                (row.fingerprint.as_deref(), fingerprint),
+                (Some(stored), Some(requested)) if stored != requested
+            );
+            return Ok(if mismatch {
+                Claim::Mismatch
+            } else if let Some(completed_at) = row.completed_at {
+                Claim::Completed {
+                    completed_at: from_micros(completed_at),
+                    output: row.output,
+                }
+            } else {
+                Claim::InProgress {
+                    lease_expires_at: from_micros(row.expires_at),
+                }
+            });
+        }
+        Err(sqlx::Error::Protocol(format!(
+            "claim of {key:?} kept racing concurrent claims after {CLAIM_ATTEMPTS} attempts"
+        )))
+    }
+
+    pub(crate) async fn complete_on(
+        &self,
+        conn: &mut PgConnection,
+        key: &Key,
+        fence: Fence,
+        completion: Completion<'_>,
+    ) -> Result<Fenced, sqlx::Error> {
+        let result = sqlx::query(&self.shared.sql.complete)
+            .bind(key.as_str())
+            .bind(fence_param(fence))
+            .bind(completion.output)
+            .bind(duration_micros(completion.keep))
+            .execute(conn)
+            .await?;
+        Ok(fenced(result.rows_affected()))
+    }
+
+    async fn release_with(
+        pool: &PgPool,
+        sql: &str,
+        key: &str,
+        fence: Fence,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(sql)
+            .bind(key)
+            .bind(fence_param(fence))
+            .execute(pool)
+            .await?
+            .rows_affected())
+    }
+}
+
+fn fence_param(fence: Fence) -> i64 {
+    i64::try_from(fence.0).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let failed = |e| store_error(e).during(Operation::Claim);
+        let mut conn = self.pool.acquire().await.map_err(failed)?;
+        self.claim_on(&mut conn, request).await.map_err(failed)
+    }
+
+    async fn complete(
+        &self,
+        key: &Key,
+        fence: Fence,
+        completion: Completion<'_>,
+    ) -> Result<Fenced, StoreError> {
+        let failed = |e| store_error(e).during(Operation::Complete);
+        let mut conn = self.pool.acquire().await.map_err(failed)?;
+        self.complete_on(&mut conn, key, fence, completion)
+            .await
+            .map_err(failed)
+    }
+
+    async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
+        PgStore::release_with(&self.pool, &self.shared.sql.release, key.as_str(), fence)
+            .await
+            .map(fenced)
+            .map_err(|e| store_error(e).during(Operation::Release))
+    }
+
+    async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
+        let result = sqlx::query(&self.shared.sql.renew)
+            .bind(key.as_str())
+            .bind(fence_param(fence))
+            .bind(duration_micros(lease))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| store_error(e).during(Operation::Renew))?;
+        Ok(fenced(result.rows_affected()))
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+        let failed = |e| store_error(e).during(Operation::Get);
+        let row = sqlx::query(&self.shared.sql.get)
+            .bind(key.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(failed)?;
+        let Some(row) = row else { return Ok(None) };
+        let decode = || -> Result<Record, sqlx::Error> {
+            let completed_at: Option<i64> = row.try_get(2)?;
+            let expires_at = from_micros(row.try_get(3)?);
+            Ok(Record {
+                key: key.clone(),
+                fence: fence(row.try_get(0)?),
+                fingerprint: row
+                    .try_get::<Option<String>, _>(1)?
+                    .map(Fingerprint::from_stored),
+                state: match completed_at {
+                    None => RecordState::InProgress {
+                        lease_expires_at: expires_at,
+                    },
+                    Some(completed_at) => RecordState::Completed {
+                        completed_at: from_micros(completed_at),
+                        expires_at,
+                        output: row.try_get(4)?,
+                    },
+                },
+            })
+        };
+        decode().map(Some).map_err(failed)
+    }
+
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let result = sqlx::query(&self.shared.sql.purge)
+            .bind(limit)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| store_error(e).during(Operation::Purge))?;
+        Ok(result.rows_affected())
+    }
+
+    /// Releases the claim in a background task on the current Tokio runtime, so a cancelled
+    /// call frees its key at once. Without a runtime, the lease lapses as usual.
+    fn abandon(&self, key: &Key, fence: Fence) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        let key = key.as_str().to_owned();
+        runtime.spawn(async move {
+            let sql = &store.shared.sql.release;
+            if let Err(e) = PgStore::release_with(&store.pool, sql, &key, fence).await {
+                tracing::warn!(key, error = %e, "releasing an abandoned claim failed; it lapses with its lease");
+            }
+        });
+    }
+}

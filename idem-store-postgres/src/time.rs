@@ -1,0 +1,21 @@
+//! Timestamps cross the wire as microseconds since the Unix epoch, computed by the database.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// SQL for a `timestamptz` expression as epoch microseconds (`bigint`).
+pub(crate) fn micros_sql(expr: &str) -> String {
+    format!("(extract(epoch from {expr}) * 1000000)::bigint")
+}
+
+pub(crate) fn from_micros(micros: i64) -> SystemTime {
+    if micros >= 0 {
+        UNIX_EPOCH + Duration::from_micros(micros.unsigned_abs())
+    } else {
+        UNIX_EPOCH - Duration::from_micros(micros.unsigned_abs())
+    }
+}
+
+/// A duration as whole microseconds for `$n * interval '1 microsecond'`, saturating.
+pub(crate) fn duration_micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
