@@ -3,7 +3,7 @@
 //! A backend crate calls [`store_conformance!`] once in a test file, with an async function
 //! that builds a fresh [`Harness`] (an isolated store, and a way to let time pass for it):
 //!
-//! ```ignore
+//! ```text
 //! async fn harness() -> impl idem_conformance::Harness { .. }
 //! idem_conformance::store_conformance!(harness);
 //! ```

@@ -2,13 +2,17 @@
 //! idem-core's version without breaking generated code.
 
 pub use crate::call::Call;
+pub use crate::codec::{JsonReplay, NoReplay};
 pub use crate::error::{CodecError, Error};
+pub use crate::execute::{Caught, TxBegun, TxPending};
 pub use crate::fingerprint::Fingerprint;
 pub use crate::key::{InvalidKey, Key};
 pub use crate::outcome::Outcome;
 pub use crate::store::Store;
+pub use crate::transactional::TransactionalStore;
 pub use core::result::Result;
 pub use core::time::Duration;
+pub use tracing::Instrument;
 
 /// Renders a key template's arguments into a validated key.
 #[inline]
@@ -24,4 +28,39 @@ pub fn render_key(args: core::fmt::Arguments<'_>) -> Result<Key, InvalidKey> {
 #[inline]
 pub fn as_store<S: Store>(store: &S) -> &dyn Store {
     store
+}
+
+/// Checks that a `transaction = ..` store supports transactions. A store that does not fails
+/// here, with the error on the `store` expression.
+#[inline]
+pub fn as_transactional<S: TransactionalStore>(store: &S) -> &S {
+    store
+}
+
+/// Runs the body, turning a panic into `Err(payload)` so the claim can be settled first.
+pub async fn catch_unwind<F: core::future::Future>(
+    work: F,
+) -> Caught<<F::Output as BodyResult>::Ok, <F::Output as BodyResult>::Err>
+where
+    F::Output: BodyResult,
+{
+    crate::execute::catch_unwind(async { work.await.into_result() }).await
+}
+
+/// The `Result<T, E>` a body returns, named by its parts.
+pub trait BodyResult {
+    /// `T`.
+    type Ok;
+    /// `E`.
+    type Err;
+    /// Itself.
+    fn into_result(self) -> Result<Self::Ok, Self::Err>;
+}
+
+impl<T, E> BodyResult for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+    fn into_result(self) -> Result<T, E> {
+        self
+    }
 }

@@ -2,17 +2,22 @@
 //! expands to a [`Call`]; it can also be used directly, for work that is not a function.
 
 use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed, `Send` future borrowing for `'a`, as transactional work returns it.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 use std::time::Duration;
 
 use tracing::Instrument;
 
 use crate::codec::{Codec, JsonReplay, NoReplay, Replayable};
 use crate::error::{CodecError, Error};
-use crate::execute::execute;
+use crate::execute::{begin_in_transaction, catch_unwind, execute, TxBegun};
 use crate::fingerprint::Fingerprint;
 use crate::key::{InvalidKey, Key};
 use crate::outcome::Outcome;
 use crate::store::Store;
+use crate::transactional::TransactionalStore;
 
 /// The lease used when none is given: how long a claim holds without renewal.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -135,11 +140,103 @@ impl<'s> Call<'s> {
         self.run_with(JsonReplay, work).await
     }
 
+    /// Runs `work` inside one transaction of `store` that also holds the claim and records the
+    /// completion: they commit together when `work` returns `Ok`, and roll back together on
+    /// `Err`, a panic, or a dropped future. `work` receives the open transaction and returns a
+    /// boxed future (the form that stays `Send` for borrowed transactions):
+    ///
+    /// ```text
+    /// Call::new(&store, "credit:7")
+    ///     .run_in_transaction(&store, |tx| Box::pin(async move {
+    ///         sqlx::query("UPDATE accounts SET credits = credits + 100 WHERE id = 42")
+    ///             .execute(&mut **tx).await?;
+    ///         Ok::<_, sqlx::Error>(())
+    ///     }))
+    ///     .await
+    /// ```
+    ///
+    /// The `store` given to [`Call::new`] is not used; pass the same one. See
+    /// [`TransactionalStore`] for when to choose this over lease mode.
+    pub async fn run_in_transaction<S, T, E, F>(
+        self,
+        store: &S,
+        work: F,
+    ) -> Result<Outcome<T>, Error<E>>
+    where
+        S: TransactionalStore + ?Sized,
+        F: for<'t> FnOnce(&'t mut S::Transaction) -> BoxFuture<'t, Result<T, E>>,
+    {
+        self.run_in_transaction_with(store, NoReplay, work).await
+    }
+
+    /// [`run_in_transaction`](Call::run_in_transaction), storing the `Ok` value for
+    /// duplicates as [`run_replay`](Call::run_replay) does.
+    pub async fn run_in_transaction_replay<S, T, E, F>(
+        self,
+        store: &S,
+        work: F,
+    ) -> Result<Outcome<T>, Error<E>>
+    where
+        S: TransactionalStore + ?Sized,
+        T: Replayable,
+        F: for<'t> FnOnce(&'t mut S::Transaction) -> BoxFuture<'t, Result<T, E>>,
+    {
+        self.run_in_transaction_with(store, JsonReplay, work).await
+    }
+
+    async fn run_in_transaction_with<S, T, E, F, C>(
+        self,
+        store: &S,
+        codec: C,
+        work: F,
+    ) -> Result<Outcome<T>, Error<E>>
+    where
+        S: TransactionalStore + ?Sized,
+        C: Codec<T>,
+        F: for<'t> FnOnce(&'t mut S::Transaction) -> BoxFuture<'t, Result<T, E>>,
+    {
+        let span = self.span();
+        async move {
+            match self.begin_in_transaction(store, codec).await? {
+                TxBegun::Settled(outcome) => Ok(outcome),
+                TxBegun::Claimed(mut transaction, pending) => {
+                    let result = catch_unwind(work(&mut transaction)).await;
+                    pending.finish(transaction, result).await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Claims inside a new transaction of `store`; used by `#[idempotent(transaction = ..)]`,
+    /// which runs the body in between and then calls [`TxPending::finish`], all inside
+    /// [`span`](Call::span).
+    #[doc(hidden)]
+    pub async fn begin_in_transaction<'t, S, T, E, C>(
+        self,
+        store: &'t S,
+        codec: C,
+    ) -> Result<TxBegun<'t, S, T, C>, Error<E>>
+    where
+        S: TransactionalStore + ?Sized,
+        C: Codec<T>,
+    {
+        begin_in_transaction(self, store, codec).await
+    }
+
     async fn run_with<T, E, F, C>(self, codec: C, work: F) -> Result<Outcome<T>, Error<E>>
     where
         F: Future<Output = Result<T, E>>,
         C: Codec<T>,
     {
+        let span = self.span();
+        execute(self, codec, work).instrument(span).await
+    }
+
+    /// The call's span: one per call, named `idem`, carrying the key and (later) the outcome.
+    #[doc(hidden)]
+    pub fn span(&self) -> tracing::Span {
         let span = tracing::info_span!(
             "idem",
             handler = self.name,
@@ -151,6 +248,6 @@ impl<'s> Call<'s> {
             Ok(key) => span.record("key", key.as_str()),
             Err(invalid) => span.record("key", tracing::field::debug(invalid)),
         };
-        execute(self, codec, work).instrument(span).await
+        span
     }
 }

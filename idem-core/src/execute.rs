@@ -1,10 +1,14 @@
-//! The runtime contract, in order: validate the key, claim, then run under a renewed lease and
-//! complete, or release, or report the duplicate.
+//! The runtime contract, in order: validate the key, claim (waiting if asked), then run the
+//! body and settle the claim: complete, release, or report the duplicate.
+//!
+//! Two modes share the claim loop and the settling rules: lease mode (claim committed at once,
+//! renewed while the body runs, completion fenced) and transactional mode (claim, body writes and
+//! completion in one transaction).
 
 use std::any::Any;
 use std::convert::Infallible;
 use std::future::Future;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{resume_unwind, AssertUnwindSafe};
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -13,10 +17,12 @@ use tracing::Span;
 
 use crate::call::Call;
 use crate::codec::Codec;
-use crate::error::{Error, Operation};
+use crate::error::{Error, Operation, StoreError};
+use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::outcome::Outcome;
 use crate::store::{Claim, ClaimRequest, Completion, Fence, Fenced, Store};
+use crate::transactional::{TransactionalStore, TxClaim};
 
 /// First and longest pause between looks while `wait`ing for another run.
 const WAIT_POLL_FIRST: Duration = Duration::from_millis(5);
@@ -33,6 +39,115 @@ fn record_outcome(kind: &'static str) {
     Span::current().record("outcome", kind);
 }
 
+/// A call's validated inputs.
+struct Prepared {
+    key: Key,
+    fingerprint: Option<Fingerprint>,
+    lease: Duration,
+    keep: Duration,
+    wait: Option<Duration>,
+}
+
+impl Prepared {
+    fn new<E>(call: Call<'_>) -> Result<Prepared, Error<E>> {
+        let key = call.key.map_err(|e| {
+            record_outcome("invalid_key");
+            tracing::warn!(error = %e, "refused an invalid idempotency key");
+            Error::InvalidKey(e)
+        })?;
+        let fingerprint = call.fingerprint.map_err(|e| {
+            record_outcome("codec_error");
+            Error::Codec(e)
+        })?;
+        Ok(Prepared {
+            key,
+            fingerprint,
+            lease: call.lease,
+            keep: call.keep,
+            wait: call.wait,
+        })
+    }
+
+    fn request(&self) -> ClaimRequest<'_> {
+        ClaimRequest {
+            key: &self.key,
+            fingerprint: self.fingerprint.as_ref(),
+            lease: self.lease,
+        }
+    }
+
+    /// Claims until acquired or settled: a duplicate, a mismatch, or (past `wait`) a run in
+    /// progress elsewhere. `attempt` makes one claim and may carry something (a transaction)
+    /// along with an acquisition.
+    async fn claim<T, E, X, C, Fut>(
+        &self,
+        codec: &C,
+        mut attempt: impl FnMut() -> Fut,
+    ) -> Result<Result<(Fence, X), Outcome<T>>, Error<E>>
+    where
+        C: Codec<T>,
+        Fut: Future<Output = Result<(Claim, X), StoreError>>,
+    {
+        let deadline = self.wait.map(|wait| Instant::now() + wait);
+        let mut pause = WAIT_POLL_FIRST;
+        loop {
+            let (claim, extra) = attempt().await.map_err(|e| {
+                record_outcome("store_error");
+                tracing::error!(error = %e, "claim failed; the handler did not run");
+                Error::Store(e.during(Operation::Claim))
+            })?;
+            match claim {
+                Claim::Acquired {
+                    fence, taken_over, ..
+                } => {
+                    Span::current().record("fence", fence.0);
+                    if taken_over {
+                        tracing::info!("took over a lapsed claim");
+                    }
+                    return Ok(Ok((fence, extra)));
+                }
+                Claim::Completed {
+                    completed_at,
+                    output,
+                } => {
+                    let value = codec.decode(output).map_err(|e| {
+                        record_outcome("codec_error");
+                        Error::Codec(e)
+                    })?;
+                    record_outcome("duplicate");
+                    return Ok(Err(Outcome::Duplicate {
+                        completed_at,
+                        value,
+                    }));
+                }
+                Claim::Mismatch => {
+                    record_outcome("key_reused");
+                    tracing::warn!(
+                        "key reused with a different fingerprint; the handler did not run"
+                    );
+                    return Err(Error::KeyReused {
+                        key: self.key.as_str().to_owned(),
+                    });
+                }
+                Claim::InProgress { lease_expires_at } => {
+                    let now = Instant::now();
+                    match deadline {
+                        Some(deadline) if now < deadline => {
+                            tokio::time::sleep(pause.min(deadline - now)).await;
+                            pause = (pause * 2).min(WAIT_POLL_MAX);
+                        }
+                        _ => {
+                            record_outcome("in_progress");
+                            return Ok(Err(Outcome::InProgress { lease_expires_at }));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Lease mode.
 pub(crate) async fn execute<T, E, F, C>(
     call: Call<'_>,
     codec: C,
@@ -42,84 +157,167 @@ where
     F: Future<Output = Result<T, E>>,
     C: Codec<T>,
 {
-    let key = call.key.map_err(|e| {
-        record_outcome("invalid_key");
-        tracing::warn!(error = %e, "refused an invalid idempotency key");
-        Error::InvalidKey(e)
-    })?;
-    let fingerprint = call.fingerprint.map_err(|e| {
-        record_outcome("codec_error");
-        Error::Codec(e)
-    })?;
     let store = call.store;
-    let request = ClaimRequest {
-        key: &key,
-        fingerprint: fingerprint.as_ref(),
-        lease: call.lease,
+    let prepared = Prepared::new(call)?;
+    let request = prepared.request();
+    let fence = match prepared
+        .claim(
+            &codec,
+            || async move { Ok((store.claim(request).await?, ())) },
+        )
+        .await?
+    {
+        Ok((fence, ())) => fence,
+        Err(settled) => return Ok(settled),
     };
-    let deadline = call.wait.map(|wait| Instant::now() + wait);
-    let mut pause = WAIT_POLL_FIRST;
-    loop {
-        let claim = store.claim(request).await.map_err(|e| {
-            record_outcome("store_error");
-            tracing::error!(error = %e, "claim failed; the handler did not run");
-            Error::Store(e.during(Operation::Claim))
-        })?;
-        match claim {
-            Claim::Acquired {
-                fence, taken_over, ..
-            } => {
-                Span::current().record("fence", fence.0);
-                if taken_over {
-                    tracing::info!("took over a lapsed claim");
-                }
-                let claimed = Claimed {
-                    store,
-                    key: &key,
-                    fence,
-                    lease: call.lease,
-                };
-                return claimed.run(&codec, call.keep, work).await;
+    let claimed = Claimed {
+        store,
+        key: &prepared.key,
+        fence,
+        lease: prepared.lease,
+    };
+    claimed.run(&codec, prepared.keep, work).await
+}
+
+/// Transactional mode, first half: claim inside a new transaction. The body then runs with the
+/// transaction, and [`TxPending::finish`] settles it.
+pub(crate) async fn begin_in_transaction<'s, S, T, E, C>(
+    call: Call<'_>,
+    store: &'s S,
+    codec: C,
+) -> Result<TxBegun<'s, S, T, C>, Error<E>>
+where
+    S: TransactionalStore + ?Sized,
+    C: Codec<T>,
+{
+    let prepared = Prepared::new(call)?;
+    let request = prepared.request();
+    let claimed = prepared
+        .claim(&codec, || async move {
+            let TxClaim { claim, transaction } = store.claim_in_transaction(request).await?;
+            Ok((claim, transaction))
+        })
+        .await?;
+    let (fence, transaction) = match claimed {
+        Ok(acquired) => acquired,
+        Err(settled) => return Ok(TxBegun::Settled(settled)),
+    };
+    let Some(transaction) = transaction else {
+        record_outcome("store_error");
+        return Err(Error::Store(
+            StoreError::msg("the store acquired a claim without an open transaction")
+                .during(Operation::Claim),
+        ));
+    };
+    // No lease renewal: the open transaction holds the claimed row, and if the call is dropped
+    // or the process dies, the transaction (claim and writes) rolls back.
+    Ok(TxBegun::Claimed(
+        transaction,
+        TxPending {
+            store,
+            key: prepared.key,
+            fence,
+            keep: prepared.keep,
+            codec,
+        },
+    ))
+}
+
+/// The result of claiming inside a transaction.
+#[doc(hidden)]
+pub enum TxBegun<'s, S: TransactionalStore + ?Sized, T, C> {
+    /// Claimed: run the body with the transaction, then [`TxPending::finish`].
+    Claimed(S::Transaction, TxPending<'s, S, C>),
+    /// Not claimed: the outcome to return (duplicate, in progress).
+    Settled(Outcome<T>),
+}
+
+/// A claim held inside an open transaction, waiting for the body's result.
+#[doc(hidden)]
+pub struct TxPending<'s, S: ?Sized, C> {
+    store: &'s S,
+    key: Key,
+    fence: Fence,
+    keep: Duration,
+    codec: C,
+}
+
+/// What the body produced: its result, or the payload of its panic.
+#[doc(hidden)]
+pub type Caught<T, E> = Result<Result<T, E>, Box<dyn Any + Send>>;
+
+impl<S: ?Sized, C> TxPending<'_, S, C> {
+    /// Commits the completion with the body's writes on `Ok`; rolls everything back on `Err`
+    /// or a panic (then resumes the panic).
+    pub async fn finish<T, E>(
+        self,
+        transaction: S::Transaction,
+        result: Caught<T, E>,
+    ) -> Result<Outcome<T>, Error<E>>
+    where
+        S: TransactionalStore,
+        C: Codec<T>,
+    {
+        let roll_back = |transaction| async {
+            if let Err(e) = self.store.roll_back(transaction).await {
+                tracing::warn!(error = %e, "rolling back failed; the connection drops it");
             }
-            Claim::Completed {
-                completed_at,
-                output,
-            } => {
-                let value = codec.decode(output).map_err(|e| {
-                    record_outcome("codec_error");
-                    Error::Codec(e)
-                })?;
-                record_outcome("duplicate");
-                return Ok(Outcome::Duplicate {
-                    completed_at,
-                    value,
-                });
+        };
+        let value = match result {
+            Err(panic) => {
+                roll_back(transaction).await;
+                record_outcome("panicked");
+                resume_unwind(panic);
             }
-            Claim::Mismatch => {
-                record_outcome("key_reused");
-                tracing::warn!("key reused with a different fingerprint; the handler did not run");
-                return Err(Error::KeyReused {
-                    key: key.into_string(),
-                });
+            Ok(Err(e)) => {
+                roll_back(transaction).await;
+                record_outcome("handler_error");
+                return Err(Error::Handler(e));
             }
-            Claim::InProgress { lease_expires_at } => {
-                let now = Instant::now();
-                match deadline {
-                    Some(deadline) if now < deadline => {
-                        tokio::time::sleep(pause.min(deadline - now)).await;
-                        pause = (pause * 2).min(WAIT_POLL_MAX);
-                    }
-                    _ => {
-                        record_outcome("in_progress");
-                        return Ok(Outcome::InProgress { lease_expires_at });
-                    }
-                }
+            Ok(Ok(value)) => value,
+        };
+        let output = match self.codec.encode(&value) {
+            Ok(output) => output,
+            Err(e) => {
+                roll_back(transaction).await;
+                record_outcome("codec_error");
+                return Err(Error::Codec(e));
+            }
+        };
+        let completion = Completion {
+            output: output.as_deref(),
+            keep: self.keep,
+        };
+        match self
+            .store
+            .commit_completion(transaction, &self.key, self.fence, completion)
+            .await
+        {
+            Ok(Fenced::Applied) => {
+                record_outcome("executed");
+                Ok(Outcome::Executed(value))
+            }
+            Ok(Fenced::Lost) => {
+                record_outcome("lost_claim");
+                Err(Error::LostClaim {
+                    key: self.key.as_str().to_owned(),
+                })
+            }
+            Err(e) => {
+                record_outcome("store_error");
+                tracing::error!(error = %e, "commit failed; the handler's writes rolled back");
+                Err(Error::Store(e.during(Operation::Complete)))
             }
         }
     }
 }
 
-/// A claim this call holds.
+/// Runs `work`, turning a panic into `Err(payload)`.
+pub(crate) async fn catch_unwind<F: Future>(work: F) -> Result<F::Output, Box<dyn Any + Send>> {
+    CatchUnwind(work).await
+}
+
+/// A claim this call holds in lease mode.
 struct Claimed<'a> {
     store: &'a dyn Store,
     key: &'a Key,
@@ -262,7 +460,7 @@ impl<F: Future> Future for CatchUnwind<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // SAFETY: the inner future is structurally pinned: it is never moved out of `self`.
         let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
-        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
             Err(panic) => Poll::Ready(Err(panic)),

@@ -85,11 +85,12 @@ mod key;
 mod memory;
 mod outcome;
 mod store;
+mod transactional;
 
 #[doc(hidden)]
 pub mod __private;
 
-pub use call::{Call, DEFAULT_KEEP, DEFAULT_LEASE};
+pub use call::{BoxFuture, Call, DEFAULT_KEEP, DEFAULT_LEASE};
 pub use codec::Replayable;
 pub use error::{BoxError, CodecError, Error, Operation, StoreError};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
@@ -98,6 +99,7 @@ pub use key::{InvalidKey, InvalidKeyReason, Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
 pub use outcome::Outcome;
 pub use store::{Claim, ClaimRequest, Completion, Fence, Fenced, Record, RecordState, Store};
+pub use transactional::{TransactionalStore, TxClaim};
 
 /// The return type of an `#[idempotent]` function whose body returns `Result<T, E>`.
 ///

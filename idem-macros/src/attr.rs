@@ -16,11 +16,12 @@ mod kw {
     syn::custom_keyword!(fingerprint);
     syn::custom_keyword!(replay);
     syn::custom_keyword!(wait);
+    syn::custom_keyword!(transaction);
 }
 
 /// Every option the attribute takes, in the order the docs list them.
-pub(crate) const OPTIONS: &str =
-    "`key`, `store`, `lease`, `keep`, `fingerprint(..)`, `replay`, `wait` or `crate`";
+pub(crate) const OPTIONS: &str = "`key`, `store`, `lease`, `keep`, `fingerprint(..)`, `replay`, \
+     `wait`, `transaction` or `crate`";
 
 /// The attribute's arguments, as written. Each is set at most once.
 #[derive(Default)]
@@ -32,6 +33,7 @@ pub(crate) struct Args {
     pub wait: Option<DurationArg>,
     pub fingerprint: Option<Fingerprint>,
     pub replay: Option<Span>,
+    pub transaction: Option<Ident>,
     pub krate: Option<syn::Path>,
 }
 
@@ -135,6 +137,17 @@ impl Parse for Args {
                     ));
                 }
                 set_once(&mut args.replay, span, "replay", span)?;
+            } else if lookahead.peek(kw::transaction) {
+                input.parse::<kw::transaction>()?;
+                input.parse::<Token![=]>()?;
+                let ident: Ident = input.parse().map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "`transaction` names the binding the body gets the open transaction \
+                         as, like `transaction = tx`",
+                    )
+                })?;
+                set_once(&mut args.transaction, ident, "transaction", span)?;
             } else if lookahead.peek(Token![crate]) {
                 input.parse::<Token![crate]>()?;
                 let lit = string_value(input, "crate", "\"my_idem\"")?;

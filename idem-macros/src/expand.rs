@@ -49,6 +49,7 @@ fn expand(v: Validated) -> TokenStream {
         wait,
         fingerprint,
         replay,
+        transaction,
         krate,
         ok_ty,
         err_ty,
@@ -115,26 +116,67 @@ fn expand(v: Validated) -> TokenStream {
 
     let name = func.sig.ident.to_string();
     let body = &func.block.stmts;
-    let work = quote! {
-        async {
-            #[allow(
-                unreachable_code,
-                clippy::diverging_sub_expression,
-                clippy::needless_return,
-                clippy::let_unit_value
-            )]
-            if false {
-                let __idem_unreachable: #private::Result<#ok_ty, #err_ty> = loop {};
-                return __idem_unreachable;
-            }
-            #(#body)*
+    let fake_return = quote! {
+        #[allow(
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::needless_return,
+            clippy::let_unit_value
+        )]
+        if false {
+            let __idem_unreachable: #private::Result<#ok_ty, #err_ty> = loop {};
+            return __idem_unreachable;
         }
     };
-    // Spanned on `T`: a `replay` output that is not serializable is reported there.
-    let run = if replay {
-        quote_spanned!(ok_ty.span()=> __idem_call.run_replay(#work).await)
-    } else {
-        quote!(__idem_call.run(#work).await)
+    // `replay` is spanned on `T`, so a non-serializable output is reported there; a store
+    // without transactions is reported on the `store` expression.
+    let run = match &transaction {
+        None => {
+            let work = quote!(async { #fake_return #(#body)* });
+            if replay {
+                quote_spanned!(ok_ty.span()=> __idem_call.run_replay(#work).await)
+            } else {
+                quote!(__idem_call.run(#work).await)
+            }
+        }
+        Some(tx) => {
+            // Claim in a transaction, run the body with it, then commit or roll back; all in
+            // the call's span. (Spelled out rather than passing the body as a closure: a
+            // closure borrowing the transaction would make the future lose `Send`.)
+            let codec = if replay {
+                quote_spanned!(ok_ty.span()=> #private::JsonReplay)
+            } else {
+                quote!(#private::NoReplay)
+            };
+            let store = quote_spanned!(store_span=> #private::as_transactional(__idem_store_ref));
+            quote! {
+                let __idem_span = __idem_call.span();
+                #private::Instrument::instrument(
+                    async {
+                        match __idem_call.begin_in_transaction(#store, #codec).await {
+                            #private::Result::Err(__idem_error) => {
+                                #private::Result::Err(__idem_error)
+                            }
+                            #private::Result::Ok(#private::TxBegun::Settled(__idem_outcome)) => {
+                                #private::Result::Ok(__idem_outcome)
+                            }
+                            #private::Result::Ok(#private::TxBegun::Claimed(
+                                mut __idem_tx,
+                                __idem_pending,
+                            )) => {
+                                let __idem_result = {
+                                    let #tx = &mut __idem_tx;
+                                    #private::catch_unwind(async { #fake_return #(#body)* }).await
+                                };
+                                __idem_pending.finish(__idem_tx, __idem_result).await
+                            }
+                        }
+                    },
+                    __idem_span,
+                )
+                .await
+            }
+        }
     };
     let new_body = quote! {{
         #store

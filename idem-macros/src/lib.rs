@@ -14,7 +14,7 @@ use proc_macro::TokenStream;
 
 /// Makes an async handler idempotent; see the `idem-core` crate documentation.
 ///
-/// ```ignore
+/// ```text
 /// #[idempotent(key = "reminder:{user_id}:{day}", store = app.store)]
 /// async fn send_reminder(app: &App, user_id: u64, day: Date) -> Result<(), MailError> { .. }
 /// ```

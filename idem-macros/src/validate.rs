@@ -18,6 +18,7 @@ pub(crate) struct Validated {
     pub wait: Option<DurationArg>,
     pub fingerprint: Vec<Ident>,
     pub replay: bool,
+    pub transaction: Option<Ident>,
     pub krate: Option<syn::Path>,
     /// `T` and `E` of the function's `Result<T, E>`, and the span of the return type.
     pub ok_ty: Type,
@@ -131,6 +132,19 @@ pub(crate) fn validate(args: Args, func: ItemFn) -> syn::Result<Validated> {
         fingerprint = fp.params;
     }
 
+    if let Some(tx) = &args.transaction {
+        let name = tx.to_string();
+        if params.contains(&name) {
+            errors.push(syn::Error::new(
+                tx.span(),
+                format!(
+                    "`transaction = {name}` would hide the parameter `{name}`; name the \
+                     transaction binding something else, like `transaction = db_tx`"
+                ),
+            ));
+        }
+    }
+
     for (name, arg) in [
         ("lease", &args.lease),
         ("keep", &args.keep),
@@ -156,6 +170,7 @@ pub(crate) fn validate(args: Args, func: ItemFn) -> syn::Result<Validated> {
         wait: args.wait,
         fingerprint,
         replay: args.replay.is_some(),
+        transaction: args.transaction,
         krate: args.krate,
         ok_ty,
         err_ty,

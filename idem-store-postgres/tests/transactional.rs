@@ -1,0 +1,227 @@
+//! Transactional mode against a real server: the key, the handler's writes and the completion
+//! commit together or not at all.
+
+mod support;
+
+use idem_core::{idempotent, Error, Key, Outcome, Store};
+use idem_store_postgres::sqlx::{self, Row};
+use idem_store_postgres::PgStore;
+use std::sync::Arc;
+use std::time::Duration;
+use support::TestStore;
+
+/// An account table in the test's schema, and the store in the same database.
+async fn setup(prefix: &str) -> (TestStore, String) {
+    let test = TestStore::new(prefix, 40).await;
+    let accounts = format!("\"{}\".accounts", test.schema);
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {accounts} (id int PRIMARY KEY, credits bigint NOT NULL);
+         INSERT INTO {accounts} VALUES (42, 0);"
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    (test, accounts)
+}
+
+async fn credits(store: &PgStore, accounts: &str) -> i64 {
+    sqlx::query(&format!("SELECT credits FROM {accounts} WHERE id = 42"))
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[derive(Debug)]
+enum CreditError {
+    Db(#[allow(dead_code)] sqlx::Error),
+    Refused,
+}
+
+impl From<sqlx::Error> for CreditError {
+    fn from(e: sqlx::Error) -> Self {
+        CreditError::Db(e)
+    }
+}
+
+/// The article's unsafe increment, made safe: the credit and the key commit together.
+#[idempotent(key = "credit:{order}", store = store, transaction = tx)]
+async fn credit(
+    store: &PgStore,
+    accounts: &str,
+    order: u32,
+    amount: i64,
+    fail: bool,
+) -> Result<i64, CreditError> {
+    let row = sqlx::query(&format!(
+        "UPDATE {accounts} SET credits = credits + $1 WHERE id = 42 RETURNING credits"
+    ))
+    .bind(amount)
+    .fetch_one(&mut **tx)
+    .await?;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    if fail {
+        return Err(CreditError::Refused);
+    }
+    Ok(row.get(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_duplicates_commit_the_writes_once() {
+    let (test, accounts) = setup("tx_dup").await;
+    let store = Arc::new(test.store.clone());
+    let accounts = Arc::new(accounts);
+    let barrier = Arc::new(tokio::sync::Barrier::new(16));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (store, accounts, barrier) = (store.clone(), accounts.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                credit(&store, &accounts, 1, 100, false).await
+            })
+        })
+        .collect();
+    let mut executed = 0;
+    let mut duplicates = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(Outcome::Executed(_)) => executed += 1,
+            Ok(Outcome::Duplicate { .. }) => duplicates += 1,
+            other => panic!("a concurrent duplicate must wait and see the completion: {other:?}"),
+        }
+    }
+    assert_eq!((executed, duplicates), (1, 15));
+    assert_eq!(
+        credits(&store, &accounts).await,
+        100,
+        "credited exactly once"
+    );
+}
+
+#[tokio::test]
+async fn an_error_rolls_back_the_writes_and_the_claim() {
+    let (test, accounts) = setup("tx_err").await;
+    let store = &test.store;
+    match credit(store, &accounts, 2, 100, true).await {
+        Err(Error::Handler(CreditError::Refused)) => {}
+        other => panic!("expected the handler's error, got {other:?}"),
+    }
+    assert_eq!(
+        credits(store, &accounts).await,
+        0,
+        "no partial effect remains"
+    );
+    assert!(
+        store
+            .get(&Key::new("credit:2").unwrap())
+            .await
+            .unwrap()
+            .is_none(),
+        "no row is left behind"
+    );
+    assert!(credit(store, &accounts, 2, 100, false)
+        .await
+        .unwrap()
+        .is_executed());
+    assert_eq!(credits(store, &accounts).await, 100);
+}
+
+#[idempotent(key = "credit-panics:{order}", store = store, transaction = tx)]
+async fn credit_then_panic(store: &PgStore, accounts: &str, order: u32) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!(
+        "UPDATE {accounts} SET credits = credits + 1 WHERE id = 42"
+    ))
+    .execute(&mut **tx)
+    .await?;
+    panic!("handler bug after writing");
+}
+
+#[tokio::test]
+async fn a_panic_rolls_back_the_writes_and_the_claim() {
+    let (test, accounts) = setup("tx_panic").await;
+    let store = Arc::new(test.store.clone());
+    let joined = tokio::spawn({
+        let (store, accounts) = (store.clone(), accounts.clone());
+        async move { credit_then_panic(&store, &accounts, 3).await }
+    })
+    .await;
+    assert!(joined.unwrap_err().is_panic(), "the panic propagates");
+    assert_eq!(credits(&store, &accounts).await, 0);
+    assert!(store
+        .get(&Key::new("credit-panics:3").unwrap())
+        .await
+        .unwrap()
+        .is_none());
+}
+
+#[tokio::test]
+async fn a_dropped_call_rolls_back_and_frees_the_key() {
+    let (test, accounts) = setup("tx_cancel").await;
+    let store = &test.store;
+    // The body sleeps 50ms after writing; give up after 10ms.
+    let cut = tokio::time::timeout(
+        Duration::from_millis(10),
+        credit(store, &accounts, 4, 100, false),
+    )
+    .await;
+    assert!(cut.is_err());
+    // sqlx rolls the dropped transaction back when its connection is next used; the claim must
+    // never be seen completed, and the retry must run.
+    let again = tokio::time::timeout(
+        Duration::from_secs(10),
+        credit(store, &accounts, 4, 7, false),
+    )
+    .await
+    .expect("the key is not stuck");
+    assert_eq!(again.unwrap(), Outcome::Executed(7));
+    assert_eq!(credits(store, &accounts).await, 7);
+}
+
+#[idempotent(key = "receipt:{order}", store = store, transaction = tx, replay)]
+async fn receipt(store: &PgStore, order: u32) -> Result<Option<u32>, sqlx::Error> {
+    let one: i32 = sqlx::query("SELECT 1").fetch_one(&mut **tx).await?.get(0);
+    Ok((order > 0).then_some(u32::try_from(one - 1).unwrap()))
+}
+
+#[tokio::test]
+async fn replay_works_in_transactional_mode() {
+    let (test, _) = setup("tx_replay").await;
+    let store = &test.store;
+    assert_eq!(receipt(store, 5).await.unwrap(), Outcome::Executed(Some(0)));
+    match receipt(store, 5).await.unwrap() {
+        Outcome::Duplicate { value, .. } => assert_eq!(value, Some(Some(0))),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The same mode without the attribute: `Call::run_in_transaction` with a boxed future.
+#[tokio::test]
+async fn call_api_runs_in_a_transaction() {
+    let (test, accounts) = setup("tx_call").await;
+    let store = &test.store;
+    for expected_credits in [5, 5] {
+        let accounts = accounts.clone();
+        let outcome = idem_core::Call::new(store, "call-credit:1")
+            .run_in_transaction(store, move |tx| {
+                Box::pin(async move {
+                    sqlx::query(&format!(
+                        "UPDATE {accounts} SET credits = credits + 5 WHERE id = 42"
+                    ))
+                    .execute(&mut **tx)
+                    .await?;
+                    Ok::<_, sqlx::Error>(())
+                })
+            })
+            .await
+            .unwrap();
+        assert!(outcome.is_executed() || outcome.is_duplicate());
+        assert_eq!(
+            credits(store, &test_accounts(&test)).await,
+            expected_credits
+        );
+    }
+}
+
+fn test_accounts(test: &TestStore) -> String {
+    format!("\"{}\".accounts", test.schema)
+}
