@@ -32,7 +32,7 @@ impl Harness for PgHarness {
 
 async fn pg_harness() -> PgHarness {
     PgHarness {
-        test: TestStore::new("conf", 70).await,
+        test: TestStore::new("conf", 20).await,
     }
 }
 

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod wire;
+
 use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::PgPool;
 use idem_store_postgres::PgStore;

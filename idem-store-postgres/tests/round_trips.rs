@@ -1,0 +1,256 @@
+//! Each `Store` operation is one statement and one round trip, counted on the wire; a
+//! duplicate claim takes no row lock.
+
+mod support;
+
+use idem_core::{Call, Claim, ClaimRequest, Completion, Fenced, Key, Store, TransactionalStore};
+use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
+use idem_store_postgres::sqlx::{self, Row};
+use idem_store_postgres::PgStore;
+use std::str::FromStr;
+use std::time::Duration;
+use support::wire::CountingProxy;
+use support::TestStore;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+/// A store whose single connection goes through a counting proxy.
+async fn counted_store(test: &TestStore) -> (PgStore, CountingProxy) {
+    let options = PgConnectOptions::from_str(&support::database_url()).unwrap();
+    let proxy = CountingProxy::start(options.get_host().to_owned(), options.get_port()).await;
+    let options = options
+        .host("127.0.0.1")
+        .port(proxy.port)
+        .ssl_mode(PgSslMode::Disable);
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let store = PgStore::builder(pool)
+        .schema(test.schema.clone())
+        .build()
+        .unwrap();
+    (store, proxy)
+}
+
+fn key(name: &str) -> Key {
+    Key::new(name).unwrap()
+}
+
+async fn claim(store: &PgStore, key: &Key, lease: Duration) -> Claim {
+    store
+        .claim(ClaimRequest {
+            key,
+            fingerprint: None,
+            lease,
+        })
+        .await
+        .unwrap()
+}
+
+/// Runs `op` and returns how many round trips it made, after checking that each round trip
+/// carried exactly one statement (sqlx's pings on connection release carry none and are not
+/// counted).
+async fn count<F: std::future::Future>(proxy: &CountingProxy, op: F) -> (F::Output, u64) {
+    let (statements, trips, _) = proxy.counts();
+    let out = op.await;
+    let (statements_after, trips_after, _) = proxy.counts();
+    assert_eq!(
+        statements_after - statements,
+        trips_after - trips,
+        "one statement per round trip"
+    );
+    (out, trips_after - trips)
+}
+
+async fn work() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+async fn exercise_every_statement(store: &PgStore, prefix: &str) {
+    let k = key(&format!("{prefix}-a"));
+    let _ = Call::new(store, k.clone()).run(work()).await.unwrap();
+    let _ = Call::new(store, k.clone()).run(work()).await.unwrap();
+    let b = key(&format!("{prefix}-b"));
+    let Claim::Acquired { fence, .. } = claim(store, &b, Duration::from_millis(1)).await else {
+        panic!("acquire");
+    };
+    let _ = store
+        .renew(&b, fence, Duration::from_millis(1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let Claim::Acquired { fence, .. } = claim(store, &b, LEASE).await else {
+        panic!("takeover");
+    };
+    let _ = store.release(&b, fence).await.unwrap();
+    let _ = store.get(&b).await.unwrap();
+    let _ = store.purge_expired(10).await.unwrap();
+    let _ = Call::new(store, key(&format!("{prefix}-tx")))
+        .run_in_transaction(store, |_tx| Box::pin(work()))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn every_operation_is_one_round_trip() {
+    let test = TestStore::new("rt", 2).await;
+    let (store, proxy) = counted_store(&test).await;
+    // Statements are prepared on first use (one extra round trip each), then cached.
+    exercise_every_statement(&store, "warm").await;
+
+    let fresh = key("fresh");
+    let (outcome, trips) = count(&proxy, Call::new(&store, fresh.clone()).run(work())).await;
+    assert!(outcome.unwrap().is_executed());
+    assert_eq!(trips, 2, "a fresh call is claim + complete");
+
+    let (outcome, trips) = count(&proxy, Call::new(&store, fresh.clone()).run(work())).await;
+    assert!(outcome.unwrap().is_duplicate());
+    assert_eq!(trips, 1, "a duplicate is one claim");
+
+    let k = key("ops");
+    let (claimed, trips) = count(&proxy, claim(&store, &k, Duration::from_millis(1))).await;
+    assert_eq!(trips, 1, "claim");
+    let Claim::Acquired { fence, .. } = claimed else {
+        panic!()
+    };
+    let (renewed, trips) = count(&proxy, store.renew(&k, fence, Duration::from_millis(1))).await;
+    assert_eq!((renewed.unwrap(), trips), (Fenced::Applied, 1), "renew");
+    let (_, trips) = count(&proxy, store.get(&k)).await;
+    assert_eq!(trips, 1, "get");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let (claimed, trips) = count(&proxy, claim(&store, &k, LEASE)).await;
+    assert_eq!(
+        trips, 2,
+        "only a takeover of a lapsed lease costs a second statement"
+    );
+    let Claim::Acquired {
+        fence,
+        taken_over: true,
+        ..
+    } = claimed
+    else {
+        panic!("{claimed:?}")
+    };
+    let (released, trips) = count(&proxy, store.release(&k, fence)).await;
+    assert_eq!((released.unwrap(), trips), (Fenced::Applied, 1), "release");
+    let (_, trips) = count(&proxy, store.purge_expired(100)).await;
+    assert_eq!(trips, 1, "purge");
+
+    // Transactional mode: BEGIN, claim, complete, COMMIT; one commit for the key and the
+    // handler's writes together.
+    let (outcome, trips) = count(
+        &proxy,
+        Call::new(&store, key("tx-fresh")).run_in_transaction(&store, |_tx| Box::pin(work())),
+    )
+    .await;
+    assert!(outcome.unwrap().is_executed());
+    assert_eq!(
+        trips, 4,
+        "transactional fresh call: BEGIN, claim, complete, COMMIT"
+    );
+    let (outcome, trips) = count(
+        &proxy,
+        Call::new(&store, key("tx-fresh")).run_in_transaction(&store, |_tx| Box::pin(work())),
+    )
+    .await;
+    assert!(outcome.unwrap().is_duplicate());
+    assert_eq!(trips, 3, "transactional duplicate: BEGIN, claim, ROLLBACK");
+    drop(store);
+    drop(test);
+}
+
+/// A duplicate claim only reads: it does not lock the row (so it neither waits for a lock
+/// holder nor writes a lock to the row, and so no WAL). The same table with the
+/// `ON CONFLICT DO UPDATE ... WHERE` form blocks, which shows the test can tell the two apart.
+#[tokio::test]
+async fn a_duplicate_claim_takes_no_row_lock() {
+    let test = TestStore::new("nolock", 4).await;
+    let store = &test.store;
+    let k = key("locked");
+    let Claim::Acquired { fence, .. } = claim(store, &k, LEASE).await else {
+        panic!()
+    };
+    let done = store
+        .complete(
+            &k,
+            fence,
+            Completion {
+                output: None,
+                keep: LEASE,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(done, Fenced::Applied);
+    let table = store.table().to_owned();
+    let xmax = |pool: sqlx::PgPool, table: String| async move {
+        sqlx::query(&format!(
+            "SELECT xmax::text FROM {table} WHERE key = 'locked'"
+        ))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get::<String, _>(0)
+    };
+    for _ in 0..50 {
+        assert!(matches!(
+            claim(store, &k, LEASE).await,
+            Claim::Completed { .. }
+        ));
+    }
+    assert_eq!(
+        xmax(store.pool().clone(), table.clone()).await,
+        "0",
+        "50 duplicate claims left no row lock on the tuple"
+    );
+
+    // Hold the row lock in another transaction, as a slow writer would.
+    let mut holder = store.pool().begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM {table} WHERE key = 'locked' FOR UPDATE"
+    ))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    let duplicate = tokio::time::timeout(Duration::from_secs(5), claim(store, &k, LEASE)).await;
+    assert!(
+        matches!(duplicate, Ok(Claim::Completed { .. })),
+        "a duplicate must not wait for the row lock: {duplicate:?}"
+    );
+    let do_update = format!(
+        "INSERT INTO {table} (key, fence, expires_at) VALUES ('locked', 0, now())
+         ON CONFLICT (key) DO UPDATE SET fence = {table}.fence WHERE false"
+    );
+    let blocked = tokio::time::timeout(
+        Duration::from_millis(500),
+        sqlx::query(&do_update).execute(store.pool()),
+    )
+    .await;
+    assert!(
+        blocked.is_err(),
+        "ON CONFLICT DO UPDATE waits for the row lock"
+    );
+    holder.rollback().await.unwrap();
+}
+
+/// Transactional claims are as cheap: the trait methods make no extra statements.
+#[tokio::test]
+async fn transactional_claim_of_a_completed_key_reads_only() {
+    let test = TestStore::new("txread", 2).await;
+    let store = &test.store;
+    let k = key("tx-read");
+    let _ = Call::new(store, k.clone()).run(work()).await.unwrap();
+    let claimed = store
+        .claim_in_transaction(ClaimRequest {
+            key: &k,
+            fingerprint: None,
+            lease: LEASE,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claimed.claim, Claim::Completed { .. }));
+    assert!(claimed.transaction.is_none(), "no transaction is left open");
+}
