@@ -9,7 +9,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.as_slice() {
         [command, dir] if command == "start" => {
-            Cluster::init(&PathBuf::from(dir)).and_then(|mut cluster| {
+            Cluster::init(&PathBuf::from(dir)).and_then(|cluster| {
                 cluster.start_again()?;
                 println!("{}", cluster.url());
                 Ok(())

@@ -1,0 +1,120 @@
+//! Support for the multi-process PostgreSQL tests: a real server from `DATABASE_URL`, a schema
+//! of the test's own, and worker processes (`idem-pg-worker`).
+
+#![allow(dead_code)]
+
+use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+use idem_store_postgres::sqlx::{self, PgPool, Row};
+use idem_store_postgres::PgStore;
+use std::process::{Child, Command, Stdio};
+
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "DATABASE_URL is not set. PostgreSQL tests need a real server: run them with \
+             `scripts/test`, which starts a throwaway PostgreSQL, or set DATABASE_URL"
+        )
+    })
+}
+
+/// A migrated store in a fresh schema, with the `executions` and `lost_claims` tables the
+/// worker writes to. The schema is dropped at the end.
+pub struct Schema {
+    pub name: String,
+    pub pool: PgPool,
+    pub store: PgStore,
+}
+
+impl Schema {
+    pub async fn new(prefix: &str) -> Schema {
+        let url = database_url();
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to DATABASE_URL={url}: {e}"));
+        let name = format!("idem_t_{prefix}_{}", std::process::id());
+        sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let store = PgStore::builder(pool.clone())
+            .schema(name.clone())
+            .build()
+            .unwrap();
+        store.migrate().await.unwrap();
+        sqlx::raw_sql(&format!(
+            "CREATE TABLE \"{name}\".executions (
+                 key text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+             CREATE TABLE \"{name}\".lost_claims (
+                 key text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        Schema { name, pool, store }
+    }
+
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        let sql = sql.replace("{schema}", &format!("\"{}\"", self.name));
+        sqlx::query(&sql)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get::<i64, _>(0)
+    }
+
+    pub async fn rows(&self, sql: &str) -> Vec<(String, i32)> {
+        let sql = sql.replace("{schema}", &format!("\"{}\"", self.name));
+        sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+
+    pub async fn drop_schema(self) {
+        let _ = sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.name))
+            .execute(&self.pool)
+            .await;
+        self.pool.close().await;
+    }
+}
+
+/// Starts a worker process: `idem-pg-worker MODE --schema .. ARGS..`.
+pub fn spawn_worker(mode: &str, schema: &str, args: &[(&str, String)]) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idem-pg-worker"));
+    command.arg(mode).arg("--schema").arg(schema);
+    for (name, value) in args {
+        command.arg(format!("--{name}")).arg(value);
+    }
+    command
+        .env("DATABASE_URL", database_url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn idem-pg-worker")
+}
+
+/// The summary a worker printed: (executed, duplicate, in_progress, errors, lost).
+pub fn summary(child: Child) -> [u64; 5] {
+    let output = child.wait_with_output().expect("worker output");
+    assert!(
+        output.status.success(),
+        "worker failed: {:?}",
+        output.status
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    let mut values = [0u64; 5];
+    for (slot, field) in values.iter_mut().zip(line.split_whitespace()) {
+        *slot = field
+            .split('=')
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .expect(line);
+    }
+    values
+}
