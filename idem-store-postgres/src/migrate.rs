@@ -5,7 +5,7 @@
 
 use idem_core::{Operation, StoreError};
 use sqlx::migrate::Migrator;
-use sqlx::{PgPool, Row};
+use sqlx::{Executor, PgPool, Row};
 use std::collections::HashMap;
 
 use crate::error::store_error;
@@ -17,41 +17,57 @@ pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 /// from several processes run one after another, and the later ones find nothing to do.
 const MIGRATION_LOCK: i64 = 0x1de3_4d16_0001;
 
+fn setup(e: sqlx::Error) -> StoreError {
+    store_error(e).during(Operation::Setup)
+}
+
 pub(crate) async fn migrate(pool: &PgPool, schema: &str, table: &str) -> Result<(), StoreError> {
-    let setup = |e: sqlx::Error| store_error(e).during(Operation::Setup);
     let mut tx = pool.begin().await.map_err(setup)?;
+    match apply(&mut tx, schema, table).await {
+        Ok(()) => tx.commit().await.map_err(setup),
+        Err(e) => {
+            // Roll back now rather than when the connection is next used, so the advisory lock
+            // is released for the next migrator at once.
+            let _ = tx.rollback().await;
+            Err(e)
+        }
+    }
+}
+
+async fn apply(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    schema: &str,
+    table: &str,
+) -> Result<(), StoreError> {
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(MIGRATION_LOCK)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await
         .map_err(setup)?;
     let schema_exists = sqlx::query("SELECT 1 FROM pg_namespace WHERE nspname = $1")
         .bind(schema)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await
         .map_err(setup)?
         .is_some();
     if !schema_exists {
-        sqlx::raw_sql(&format!("CREATE SCHEMA \"{schema}\""))
-            .execute(&mut *tx)
+        tx.execute(format!("CREATE SCHEMA \"{schema}\"").as_str())
             .await
             .map_err(setup)?;
     }
     let history = format!("\"{schema}\".\"{table}_migrations\"");
-    sqlx::raw_sql(&format!(
+    let create_history = format!(
         "CREATE TABLE IF NOT EXISTS {history} (
             version     bigint      PRIMARY KEY,
             description text        NOT NULL,
             checksum    bytea       NOT NULL,
             applied_at  timestamptz NOT NULL DEFAULT now()
         )"
-    ))
-    .execute(&mut *tx)
-    .await
-    .map_err(setup)?;
+    );
+    tx.execute(create_history.as_str()).await.map_err(setup)?;
     let applied: HashMap<i64, Vec<u8>> =
         sqlx::query(&format!("SELECT version, checksum FROM {history}"))
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut **tx)
             .await
             .map_err(setup)?
             .into_iter()
@@ -86,14 +102,14 @@ pub(crate) async fn migrate(pool: &PgPool, schema: &str, table: &str) -> Result<
                     .sql
                     .replace("__IDEM_SCHEMA__", schema)
                     .replace("__IDEM_TABLE__", table);
-                sqlx::raw_sql(&sql).execute(&mut *tx).await.map_err(setup)?;
+                tx.execute(sql.as_str()).await.map_err(setup)?;
                 sqlx::query(&format!(
                     "INSERT INTO {history} (version, description, checksum) VALUES ($1, $2, $3)"
                 ))
                 .bind(migration.version)
                 .bind(&*migration.description)
                 .bind(&*migration.checksum)
-                .execute(&mut *tx)
+                .execute(&mut **tx)
                 .await
                 .map_err(setup)?;
                 tracing::info!(
@@ -104,5 +120,5 @@ pub(crate) async fn migrate(pool: &PgPool, schema: &str, table: &str) -> Result<
             }
         }
     }
-    tx.commit().await.map_err(setup)
+    Ok(())
 }

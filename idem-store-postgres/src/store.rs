@@ -180,6 +180,7 @@ impl PgStore {
     /// Deletes every expired record, `batch` at a time (each batch one short statement, so no
     /// long lock), and returns how many it deleted.
     pub async fn purge_all_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        let batch = batch.max(1);
         let mut total = 0;
         loop {
             let deleted = self.purge_expired(batch).await?;

@@ -76,7 +76,10 @@ impl Drop for TestStore {
                 .expect("runtime");
             runtime.block_on(async move {
                 if let Ok(pool) = PgPoolOptions::new().max_connections(1).connect(&url).await {
-                    let sql = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+                    // Bounded: a test that left a transaction open must not hang the run.
+                    let sql = format!(
+                        "SET lock_timeout = '5s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                    );
                     let _ = idem_store_postgres::sqlx::raw_sql(&sql)
                         .execute(&pool)
                         .await;

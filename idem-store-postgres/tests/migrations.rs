@@ -1,0 +1,142 @@
+//! Migrations: versioned, safe to run from many processes at once, apart from the
+//! application's own history; and the schema/table names they accept.
+
+mod support;
+
+use idem_core::{Call, Store};
+use idem_store_postgres::sqlx::{self, Row};
+use idem_store_postgres::PgStore;
+use support::{pool, unique_schema, TestStore};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_migrations_apply_once() {
+    let schema = unique_schema("mig");
+    let mut calls = Vec::new();
+    for _ in 0..8 {
+        let store = PgStore::builder(pool(2).await)
+            .schema(schema.clone())
+            .build()
+            .unwrap();
+        calls.push(tokio::spawn(async move { store.migrate().await }));
+    }
+    for call in calls {
+        call.await
+            .unwrap()
+            .expect("every concurrent migrate() succeeds");
+    }
+    let pool = pool(2).await;
+    let applied: i64 = sqlx::query(&format!(
+        "SELECT count(*) FROM \"{schema}\".idem_records_migrations"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(applied, 1, "migration 1 recorded once");
+    // And the table works.
+    let store = PgStore::builder(pool.clone())
+        .schema(schema.clone())
+        .build()
+        .unwrap();
+    store.migrate().await.expect("migrating again is a no-op");
+    let outcome = Call::new(&store, "mig:1")
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await
+        .unwrap();
+    assert!(outcome.is_executed());
+    let _ = sqlx::raw_sql(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .execute(&pool)
+        .await;
+}
+
+#[tokio::test]
+async fn does_not_touch_the_applications_sqlx_migrations() {
+    let test = TestStore::new("mig_app", 2).await;
+    let exists: bool = sqlx::query(
+        "SELECT exists(SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = '_sqlx_migrations')",
+    )
+    .bind(&test.schema)
+    .fetch_one(test.store.pool())
+    .await
+    .unwrap()
+    .get(0);
+    assert!(!exists, "idem keeps its history in its own table");
+}
+
+#[tokio::test]
+async fn a_table_migrated_by_a_newer_version_is_refused() {
+    let test = TestStore::new("mig_new", 2).await;
+    sqlx::query(&format!(
+        "INSERT INTO \"{}\".idem_records_migrations (version, description, checksum)
+         VALUES (99, 'from the future', '\\x00')",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    let err = test.store.migrate().await.unwrap_err();
+    assert!(err.to_string().contains("newer version"), "{err}");
+}
+
+#[tokio::test]
+async fn a_store_before_migrate_says_to_migrate() {
+    let store = PgStore::builder(pool(1).await)
+        .schema(unique_schema("nomig"))
+        .build()
+        .unwrap();
+    let err = Call::new(&store, "k")
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("migrate()"), "{err}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "keeps the sqlx error"
+    );
+}
+
+#[tokio::test]
+async fn schema_and_table_names_are_validated() {
+    let pool = pool(1).await;
+    for bad in ["Public", "idem; DROP TABLE x", "a\"b", "", "1x"] {
+        let err = PgStore::builder(pool.clone())
+            .schema(bad)
+            .build()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("invalid schema name"),
+            "{bad}: {err}"
+        );
+        let err = PgStore::builder(pool.clone())
+            .table(bad)
+            .build()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("invalid table name"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn purge_clears_a_backlog_in_batches() {
+    let test = TestStore::new("purge", 2).await;
+    let table = test.store.table().to_owned();
+    sqlx::query(&format!(
+        "INSERT INTO {table} (key, fence, expires_at)
+         SELECT 'old:' || i, i, now() - interval '1 hour' FROM generate_series(1, 5000) i"
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    let live = idem_core::Key::new("live").unwrap();
+    let _ = Call::new(&test.store, live.clone())
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await
+        .unwrap();
+    assert_eq!(test.store.purge_all_expired(700).await.unwrap(), 5000);
+    assert!(
+        test.store.get(&live).await.unwrap().is_some(),
+        "live records stay"
+    );
+}
