@@ -57,6 +57,17 @@ async fn deliver(app: &App, k: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_fail_closed_while_the_database_is_down_and_nothing_is_lost() {
+    outage(None).await;
+}
+
+/// The same with the store's statements on dedicated connections, which must notice that their
+/// idle connections died with the server and open new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedicated_connections_recover_from_an_outage() {
+    outage(Some(4)).await;
+}
+
+async fn outage(dedicated: Option<usize>) {
     let cluster = Cluster::start().expect("a throwaway PostgreSQL for the outage test");
     let pool = PgPoolOptions::new()
         .max_connections(8)
@@ -64,7 +75,11 @@ async fn calls_fail_closed_while_the_database_is_down_and_nothing_is_lost() {
         .connect(&cluster.url())
         .await
         .unwrap();
-    let store = PgStore::new(pool.clone());
+    let mut builder = PgStore::builder(pool.clone());
+    if let Some(n) = dedicated {
+        builder = builder.dedicated_connections(n);
+    }
+    let store = builder.build().unwrap();
     store.migrate().await.unwrap();
     sqlx::raw_sql("CREATE TABLE executions (key text NOT NULL)")
         .execute(&pool)

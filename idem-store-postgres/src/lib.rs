@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+mod direct;
 mod error;
 mod ident;
 mod migrate;

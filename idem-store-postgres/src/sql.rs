@@ -44,7 +44,9 @@ impl Statements {
                     ON CONFLICT (key) DO NOTHING
                     RETURNING fence, expires_at
                  )
-                 SELECT true, fence, NULL::text, NULL::bigint, {expires}, NULL::bytea, false
+                 SELECT true AS inserted, fence, NULL::text AS fingerprint,
+                        NULL::bigint AS completed_us, {expires} AS expires_us,
+                        NULL::bytea AS output, false AS lapsed
                  FROM inserted
                  UNION ALL
                  SELECT false, fence, fingerprint, {completed}, {expires}, output, lapsed

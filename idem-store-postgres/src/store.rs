@@ -11,6 +11,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::direct::{on_conn, Direct};
 use crate::error::store_error;
 use crate::ident::validate_ident;
 use crate::sql::Statements;
@@ -60,6 +61,7 @@ struct Shared {
     schema: String,
     table: String,
     sql: Statements,
+    direct: Option<Direct>,
 }
 
 impl fmt::Debug for PgStore {
@@ -76,6 +78,7 @@ pub struct PgStoreBuilder {
     pool: PgPool,
     schema: String,
     table: String,
+    dedicated: Option<usize>,
 }
 
 impl PgStoreBuilder {
@@ -91,16 +94,33 @@ impl PgStoreBuilder {
         self
     }
 
+    /// Runs the store's statements on up to `connections` connections of its own, opened with
+    /// the pool's connect options, instead of checking one out of the pool for each statement.
+    ///
+    /// sqlx 0.8's pool tests each connection with a round trip when it is returned, which for
+    /// idem's one-statement operations doubles the round trips and triples the client CPU;
+    /// dedicated connections make each operation one round trip (see BENCHMARKS.md). The cost:
+    /// up to `connections` more server connections. Transactional mode still takes its
+    /// transactions from the pool.
+    pub fn dedicated_connections(mut self, connections: usize) -> Self {
+        self.dedicated = Some(connections.max(1));
+        self
+    }
+
     /// Checks the names (plain lowercase identifiers only) and builds the store.
     pub fn build(self) -> Result<PgStore, StoreError> {
         validate_ident("schema", &self.schema)?;
         validate_ident("table", &self.table)?;
+        let direct = self
+            .dedicated
+            .map(|n| Direct::new((*self.pool.connect_options()).clone(), n));
         Ok(PgStore {
             pool: self.pool,
             shared: Arc::new(Shared {
                 sql: Statements::new(&self.schema, &self.table),
                 schema: self.schema,
                 table: self.table,
+                direct,
             }),
         })
     }
@@ -157,6 +177,7 @@ impl PgStore {
             pool,
             schema: DEFAULT_SCHEMA.to_owned(),
             table: DEFAULT_TABLE.to_owned(),
+            dedicated: None,
         }
     }
 
@@ -170,6 +191,24 @@ impl PgStore {
     /// The pool the store uses.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    pub(crate) fn direct(&self) -> Option<&Direct> {
+        self.shared.direct.as_ref()
+    }
+
+    /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs), for tools
+    /// that replay idem's exact statements, such as the pgbench comparison in `idem-bench`.
+    #[doc(hidden)]
+    pub fn claim_sql(&self) -> &str {
+        &self.shared.sql.claim
+    }
+
+    /// The completion statement's SQL (`$1` key, `$2` fence, `$3` output, `$4` keep in µs);
+    /// see [`claim_sql`](PgStore::claim_sql).
+    #[doc(hidden)]
+    pub fn complete_sql(&self) -> &str {
+        &self.shared.sql.complete
     }
 
     /// The quoted, schema-qualified table name, e.g. `"public"."idem_records"`.
@@ -297,16 +336,71 @@ impl PgStore {
         Ok(fenced(result.rows_affected()))
     }
 
-    async fn release_with(
-        pool: &PgPool,
-        sql: &str,
+    async fn release_on(
+        &self,
+        conn: &mut PgConnection,
         key: &str,
         fence: Fence,
     ) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::query(sql)
+        Ok(sqlx::query(&self.shared.sql.release)
             .bind(key)
             .bind(fence_param(fence))
-            .execute(pool)
+            .execute(conn)
+            .await?
+            .rows_affected())
+    }
+
+    async fn renew_on(
+        &self,
+        conn: &mut PgConnection,
+        key: &Key,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(&self.shared.sql.renew)
+            .bind(key.as_str())
+            .bind(fence_param(fence))
+            .bind(duration_micros(lease))
+            .execute(conn)
+            .await?
+            .rows_affected())
+    }
+
+    async fn get_on(
+        &self,
+        conn: &mut PgConnection,
+        key: &Key,
+    ) -> Result<Option<Record>, sqlx::Error> {
+        let row = sqlx::query(&self.shared.sql.get)
+            .bind(key.as_str())
+            .fetch_optional(conn)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let completed_at: Option<i64> = row.try_get(2)?;
+        let expires_at = from_micros(row.try_get(3)?);
+        Ok(Some(Record {
+            key: key.clone(),
+            fence: fence(row.try_get(0)?),
+            fingerprint: row
+                .try_get::<Option<String>, _>(1)?
+                .map(Fingerprint::from_stored),
+            state: match completed_at {
+                None => RecordState::InProgress {
+                    lease_expires_at: expires_at,
+                },
+                Some(completed_at) => RecordState::Completed {
+                    completed_at: from_micros(completed_at),
+                    expires_at,
+                    output: row.try_get(4)?,
+                },
+            },
+        }))
+    }
+
+    async fn purge_on(&self, conn: &mut PgConnection, limit: i64) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(&self.shared.sql.purge)
+            .bind(limit)
+            .execute(conn)
             .await?
             .rows_affected())
     }
@@ -319,9 +413,8 @@ fn fence_param(fence: Fence) -> i64 {
 #[async_trait]
 impl Store for PgStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let failed = |e| store_error(e).during(Operation::Claim);
-        let mut conn = self.pool.acquire().await.map_err(failed)?;
-        self.claim_on(&mut conn, request).await.map_err(failed)
+        on_conn!(self, conn => self.claim_on(conn, request))
+            .map_err(|e| store_error(e).during(Operation::Claim))
     }
 
     async fn complete(
@@ -330,71 +423,31 @@ impl Store for PgStore {
         fence: Fence,
         completion: Completion<'_>,
     ) -> Result<Fenced, StoreError> {
-        let failed = |e| store_error(e).during(Operation::Complete);
-        let mut conn = self.pool.acquire().await.map_err(failed)?;
-        self.complete_on(&mut conn, key, fence, completion)
-            .await
-            .map_err(failed)
+        on_conn!(self, conn => self.complete_on(conn, key, fence, completion))
+            .map_err(|e| store_error(e).during(Operation::Complete))
     }
 
     async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
-        PgStore::release_with(&self.pool, &self.shared.sql.release, key.as_str(), fence)
-            .await
+        on_conn!(self, conn => self.release_on(conn, key.as_str(), fence))
             .map(fenced)
             .map_err(|e| store_error(e).during(Operation::Release))
     }
 
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
-        let result = sqlx::query(&self.shared.sql.renew)
-            .bind(key.as_str())
-            .bind(fence_param(fence))
-            .bind(duration_micros(lease))
-            .execute(&self.pool)
-            .await
-            .map_err(|e| store_error(e).during(Operation::Renew))?;
-        Ok(fenced(result.rows_affected()))
+        on_conn!(self, conn => self.renew_on(conn, key, fence, lease))
+            .map(fenced)
+            .map_err(|e| store_error(e).during(Operation::Renew))
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
-        let failed = |e| store_error(e).during(Operation::Get);
-        let row = sqlx::query(&self.shared.sql.get)
-            .bind(key.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(failed)?;
-        let Some(row) = row else { return Ok(None) };
-        let decode = || -> Result<Record, sqlx::Error> {
-            let completed_at: Option<i64> = row.try_get(2)?;
-            let expires_at = from_micros(row.try_get(3)?);
-            Ok(Record {
-                key: key.clone(),
-                fence: fence(row.try_get(0)?),
-                fingerprint: row
-                    .try_get::<Option<String>, _>(1)?
-                    .map(Fingerprint::from_stored),
-                state: match completed_at {
-                    None => RecordState::InProgress {
-                        lease_expires_at: expires_at,
-                    },
-                    Some(completed_at) => RecordState::Completed {
-                        completed_at: from_micros(completed_at),
-                        expires_at,
-                        output: row.try_get(4)?,
-                    },
-                },
-            })
-        };
-        decode().map(Some).map_err(failed)
+        on_conn!(self, conn => self.get_on(conn, key))
+            .map_err(|e| store_error(e).during(Operation::Get))
     }
 
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let result = sqlx::query(&self.shared.sql.purge)
-            .bind(limit)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| store_error(e).during(Operation::Purge))?;
-        Ok(result.rows_affected())
+        on_conn!(self, conn => self.purge_on(conn, limit))
+            .map_err(|e| store_error(e).during(Operation::Purge))
     }
 
     /// Releases the claim in a background task on the current Tokio runtime, so a cancelled
@@ -406,9 +459,13 @@ impl Store for PgStore {
         let store = self.clone();
         let key = key.as_str().to_owned();
         runtime.spawn(async move {
-            let sql = &store.shared.sql.release;
-            if let Err(e) = PgStore::release_with(&store.pool, sql, &key, fence).await {
-                tracing::warn!(key, error = %e, "releasing an abandoned claim failed; it lapses with its lease");
+            let released = on_conn!(store, conn => store.release_on(conn, &key, fence));
+            if let Err(e) = released {
+                tracing::warn!(
+                    key,
+                    error = %e,
+                    "releasing an abandoned claim failed; it lapses with its lease"
+                );
             }
         });
     }

@@ -37,3 +37,16 @@ async fn pg_harness() -> PgHarness {
 }
 
 idem_conformance::store_conformance!(pg_harness);
+
+/// The same rules with the store's statements on dedicated connections.
+mod dedicated_connections {
+    use super::*;
+
+    async fn pg_dedicated_harness() -> PgHarness {
+        PgHarness {
+            test: TestStore::dedicated("dconf", 4, 16).await,
+        }
+    }
+
+    idem_conformance::store_conformance!(pg_dedicated_harness);
+}

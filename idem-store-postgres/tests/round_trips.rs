@@ -16,6 +16,13 @@ const LEASE: Duration = Duration::from_secs(60);
 
 /// A store whose single connection goes through a counting proxy.
 async fn counted_store(test: &TestStore) -> (PgStore, CountingProxy) {
+    counted_store_with(test, None).await
+}
+
+async fn counted_store_with(
+    test: &TestStore,
+    dedicated: Option<usize>,
+) -> (PgStore, CountingProxy) {
     let options = PgConnectOptions::from_str(&support::database_url()).unwrap();
     let proxy = CountingProxy::start(options.get_host().to_owned(), options.get_port()).await;
     let options = options
@@ -28,11 +35,11 @@ async fn counted_store(test: &TestStore) -> (PgStore, CountingProxy) {
         .connect_with(options)
         .await
         .unwrap();
-    let store = PgStore::builder(pool)
-        .schema(test.schema.clone())
-        .build()
-        .unwrap();
-    (store, proxy)
+    let mut builder = PgStore::builder(pool).schema(test.schema.clone());
+    if let Some(n) = dedicated {
+        builder = builder.dedicated_connections(n);
+    }
+    (builder.build().unwrap(), proxy)
 }
 
 fn key(name: &str) -> Key {
@@ -253,4 +260,27 @@ async fn transactional_claim_of_a_completed_key_reads_only() {
         .unwrap();
     assert!(matches!(claimed.claim, Claim::Completed { .. }));
     assert!(claimed.transaction.is_none(), "no transaction is left open");
+}
+
+/// With dedicated connections, a store operation is one round trip and nothing else: no pool
+/// ping when the connection is given back.
+#[tokio::test]
+async fn dedicated_connections_make_no_pings() {
+    let test = TestStore::new("rt_dedicated", 2).await;
+    let (store, proxy) = counted_store_with(&test, Some(1)).await;
+    exercise_every_statement(&store, "warm").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (_, _, pings_before) = proxy.counts();
+    let (outcome, trips) = count(&proxy, Call::new(&store, key("d-fresh")).run(work())).await;
+    assert!(outcome.unwrap().is_executed());
+    assert_eq!(trips, 2);
+    let (outcome, trips) = count(&proxy, Call::new(&store, key("d-fresh")).run(work())).await;
+    assert!(outcome.unwrap().is_duplicate());
+    assert_eq!(trips, 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (_, _, pings_after) = proxy.counts();
+    assert_eq!(
+        pings_after, pings_before,
+        "no pings on dedicated connections"
+    );
 }

@@ -37,21 +37,30 @@ found on PATH or under /usr/lib/postgresql/*/bin. Install them (Debian/Ubuntu: `
 postgresql`; macOS: `brew install postgresql`), or point the tests at a running server with \
 DATABASE_URL=postgres://user@host:port/database";
 
-/// The directory holding `initdb`, `pg_ctl` and `postgres`.
+/// The directory holding `initdb`, `pg_ctl` and `postgres`: on `PATH`, else under
+/// `/usr/lib/postgresql/*/bin` (newest version first).
 pub fn find_bin_dir() -> Result<PathBuf, ClusterError> {
+    find_bin_dir_in(std::env::var_os("PATH"), Path::new("/usr/lib/postgresql"))
+}
+
+/// [`find_bin_dir`] over a given `PATH` value and versions directory.
+pub fn find_bin_dir_in(
+    path: Option<std::ffi::OsString>,
+    versions_dir: &Path,
+) -> Result<PathBuf, ClusterError> {
     let has_all = |dir: &Path| {
         ["initdb", "pg_ctl", "postgres"]
             .iter()
             .all(|b| dir.join(b).is_file())
     };
-    if let Some(path) = std::env::var_os("PATH") {
+    if let Some(path) = path {
         for dir in std::env::split_paths(&path) {
             if has_all(&dir) {
                 return Ok(dir);
             }
         }
     }
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(versions_dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -116,12 +125,20 @@ pub struct Cluster {
     user: Option<String>,
     /// Stop (and delete) the cluster when dropped.
     owned: bool,
+    /// Extra server options.
+    extra: String,
 }
 
 impl Cluster {
     /// Creates and starts a cluster in a new temporary directory, on a free port. It is stopped
     /// and deleted when the `Cluster` is dropped.
     pub fn start() -> Result<Cluster, ClusterError> {
+        Cluster::start_with(&[])
+    }
+
+    /// Like [`start`](Cluster::start), with extra server options (`"-c name=value"`), fixed
+    /// for every later [`start_again`](Cluster::start_again).
+    pub fn start_with(extra_options: &[&str]) -> Result<Cluster, ClusterError> {
         let base = std::env::temp_dir().join(format!(
             "idem-pg-{}-{}",
             std::process::id(),
@@ -129,6 +146,7 @@ impl Cluster {
         ));
         let mut cluster = Cluster::init(&base)?;
         cluster.owned = true;
+        cluster.extra = extra_options.join(" ");
         cluster.start_again()?;
         Ok(cluster)
     }
@@ -150,6 +168,7 @@ impl Cluster {
             port: free_port()?,
             user,
             owned: false,
+            extra: String::new(),
         };
         let data = cluster.data_dir();
         let output = cluster.run(
@@ -186,6 +205,7 @@ impl Cluster {
             port,
             user: run_as(),
             owned: false,
+            extra: String::new(),
         })
     }
 
@@ -222,9 +242,10 @@ impl Cluster {
         let log = self.dir.join("server.log");
         let options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off \
-             -c full_page_writes=off -c max_connections=300 -c shared_buffers=128MB",
+             -c full_page_writes=off -c max_connections=300 -c shared_buffers=128MB {}",
             self.port,
-            path_str(&self.dir)?
+            path_str(&self.dir)?,
+            self.extra
         );
         let output = self.run(
             "pg_ctl",
@@ -306,4 +327,40 @@ fn check(output: &Output, what: &str) -> Result<(), ClusterError> {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where no server can be found, the error says how to get one.
+    #[test]
+    fn missing_binaries_explain_how_to_install_them() {
+        let empty = std::env::temp_dir().join(format!("idem-testdb-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        let err = find_bin_dir_in(Some(empty.clone().into_os_string()), &empty).unwrap_err();
+        assert!(
+            err.to_string().contains("apt-get install postgresql"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("DATABASE_URL"), "{err}");
+        let _ = std::fs::remove_dir_all(empty);
+    }
+
+    /// The newest version under the versions directory wins when PATH has none.
+    #[test]
+    fn newest_installed_version_is_found() {
+        let root =
+            std::env::temp_dir().join(format!("idem-testdb-versions-{}", std::process::id()));
+        for version in ["9", "15", "13"] {
+            let bin = root.join(version).join("bin");
+            std::fs::create_dir_all(&bin).unwrap();
+            for name in ["initdb", "pg_ctl", "postgres"] {
+                std::fs::write(bin.join(name), "").unwrap();
+            }
+        }
+        let found = find_bin_dir_in(None, &root).unwrap();
+        assert_eq!(found, root.join("15").join("bin"));
+        let _ = std::fs::remove_dir_all(root);
+    }
 }

@@ -53,11 +53,21 @@ pub struct TestStore {
 
 impl TestStore {
     pub async fn new(prefix: &str, max_connections: u32) -> TestStore {
+        TestStore::with(prefix, max_connections, None).await
+    }
+
+    /// A store running its statements on `dedicated` connections of its own.
+    pub async fn dedicated(prefix: &str, max_connections: u32, dedicated: usize) -> TestStore {
+        TestStore::with(prefix, max_connections, Some(dedicated)).await
+    }
+
+    async fn with(prefix: &str, max_connections: u32, dedicated: Option<usize>) -> TestStore {
         let schema = unique_schema(prefix);
-        let store = PgStore::builder(pool(max_connections).await)
-            .schema(schema.clone())
-            .build()
-            .expect("valid names");
+        let mut builder = PgStore::builder(pool(max_connections).await).schema(schema.clone());
+        if let Some(n) = dedicated {
+            builder = builder.dedicated_connections(n);
+        }
+        let store = builder.build().expect("valid names");
         store.migrate().await.expect("migrate");
         TestStore { store, schema }
     }

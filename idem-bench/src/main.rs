@@ -1,0 +1,608 @@
+//! idem's PostgreSQL load benchmark: idem (lease and transactional mode), the article's
+//! technique written by hand, and pgbench running the very same statements, side by side in one
+//! run; then claim latency against table size, purge throughput, and a throughput plot.
+//!
+//! ```text
+//! cargo run --release -p idem-bench -- [--concurrency 16] [--calls 20000]
+//!     [--sweep 1,2,4,8,16,32,64] [--sweep-calls 4000] [--large-rows 10000000]
+//!     [--purge-rows 1000000] [--plot BENCHMARKS-throughput.png] [--database-url URL]
+//!     [--main-only x]
+//! ```
+//!
+//! Without `--database-url` it starts a throwaway PostgreSQL with `pg_stat_statements`, so it
+//! can count statements per call; with one, statement counts need that extension loaded there.
+
+mod pgbench;
+mod plot;
+mod workload;
+
+use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+use idem_store_postgres::sqlx::{self, PgPool, Row};
+use idem_store_postgres::PgStore;
+use idem_testdb::Cluster;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use workload::{Measured, Mode, EXISTING_KEYS};
+
+struct Args {
+    concurrency: usize,
+    calls: u64,
+    sweep: Vec<u32>,
+    sweep_calls: u64,
+    large_rows: u64,
+    purge_rows: u64,
+    plot: PathBuf,
+    database_url: Option<String>,
+    quick: bool,
+}
+
+fn parse_args() -> Args {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let map: HashMap<String, String> = argv
+        .chunks(2)
+        .map(|pair| {
+            (
+                pair[0].trim_start_matches("--").to_owned(),
+                pair.get(1).cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let num = |name: &str, default: u64| -> u64 {
+        map.get(name).map_or(default, |v| {
+            v.parse().unwrap_or_else(|_| panic!("--{name}: a number"))
+        })
+    };
+    Args {
+        concurrency: num("concurrency", 16) as usize,
+        calls: num("calls", 20_000),
+        sweep: map.get("sweep").map_or(vec![1, 2, 4, 8, 16, 32, 64], |v| {
+            v.split(',')
+                .map(|s| s.parse().expect("--sweep: numbers"))
+                .collect()
+        }),
+        sweep_calls: num("sweep-calls", 4_000),
+        large_rows: num("large-rows", 10_000_000),
+        purge_rows: num("purge-rows", 1_000_000),
+        plot: map
+            .get("plot")
+            .map_or("BENCHMARKS-throughput.png".into(), PathBuf::from),
+        database_url: map.get("database-url").cloned(),
+        quick: map.contains_key("main-only"),
+    }
+}
+
+/// A schema with an idem table holding `EXISTING_KEYS` completed keys, and the hand-written
+/// technique's table holding the same keys.
+async fn fresh_schema(pool: &PgPool, name: &str) -> (PgStore, String) {
+    sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+        .execute(pool)
+        .await
+        .unwrap();
+    let store = PgStore::builder(pool.clone()).schema(name).build().unwrap();
+    store.migrate().await.unwrap();
+    let table = store.table().to_owned();
+    let hand = format!("{name}.processed_jobs");
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {table} (key, fence, completed_at, expires_at)
+           SELECT 'dup:' || i, i, now(), now() + interval '1 day'
+           FROM generate_series(0, {}) i;
+         CREATE TABLE {hand} (key text PRIMARY KEY, processed_at timestamptz DEFAULT now());
+         INSERT INTO {hand} (key) SELECT 'dup:' || i FROM generate_series(0, {}) i;
+         ANALYZE {table};
+         ANALYZE {hand};",
+        EXISTING_KEYS - 1,
+        EXISTING_KEYS - 1
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    (store, hand)
+}
+
+/// SQL statements the server ran (`pg_stat_statements`), leaving out BEGIN/COMMIT/ROLLBACK:
+/// pgbench's prepared transaction control is not tracked there, so counting it would make the
+/// two clients incomparable.
+async fn server_statements(pool: &PgPool, has_pss: bool) -> i64 {
+    if !has_pss {
+        return 0;
+    }
+    sqlx::query(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+         WHERE query !~* '^\\s*(begin|commit|rollback)'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+    .get::<i64, _>(0)
+}
+
+/// CPU time (user + system) of this process and of its waited-for children, in seconds.
+fn cpu_seconds() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at ") ".
+    let fields: Vec<f64> = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .map(|f| f.parse().unwrap_or(0.0))
+                .collect()
+        })
+        .unwrap_or_default();
+    let tick = 100.0; // USER_HZ on Linux
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0.0) / tick;
+    // utime, stime, cutime, cstime are fields 14-17 of the whole line, 12-15 after the name.
+    (at(11) + at(12), at(13) + at(14))
+}
+
+struct Row_ {
+    label: String,
+    measured: Measured,
+    statements_per_call: Option<f64>,
+    /// Client CPU per call, in microseconds (this process, or the pgbench child).
+    client_cpu_us: f64,
+}
+
+enum Runner {
+    Idem(Mode),
+    Pgbench(pgbench::Script),
+}
+
+impl Runner {
+    fn label(&self) -> &'static str {
+        match self {
+            Runner::Idem(m) => m.label(),
+            Runner::Pgbench(s) => s.label(),
+        }
+    }
+}
+
+struct Bench {
+    pool: PgPool,
+    url: String,
+    has_pss: bool,
+    dir: PathBuf,
+    run_id: u64,
+}
+
+impl Bench {
+    async fn measure(
+        &mut self,
+        runner: &Runner,
+        concurrency: usize,
+        calls: u64,
+        dup_ratio: f64,
+    ) -> Row_ {
+        self.run_id += 1;
+        let schema = format!("bench_{}", self.run_id);
+        let (mut store, hand) = fresh_schema(&self.pool, &schema).await;
+        if matches!(runner, Runner::Idem(Mode::LeaseDedicated)) {
+            store = PgStore::builder(self.pool.clone())
+                .schema(schema.as_str())
+                .dedicated_connections(concurrency)
+                .build()
+                .unwrap();
+        }
+        // Stats views lag by up to a statistics flush; wait out the set-up's statements.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let s0 = server_statements(&self.pool, self.has_pss).await;
+        let cpu0 = cpu_seconds();
+        let measured = match runner {
+            Runner::Idem(mode) => {
+                workload::run(
+                    *mode,
+                    &self.url,
+                    &store,
+                    &hand,
+                    concurrency,
+                    calls,
+                    dup_ratio,
+                    self.run_id,
+                )
+                .await
+            }
+            Runner::Pgbench(script) => {
+                let text = pgbench::script(
+                    *script,
+                    store.claim_sql(),
+                    store.complete_sql(),
+                    &hand,
+                    (dup_ratio * 1000.0) as u64,
+                );
+                let (url, dir) = (self.url.clone(), self.dir.clone());
+                tokio::task::spawn_blocking(move || {
+                    pgbench::run(&url, &text, concurrency, calls, &dir)
+                })
+                .await
+                .unwrap()
+            }
+        };
+        if matches!(
+            runner,
+            Runner::Idem(Mode::Lease | Mode::LeaseDedicated | Mode::Transactional)
+        ) && dup_ratio == 0.0
+        {
+            assert_eq!(
+                measured.executed, measured.calls,
+                "every fresh call ran its body"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let cpu1 = cpu_seconds();
+        let s1 = server_statements(&self.pool, self.has_pss).await;
+        let per_call = |d: i64| d as f64 / measured.calls as f64;
+        // The first counting query is itself counted in the second reading.
+        let statements_per_call = self.has_pss.then(|| per_call(s1 - s0 - 1));
+        let cpu = match runner {
+            Runner::Idem(_) => cpu1.0 - cpu0.0,
+            Runner::Pgbench(_) => cpu1.1 - cpu0.1,
+        };
+        let client_cpu_us = cpu * 1e6 / measured.calls as f64;
+        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&self.pool)
+            .await
+            .unwrap();
+        Row_ {
+            label: runner.label().to_owned(),
+            measured,
+            statements_per_call,
+            client_cpu_us,
+        }
+    }
+}
+
+fn print_table(title: &str, rows: &[Row_]) {
+    println!("\n### {title}\n");
+    println!("| mode | calls/s | p50 ms | p99 ms | SQL statements/call | client CPU µs/call |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for row in rows {
+        let statements = row
+            .statements_per_call
+            .map_or("n/a".to_owned(), |s| format!("{s:.2}"));
+        println!(
+            "| {} | {:.0} | {:.2} | {:.2} | {} | {:.0} |",
+            row.label,
+            row.measured.rate(),
+            row.measured.percentile(0.50),
+            row.measured.percentile(0.99),
+            statements,
+            row.client_cpu_us
+        );
+    }
+    let rate = |label: &str| {
+        rows.iter()
+            .find(|r| r.label == label)
+            .map(|r| r.measured.rate())
+    };
+    let ratio = |a: &str, b: &str| match (rate(a), rate(b)) {
+        (Some(a), Some(b)) => format!("{:.2}", a / b),
+        _ => "n/a".into(),
+    };
+    println!();
+    // Lines whose two modes were not both run say "n/a" and are left out.
+    let println = |line: String| {
+        if !line.contains("n/a") {
+            println!("{line}");
+        }
+    };
+    println(format!(
+        "- idem lease / pgbench (same statements): **{}**",
+        ratio(Mode::Lease.label(), pgbench::Script::Lease.label())
+    ));
+    println(format!(
+        "- idem lease with dedicated connections / pgbench (same statements): **{}**",
+        ratio(Mode::LeaseDedicated.label(), pgbench::Script::Lease.label())
+    ));
+    println(format!(
+        "- idem transactional / pgbench (same statements): **{}**",
+        ratio(
+            Mode::Transactional.label(),
+            pgbench::Script::Transactional.label()
+        )
+    ));
+    println(format!(
+        "- idem lease / hand-written: **{}**",
+        ratio(Mode::Lease.label(), Mode::HandWritten.label())
+    ));
+    println(format!(
+        "- hand-written / pgbench (same statement): **{}**",
+        ratio(Mode::HandWritten.label(), pgbench::Script::Article.label())
+    ));
+    println(format!(
+        "- idem lease / sqlx sending the same statements (idem's own cost): **{}**",
+        ratio(Mode::Lease.label(), Mode::SqlxSameStatements.label())
+    ));
+    println(format!(
+        "- hand-written with sqlx's pool / without it: **{}**",
+        ratio(Mode::HandWritten.label(), Mode::HandWrittenNoPool.label())
+    ));
+}
+
+/// Single-caller claim latency on a table of `rows` records.
+async fn claim_latency(pool: &PgPool, rows: u64) -> (f64, f64, f64, f64) {
+    let schema = format!("bench_size_{rows}");
+    sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .execute(pool)
+        .await
+        .unwrap();
+    let store = PgStore::builder(pool.clone())
+        .schema(schema.as_str())
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    let table = store.table().to_owned();
+    let started = Instant::now();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {table} (key, fence, completed_at, expires_at)
+           SELECT 'dup:' || i, i, now(), now() + interval '1 day' FROM generate_series(0, {}) i;
+         ANALYZE {table};",
+        rows - 1
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    eprintln!("  filled {rows} rows in {:?}", started.elapsed());
+    let mut rng = workload::Rng::new(rows);
+    let mut dup = Vec::new();
+    let mut fresh = Vec::new();
+    for i in 0..3000u64 {
+        let key = format!("dup:{}", rng.below(rows));
+        let t0 = Instant::now();
+        let _ = idem_core::Call::new(&store, key)
+            .run(async { Ok::<_, std::convert::Infallible>(()) })
+            .await
+            .unwrap();
+        dup.push(t0.elapsed().as_micros() as u64);
+        let t0 = Instant::now();
+        let _ = idem_core::Call::new(&store, format!("new:{i}"))
+            .run(async { Ok::<_, std::convert::Infallible>(()) })
+            .await
+            .unwrap();
+        fresh.push(t0.elapsed().as_micros() as u64);
+    }
+    dup.sort_unstable();
+    fresh.sort_unstable();
+    let pct = |v: &[u64], p: f64| v[((v.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
+    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(pool)
+        .await
+        .unwrap();
+    (
+        pct(&dup, 0.5),
+        pct(&dup, 0.99),
+        pct(&fresh, 0.5),
+        pct(&fresh, 0.99),
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let args = parse_args();
+    let cluster;
+    let url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => {
+            cluster = Cluster::start_with(&[
+                "-c shared_preload_libraries=pg_stat_statements",
+                "-c pg_stat_statements.track=all",
+            ])
+            .expect("a throwaway PostgreSQL for the benchmark");
+            cluster.url()
+        }
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(72)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let has_pss = sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&pool)
+        .await
+        .is_ok()
+        && sqlx::query("SELECT 1 FROM pg_stat_statements LIMIT 1")
+            .fetch_optional(&pool)
+            .await
+            .is_ok();
+    let version: String = sqlx::query("SHOW server_version")
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    let dir = std::env::temp_dir().join(format!("idem-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bench = Bench {
+        pool: pool.clone(),
+        url,
+        has_pss,
+        dir: dir.clone(),
+        run_id: 0,
+    };
+    println!(
+        "## Run of {} (PostgreSQL {version}, {} cores; pg_stat_statements: {has_pss})",
+        std::process::Command::new("date")
+            .arg("-u")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_default(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+
+    // Warm up: open the pool's connections (a new PostgreSQL backend costs milliseconds) and the
+    // server's caches, so no measured run pays for them.
+    for runner in [
+        Runner::Idem(Mode::Lease),
+        Runner::Idem(Mode::Transactional),
+        Runner::Idem(Mode::HandWritten),
+    ] {
+        let _ = bench.measure(&runner, 64, 3_000, 0.5).await;
+    }
+
+    let runners = [
+        Runner::Idem(Mode::Lease),
+        Runner::Idem(Mode::LeaseDedicated),
+        Runner::Pgbench(pgbench::Script::Lease),
+        Runner::Idem(Mode::Transactional),
+        Runner::Pgbench(pgbench::Script::Transactional),
+        Runner::Idem(Mode::HandWritten),
+        Runner::Pgbench(pgbench::Script::Article),
+        Runner::Idem(Mode::SqlxSameStatements),
+        Runner::Idem(Mode::HandWrittenNoPool),
+    ];
+    for (title, dup_ratio) in [
+        ("fresh keys (0% duplicates)", 0.0),
+        ("duplicate-heavy (90% duplicates)", 0.9),
+    ] {
+        let mut rows = Vec::new();
+        for runner in &runners {
+            eprintln!("{title}: {} ...", runner.label());
+            rows.push(
+                bench
+                    .measure(runner, args.concurrency, args.calls, dup_ratio)
+                    .await,
+            );
+        }
+        print_table(
+            &format!(
+                "{title}, {} concurrent callers, {} calls each",
+                args.concurrency, args.calls
+            ),
+            &rows,
+        );
+    }
+
+    // Duplicates against the floor: every call an existing key.
+    let mut rows = Vec::new();
+    for runner in [
+        Runner::Idem(Mode::Lease),
+        Runner::Idem(Mode::LeaseDedicated),
+        Runner::Pgbench(pgbench::Script::Lease),
+        Runner::Pgbench(pgbench::Script::Article),
+    ] {
+        eprintln!("all duplicates: {} ...", runner.label());
+        rows.push(
+            bench
+                .measure(&runner, args.concurrency, args.calls, 1.0)
+                .await,
+        );
+    }
+    print_table(
+        &format!(
+            "only duplicates (100%), {} concurrent callers",
+            args.concurrency
+        ),
+        &rows,
+    );
+
+    if args.quick {
+        return;
+    }
+
+    // Throughput against concurrency, fresh keys.
+    let mut series: Vec<(String, Vec<(u32, f64)>)> = Vec::new();
+    for runner in [
+        Runner::Idem(Mode::Lease),
+        Runner::Idem(Mode::LeaseDedicated),
+        Runner::Idem(Mode::Transactional),
+        Runner::Idem(Mode::HandWritten),
+        Runner::Pgbench(pgbench::Script::Lease),
+        Runner::Pgbench(pgbench::Script::Article),
+    ] {
+        let mut points = Vec::new();
+        for &c in &args.sweep {
+            eprintln!("sweep: {} at {c} ...", runner.label());
+            let row = bench
+                .measure(
+                    &runner,
+                    c as usize,
+                    args.sweep_calls.max(u64::from(c) * 50),
+                    0.0,
+                )
+                .await;
+            points.push((c, row.measured.rate()));
+        }
+        series.push((runner.label().to_owned(), points));
+    }
+    println!("\n### Throughput against concurrency (fresh keys, calls/s)\n");
+    print!("| mode |");
+    for c in &args.sweep {
+        print!(" {c} |");
+    }
+    println!();
+    println!("| --- |{}", " ---: |".repeat(args.sweep.len()));
+    for (label, points) in &series {
+        print!("| {label} |");
+        for (_, rate) in points {
+            print!(" {rate:.0} |");
+        }
+        println!();
+    }
+    match plot::draw(
+        &args.plot,
+        "idem on PostgreSQL: fresh calls per second",
+        &series,
+    ) {
+        Ok(()) => println!(
+            "\n![throughput against concurrency]({})",
+            args.plot.display()
+        ),
+        Err(e) => eprintln!("plot not drawn: {e}"),
+    }
+
+    // Claim latency against table size.
+    println!("\n### Claim latency against table size (one caller)\n");
+    println!(
+        "| rows | duplicate p50 ms | duplicate p99 ms | fresh call p50 ms | fresh call p99 ms |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: |");
+    for rows in [10_000, args.large_rows] {
+        eprintln!("table size {rows} ...");
+        let (dp50, dp99, fp50, fp99) = claim_latency(&pool, rows).await;
+        println!("| {rows} | {dp50:.3} | {dp99:.3} | {fp50:.3} | {fp99:.3} |");
+    }
+
+    // Purge.
+    eprintln!("purge of {} expired rows ...", args.purge_rows);
+    let store = PgStore::builder(pool.clone())
+        .schema("bench_purge")
+        .build()
+        .unwrap();
+    sqlx::raw_sql("DROP SCHEMA IF EXISTS bench_purge CASCADE")
+        .execute(&pool)
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {} (key, fence, expires_at)
+           SELECT 'old:' || i, i, now() - interval '1 hour' FROM generate_series(1, {}) i;
+         ANALYZE {};",
+        store.table(),
+        args.purge_rows,
+        store.table()
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut longest = Duration::ZERO;
+    let started = Instant::now();
+    let mut purged = 0;
+    loop {
+        let t0 = Instant::now();
+        let n = idem_core::Store::purge_expired(&store, 10_000)
+            .await
+            .unwrap();
+        longest = longest.max(t0.elapsed());
+        purged += n;
+        if n < 10_000 {
+            break;
+        }
+    }
+    let took = started.elapsed();
+    println!(
+        "\n### Purge\n\n{purged} expired records purged in {:.1} s ({:.0} rows/s) in batches of \
+         10,000; the longest batch (and so the longest any row lock was held) took {:.0} ms.",
+        took.as_secs_f64(),
+        purged as f64 / took.as_secs_f64(),
+        longest.as_secs_f64() * 1000.0
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
