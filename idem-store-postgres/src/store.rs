@@ -99,8 +99,9 @@ impl PgStoreBuilder {
     ///
     /// sqlx 0.8's pool tests each connection with a round trip when it is returned, which for
     /// idem's one-statement operations doubles the round trips and triples the client CPU;
-    /// dedicated connections make each operation one round trip (see BENCHMARKS.md). The cost:
-    /// up to `connections` more server connections. Transactional mode still takes its
+    /// dedicated connections make each operation one round trip and bring lease mode to
+    /// pgbench's rate for the same statements (see BENCHMARKS.md). The cost: up to
+    /// `connections` more server connections. Transactional mode still takes its
     /// transactions from the pool.
     pub fn dedicated_connections(mut self, connections: usize) -> Self {
         self.dedicated = Some(connections.max(1));
