@@ -31,6 +31,19 @@ fn fail(message: impl Into<String>) -> ClusterError {
     ClusterError(message.into())
 }
 
+/// The server that PostgreSQL tests use: `DATABASE_URL`, which `scripts/test` sets (starting a
+/// throwaway cluster when it was unset). There is no fallback: a PostgreSQL test without a
+/// server fails, loudly, with this message.
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "DATABASE_URL is not set. PostgreSQL tests need a real server: run them with \
+             `scripts/test`, which starts a throwaway PostgreSQL, or set DATABASE_URL to a \
+             server you can create schemas on"
+        )
+    })
+}
+
 /// How to install a server, for the error when none is found.
 pub const INSTALL_HINT: &str = "no PostgreSQL server binaries (initdb, pg_ctl, postgres) were \
 found on PATH or under /usr/lib/postgresql/*/bin. Install them (Debian/Ubuntu: `apt-get install \

@@ -8,14 +8,7 @@ use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use std::process::{Child, Command, Stdio};
 
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
-        panic!(
-            "DATABASE_URL is not set. PostgreSQL tests need a real server: run them with \
-             `scripts/test`, which starts a throwaway PostgreSQL, or set DATABASE_URL"
-        )
-    })
-}
+pub use idem_testdb::database_url;
 
 /// A migrated store in a fresh schema, with the `executions` and `lost_claims` tables the
 /// worker writes to. The schema is dropped at the end.

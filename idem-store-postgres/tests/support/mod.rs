@@ -10,16 +10,8 @@ use idem_store_postgres::sqlx::PgPool;
 use idem_store_postgres::PgStore;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The server under test. There is no fallback: a PostgreSQL test without a server fails.
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
-        panic!(
-            "DATABASE_URL is not set. PostgreSQL tests need a real server: run them with \
-             `scripts/test`, which starts a throwaway PostgreSQL, or set DATABASE_URL to a \
-             server you can create schemas on"
-        )
-    })
-}
+/// The server under test (there is no fallback: without one, tests fail).
+pub use idem_testdb::database_url;
 
 pub async fn pool(max_connections: u32) -> PgPool {
     let url = database_url();
