@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --example quickstart
-//! RUST_LOG=idem=info cargo run --example quickstart   # also print each call's span
+//! RUST_LOG=idem_core=info cargo run --example quickstart   # also print each call's span
 //! ```
 
 use idem_core::{idempotent, Error, MemoryStore, Outcome};
@@ -103,8 +103,10 @@ async fn scenario() -> (Vec<String>, u32) {
 #[tokio::main]
 async fn main() {
     if std::env::var_os("RUST_LOG").is_some() {
+        // One line per call as its span closes, with the key, fence and outcome.
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
             .init();
     }
     scenario().await;

@@ -159,10 +159,10 @@ async fn panic_releases_the_claim_and_propagates() {
     assert!(panics_first(&store, 3, &runs).await.unwrap().is_executed());
 }
 
-#[idempotent(key = "slow:{id}", store = store, lease = "300ms")]
+#[idempotent(key = "slow:{id}", store = store, lease = "600ms")]
 async fn slow_job(store: &FlakyStore, id: u32, runs: &AtomicU32) -> Result<(), MailError> {
     runs.fetch_add(1, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::sleep(Duration::from_millis(2400)).await;
     let _ = id;
     Ok(())
 }
@@ -178,7 +178,7 @@ async fn slow_body_outlives_its_lease_without_takeover() {
         async move { slow_job(&store, 1, &runs).await }
     });
     for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
         let again = slow_job(&store, 1, &runs).await.unwrap();
         assert!(again.is_in_progress(), "got {again:?}");
     }
