@@ -200,7 +200,7 @@ impl<'s> Call<'s> {
             match self.begin_in_transaction(store, codec).await? {
                 TxBegun::Settled(outcome) => Ok(outcome),
                 TxBegun::Claimed(mut transaction, pending) => {
-                    let result = catch_unwind(work(&mut transaction)).await;
+                    let result = catch_unwind(pending.scope(work(&mut transaction))).await;
                     pending.finish(transaction, result).await
                 }
             }

@@ -17,6 +17,7 @@ use tracing::Span;
 
 use crate::call::Call;
 use crate::codec::Codec;
+use crate::context::CallContext;
 use crate::error::{Error, Operation, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
@@ -242,6 +243,13 @@ pub struct TxPending<'s, S: ?Sized, C> {
     codec: C,
 }
 
+impl<S: ?Sized, C> TxPending<'_, S, C> {
+    /// Runs the body as the current call (see [`crate::context`]).
+    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
+        CallContext::new(self.key.clone(), self.fence).scope(work)
+    }
+}
+
 /// What the body produced: its result, or the payload of its panic.
 #[doc(hidden)]
 pub type Caught<T, E> = Result<Result<T, E>, Box<dyn Any + Send>>;
@@ -338,8 +346,9 @@ impl Claimed<'_> {
     {
         // Until the claim is settled (completed or released), dropping this future abandons it.
         let guard = AbandonGuard { claim: &self };
+        let context = CallContext::new(self.key.clone(), self.fence);
         let result = {
-            let mut work = pin!(CatchUnwind(work));
+            let mut work = pin!(CatchUnwind(context.scope(work)));
             let mut renew = pin!(self.renew_forever());
             tokio::select! {
                 biased;

@@ -78,12 +78,14 @@
 mod call;
 pub mod clock;
 mod codec;
+pub mod context;
 mod error;
 mod execute;
 mod fingerprint;
 mod key;
 mod memory;
 mod outcome;
+pub mod period;
 mod store;
 mod transactional;
 

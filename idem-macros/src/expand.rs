@@ -166,7 +166,7 @@ fn expand(v: Validated) -> TokenStream {
                             )) => {
                                 let __idem_result = {
                                     let #tx = &mut __idem_tx;
-                                    #private::catch_unwind(async { #fake_return #(#body)* }).await
+                                    #private::catch_unwind(__idem_pending.scope(async { #fake_return #(#body)* })).await
                                 };
                                 __idem_pending.finish(__idem_tx, __idem_result).await
                             }

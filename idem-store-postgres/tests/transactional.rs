@@ -225,3 +225,21 @@ async fn call_api_runs_in_a_transaction() {
 fn test_accounts(test: &TestStore) -> String {
     format!("\"{}\".accounts", test.schema)
 }
+
+#[idempotent(key = "ctx:{order}", store = store, transaction = tx)]
+async fn reads_context(store: &PgStore, order: u32) -> Result<String, sqlx::Error> {
+    let _ = &mut **tx;
+    Ok(idem_core::context::current()
+        .unwrap()
+        .sub_key("receipt")
+        .unwrap()
+        .into_string())
+}
+
+/// The body sees the current call in transactional mode too.
+#[tokio::test]
+async fn the_body_sees_its_call_context() {
+    let (test, _) = setup("tx_ctx").await;
+    let outcome = reads_context(&test.store, 9).await.unwrap();
+    assert_eq!(outcome, Outcome::Executed("ctx:9/receipt".to_owned()));
+}
