@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use idem_core::{
-    Call, Claim, ClaimRequest, Completion, Fence, Fenced, Fingerprint, Key, Outcome, RecordState,
-    Store,
+    Call, Claim, ClaimRequest, Completion, EffectRecord, EffectState, Fence, Fenced, Fingerprint,
+    Key, Outcome, RecordState, Store,
 };
 
 use crate::Harness;
@@ -588,4 +588,168 @@ pub async fn concurrent_claims_acquire_exactly_once(h: &impl Harness) {
         assert_eq!(fences.len(), 1, "exactly one of 64 claims acquires");
         assert_eq!(in_progress, 63);
     }
+}
+
+async fn record(
+    store: &dyn Store,
+    key: &Key,
+    fence: Fence,
+    effect: &str,
+    state: EffectState,
+    output: Option<&[u8]>,
+    keep: Duration,
+) -> Fenced {
+    store
+        .record_effect(
+            key,
+            fence,
+            EffectRecord {
+                effect,
+                state,
+                output,
+                keep,
+            },
+        )
+        .await
+        .expect("record_effect succeeds")
+}
+
+/// The journal stores an intent, then the completion with its output, per named effect.
+pub async fn effect_journal_records_intent_then_completion(h: &impl Harness) {
+    let store = h.store();
+    let k = key("journal");
+    let fence = acquire(&*store, &k, LONG_LEASE).await;
+    assert_eq!(store.effect(&k, "send").await.unwrap(), None);
+    let started = record(&*store, &k, fence, "send", EffectState::Started, None, KEEP).await;
+    assert_eq!(started, Fenced::Applied);
+    let entry = store.effect(&k, "send").await.unwrap().expect("entry");
+    assert_eq!((entry.state, entry.fence), (EffectState::Started, fence));
+    let done = record(
+        &*store,
+        &k,
+        fence,
+        "send",
+        EffectState::Done,
+        Some(b"\"ok\""),
+        KEEP,
+    )
+    .await;
+    assert_eq!(done, Fenced::Applied);
+    let entry = store.effect(&k, "send").await.unwrap().expect("entry");
+    assert_eq!(entry.state, EffectState::Done);
+    assert_eq!(entry.output.as_deref(), Some(&b"\"ok\""[..]));
+    assert_eq!(
+        store.effect(&k, "other").await.unwrap(),
+        None,
+        "entries are per effect"
+    );
+}
+
+/// A done entry is final: nothing overwrites it.
+pub async fn a_done_effect_is_final(h: &impl Harness) {
+    let store = h.store();
+    let k = key("journal-final");
+    let fence = acquire(&*store, &k, LONG_LEASE).await;
+    let _ = record(
+        &*store,
+        &k,
+        fence,
+        "send",
+        EffectState::Done,
+        Some(b"1"),
+        KEEP,
+    )
+    .await;
+    let again = record(&*store, &k, fence, "send", EffectState::Started, None, KEEP).await;
+    assert_eq!(again, Fenced::Lost);
+    let entry = store.effect(&k, "send").await.unwrap().unwrap();
+    assert_eq!(
+        (entry.state, entry.output.as_deref()),
+        (EffectState::Done, Some(&b"1"[..]))
+    );
+}
+
+/// A run that lost its claim cannot write to the journal; the newer run can.
+pub async fn effect_records_are_fenced(h: &impl Harness) {
+    let store = h.store();
+    let k = key("journal-fence");
+    let lease = h.short_lease();
+    let stale = acquire(&*store, &k, lease).await;
+    h.advance(past(lease)).await;
+    let fresh = acquire(&*store, &k, LONG_LEASE).await;
+    let late = record(
+        &*store,
+        &k,
+        stale,
+        "send",
+        EffectState::Done,
+        Some(b"1"),
+        KEEP,
+    )
+    .await;
+    assert_eq!(
+        late,
+        Fenced::Lost,
+        "a stale fence must not record an effect"
+    );
+    let now = record(
+        &*store,
+        &k,
+        fresh,
+        "send",
+        EffectState::Done,
+        Some(b"2"),
+        KEEP,
+    )
+    .await;
+    assert_eq!(now, Fenced::Applied);
+    assert_eq!(complete(&*store, &k, fresh, None).await, Fenced::Applied);
+    let after = record(&*store, &k, fresh, "other", EffectState::Done, None, KEEP).await;
+    assert_eq!(after, Fenced::Lost, "no journal writes after completion");
+}
+
+/// The journal outlives a release: the retry of failed work sees what the failed run did.
+pub async fn effects_outlive_a_release(h: &impl Harness) {
+    let store = h.store();
+    let k = key("journal-release");
+    let fence = acquire(&*store, &k, LONG_LEASE).await;
+    let _ = record(
+        &*store,
+        &k,
+        fence,
+        "send",
+        EffectState::Done,
+        Some(b"1"),
+        KEEP,
+    )
+    .await;
+    assert_eq!(store.release(&k, fence).await.unwrap(), Fenced::Applied);
+    let _ = acquire(&*store, &k, LONG_LEASE).await;
+    let entry = store
+        .effect(&k, "send")
+        .await
+        .unwrap()
+        .expect("kept across the release");
+    assert_eq!(entry.state, EffectState::Done);
+}
+
+/// Journal entries expire after their own `keep`, and purge deletes them.
+pub async fn expired_effects_are_purged(h: &impl Harness) {
+    let store = h.store();
+    let k = key("journal-expiry");
+    let keep = h.short_lease();
+    let fence = acquire(&*store, &k, LONG_LEASE).await;
+    let _ = record(
+        &*store,
+        &k,
+        fence,
+        "send",
+        EffectState::Done,
+        Some(b"1"),
+        keep,
+    )
+    .await;
+    h.advance(past(keep)).await;
+    assert_eq!(store.effect(&k, "send").await.unwrap(), None, "expired");
+    assert!(store.purge_expired(100).await.unwrap() >= 1);
 }

@@ -66,6 +66,11 @@ macro_rules! store_conformance {
             purge_respects_its_limit,
             abandon_frees_the_key,
             concurrent_claims_acquire_exactly_once,
+            effect_journal_records_intent_then_completion,
+            a_done_effect_is_final,
+            effect_records_are_fenced,
+            effects_outlive_a_release,
+            expired_effects_are_purged,
         );
     };
 }

@@ -82,6 +82,7 @@ pub mod context;
 mod error;
 mod execute;
 mod fingerprint;
+pub mod journal;
 mod key;
 mod memory;
 mod outcome;
@@ -100,7 +101,10 @@ pub use idem_macros::idempotent;
 pub use key::{InvalidKey, InvalidKeyReason, Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
 pub use outcome::Outcome;
-pub use store::{Claim, ClaimRequest, Completion, Fence, Fenced, Record, RecordState, Store};
+pub use store::{
+    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Record,
+    RecordState, Store,
+};
 pub use transactional::{TransactionalStore, TxClaim};
 
 /// The return type of an `#[idempotent]` function whose body returns `Result<T, E>`.

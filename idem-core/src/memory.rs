@@ -10,7 +10,10 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
-use crate::store::{Claim, ClaimRequest, Completion, Fence, Fenced, Record, RecordState, Store};
+use crate::store::{
+    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Record,
+    RecordState, Store,
+};
 
 /// Fences come from one counter for the whole process, so a key that is released (its record
 /// deleted) and claimed again still gets a larger fence than any earlier run of it.
@@ -60,7 +63,14 @@ struct Inner {
 #[derive(Debug, Default)]
 struct Map {
     records: HashMap<Key, Entry>,
+    effects: HashMap<(Key, String), Effect>,
     purge_at: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Effect {
+    entry: EffectEntry,
+    expires_at: SystemTime,
 }
 
 #[derive(Debug, Clone)]
@@ -109,6 +119,7 @@ impl MemoryStore {
                 clock: Box::new(clock),
                 map: Mutex::new(Map {
                     records: HashMap::new(),
+                    effects: HashMap::new(),
                     purge_at: AUTO_PURGE_FLOOR,
                 }),
             }),
@@ -194,6 +205,17 @@ impl Map {
                 self.records.remove(&key);
                 removed += 1;
             }
+        }
+        let expired_effects: Vec<(Key, String)> = self
+            .effects
+            .iter()
+            .filter(|(_, e)| e.expires_at <= now)
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect();
+        for id in expired_effects {
+            self.effects.remove(&id);
+            removed += 1;
         }
         self.purge_at = (self.records.len() * 2).max(AUTO_PURGE_FLOOR);
         removed
@@ -310,6 +332,50 @@ impl Store for MemoryStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         let now = self.now();
         Ok(self.map().purge(now, limit))
+    }
+
+    async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
+        let now = self.now();
+        let map = self.map();
+        Ok(map
+            .effects
+            .get(&(key.clone(), effect.to_owned()))
+            .filter(|e| e.expires_at > now)
+            .map(|e| e.entry.clone()))
+    }
+
+    async fn record_effect(
+        &self,
+        key: &Key,
+        fence: Fence,
+        record: EffectRecord<'_>,
+    ) -> Result<Fenced, StoreError> {
+        let now = self.now();
+        let mut map = self.map();
+        let holds = matches!(
+            map.records.get(key),
+            Some(entry) if entry.fence == fence && matches!(entry.state, State::InProgress { .. })
+        );
+        if !holds {
+            return Ok(Fenced::Lost);
+        }
+        let id = (key.clone(), record.effect.to_owned());
+        if matches!(map.effects.get(&id), Some(e) if e.entry.state == EffectState::Done && e.expires_at > now)
+        {
+            return Ok(Fenced::Lost);
+        }
+        map.effects.insert(
+            id,
+            Effect {
+                entry: EffectEntry {
+                    state: record.state,
+                    output: record.output.map(<[u8]>::to_vec),
+                    fence,
+                },
+                expires_at: now + record.keep,
+            },
+        );
+        Ok(Fenced::Applied)
     }
 
     fn abandon(&self, key: &Key, fence: Fence) {

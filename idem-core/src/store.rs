@@ -115,6 +115,39 @@ pub struct Record {
     pub state: RecordState,
 }
 
+/// Whether a journaled effect is known to have happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EffectState {
+    /// The intent was recorded before running the effect (at-most-once); no completion yet.
+    Started,
+    /// The effect ran and its output is recorded. Final: never overwritten.
+    Done,
+}
+
+/// A journal entry, as [`Store::effect`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectEntry {
+    /// Started or done.
+    pub state: EffectState,
+    /// The recorded output (for `Done`).
+    pub output: Option<Vec<u8>>,
+    /// The fence of the run that wrote it.
+    pub fence: Fence,
+}
+
+/// What [`Store::record_effect`] writes.
+#[derive(Debug, Clone, Copy)]
+pub struct EffectRecord<'a> {
+    /// The effect's name within the key, e.g. `send-receipt`.
+    pub effect: &'a str,
+    /// Started or done.
+    pub state: EffectState,
+    /// The output to hand a retry (for `Done`).
+    pub output: Option<&'a [u8]>,
+    /// How long the entry is kept.
+    pub keep: Duration,
+}
+
 /// Where idempotency records live.
 ///
 /// Each method is one atomic step for the backend: a single statement or a single critical
@@ -132,7 +165,11 @@ pub struct Record {
 ///   fence applies again (so a retried completion is safe).
 /// - `release` deletes an unfinished claim so the key is free at once; a completed record is
 ///   left as it is (and the release reports [`Fenced::Lost`]).
-/// - `purge_expired` deletes records past their lease (in progress) or `keep` (completed).
+/// - `purge_expired` deletes records past their lease (in progress) or `keep` (completed), and
+///   journal entries past their own `keep`.
+/// - The effect journal: `record_effect` writes an entry for `(key, effect)` only while the
+///   key's record holds the caller's fence and is not completed, never overwrites a `Done`
+///   entry, and outlives a release of the key (so a retry sees what the failed run did).
 ///
 /// The trait is object safe: handlers take `&dyn Store` or `Arc<dyn Store>`, so backends swap
 /// at run time without touching handlers.
@@ -166,6 +203,18 @@ pub trait Store: fmt::Debug + Send + Sync {
 
     /// Deletes up to `limit` expired records and returns how many it deleted.
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError>;
+
+    /// Reads the journal entry of `effect` under `key`, unless it expired.
+    async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError>;
+
+    /// Writes a journal entry for `key`, if the key's record still holds `fence` and is in
+    /// progress, and the entry is not already `Done`. One atomic step.
+    async fn record_effect(
+        &self,
+        key: &Key,
+        fence: Fence,
+        record: EffectRecord<'_>,
+    ) -> Result<Fenced, StoreError>;
 
     /// Called, without waiting, when a claimed run's future is dropped before it finished (the
     /// caller timed out or went away). A store should free the key promptly if it can do so
@@ -208,6 +257,21 @@ macro_rules! delegate_store {
             }
             async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
                 (**self).purge_expired(limit).await
+            }
+            async fn effect(
+                &self,
+                key: &Key,
+                effect: &str,
+            ) -> Result<Option<EffectEntry>, StoreError> {
+                (**self).effect(key, effect).await
+            }
+            async fn record_effect(
+                &self,
+                key: &Key,
+                fence: Fence,
+                record: EffectRecord<'_>,
+            ) -> Result<Fenced, StoreError> {
+                (**self).record_effect(key, fence, record).await
             }
             fn abandon(&self, key: &Key, fence: Fence) {
                 (**self).abandon(key, fence)

@@ -20,11 +20,14 @@ pub(crate) struct Statements {
     pub renew: String,
     pub get: String,
     pub purge: String,
+    pub effect: String,
+    pub record_effect: String,
 }
 
 impl Statements {
     pub fn new(schema: &str, table: &str) -> Statements {
         let t = format!("\"{schema}\".\"{table}\"");
+        let e = format!("\"{schema}\".\"{table}_effects\"");
         let seq = format!("'\"{schema}\".\"{table}_fence\"'");
         let expires = micros_sql("expires_at");
         let completed = micros_sql("completed_at");
@@ -78,12 +81,42 @@ impl Statements {
             get: format!(
                 "SELECT fence, fingerprint, {completed}, {expires}, output FROM {t} WHERE key = $1"
             ),
-            // Bounded batches in index order; rows locked by a concurrent claim are skipped.
+            // Bounded batches in index order, records and journal entries in one statement;
+            // rows locked by a concurrent claim are skipped.
             purge: format!(
-                "DELETE FROM {t} WHERE key IN (
-                    SELECT key FROM {t} WHERE expires_at <= now()
-                    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
-                 )"
+                "WITH records AS (
+                    DELETE FROM {t} WHERE key IN (
+                        SELECT key FROM {t} WHERE expires_at <= now()
+                        ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+                    ) RETURNING 1
+                 ), effects AS (
+                    DELETE FROM {e} WHERE (key, effect) IN (
+                        SELECT key, effect FROM {e} WHERE expires_at <= now()
+                        ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+                    ) RETURNING 1
+                 )
+                 SELECT (SELECT count(*) FROM records) + (SELECT count(*) FROM effects)"
+            ),
+            // $1 key, $2 effect.
+            effect: format!(
+                "SELECT state, output, fence FROM {e}
+                 WHERE key = $1 AND effect = $2 AND expires_at > now()"
+            ),
+            // $1 key, $2 fence, $3 effect, $4 state, $5 output, $6 keep (µs). Writes only while
+            // the key's record holds the fence and is in progress (`FOR SHARE` makes a
+            // concurrent takeover wait, or this wait for it), and never over a done entry.
+            record_effect: format!(
+                "WITH holder AS (
+                    SELECT 1 FROM {t}
+                    WHERE key = $1 AND fence = $2 AND completed_at IS NULL FOR SHARE
+                 )
+                 INSERT INTO {e} AS j (key, effect, state, output, fence, expires_at)
+                 SELECT $1, $3, $4, $5, $2, now() + $6 * interval '1 microsecond' FROM holder
+                 ON CONFLICT (key, effect) DO UPDATE
+                 SET state = excluded.state, output = excluded.output, fence = excluded.fence,
+                     recorded_at = now(), expires_at = excluded.expires_at
+                 WHERE j.state <> 1 OR j.expires_at <= now()
+                 RETURNING 1"
             ),
             table: t,
         }

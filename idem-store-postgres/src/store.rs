@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use idem_core::{
-    Claim, ClaimRequest, Completion, Fence, Fenced, Fingerprint, Key, Operation, Record,
-    RecordState, Store, StoreError,
+    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced,
+    Fingerprint, Key, Operation, Record, RecordState, Store, StoreError,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Row};
@@ -399,11 +399,62 @@ impl PgStore {
     }
 
     async fn purge_on(&self, conn: &mut PgConnection, limit: i64) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::query(&self.shared.sql.purge)
+        let deleted: i64 = sqlx::query(&self.shared.sql.purge)
             .bind(limit)
-            .execute(conn)
+            .fetch_one(conn)
             .await?
-            .rows_affected())
+            .try_get(0)?;
+        Ok(deleted.unsigned_abs())
+    }
+
+    async fn effect_on(
+        &self,
+        conn: &mut PgConnection,
+        key: &Key,
+        effect: &str,
+    ) -> Result<Option<EffectEntry>, sqlx::Error> {
+        let row = sqlx::query(&self.shared.sql.effect)
+            .bind(key.as_str())
+            .bind(effect)
+            .fetch_optional(conn)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(EffectEntry {
+            state: if row.try_get::<i16, _>(0)? == 1 {
+                EffectState::Done
+            } else {
+                EffectState::Started
+            },
+            output: row.try_get(1)?,
+            fence: fence(row.try_get(2)?),
+        }))
+    }
+
+    async fn record_effect_on(
+        &self,
+        conn: &mut PgConnection,
+        key: &Key,
+        fence: Fence,
+        record: EffectRecord<'_>,
+    ) -> Result<Fenced, sqlx::Error> {
+        let state: i16 = match record.state {
+            EffectState::Started => 0,
+            EffectState::Done => 1,
+        };
+        let written = sqlx::query(&self.shared.sql.record_effect)
+            .bind(key.as_str())
+            .bind(fence_param(fence))
+            .bind(record.effect)
+            .bind(state)
+            .bind(record.output)
+            .bind(duration_micros(record.keep))
+            .fetch_optional(conn)
+            .await?;
+        Ok(if written.is_some() {
+            Fenced::Applied
+        } else {
+            Fenced::Lost
+        })
     }
 }
 
@@ -449,6 +500,21 @@ impl Store for PgStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         on_conn!(self, conn => self.purge_on(conn, limit))
             .map_err(|e| store_error(e).during(Operation::Purge))
+    }
+
+    async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
+        on_conn!(self, conn => self.effect_on(conn, key, effect))
+            .map_err(|e| store_error(e).during(Operation::Get))
+    }
+
+    async fn record_effect(
+        &self,
+        key: &Key,
+        fence: Fence,
+        record: EffectRecord<'_>,
+    ) -> Result<Fenced, StoreError> {
+        on_conn!(self, conn => self.record_effect_on(conn, key, fence, record))
+            .map_err(|e| store_error(e).during(Operation::Complete))
     }
 
     /// Releases the claim in a background task on the current Tokio runtime, so a cancelled

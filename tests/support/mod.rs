@@ -4,7 +4,8 @@
 
 use async_trait::async_trait;
 use idem_core::{
-    Claim, ClaimRequest, Completion, Fence, Fenced, Key, MemoryStore, Record, Store, StoreError,
+    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, Fence, Fenced, Key, MemoryStore,
+    Record, Store, StoreError,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -15,6 +16,7 @@ pub struct FlakyStore {
     pub inner: MemoryStore,
     pub fail_claim: AtomicBool,
     pub fail_complete: AtomicBool,
+    pub fail_record_effect: AtomicBool,
     pub claims: AtomicUsize,
     pub completes: AtomicUsize,
     pub releases: AtomicUsize,
@@ -62,6 +64,20 @@ impl Store for FlakyStore {
     }
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         self.inner.purge_expired(limit).await
+    }
+    async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
+        self.inner.effect(key, effect).await
+    }
+    async fn record_effect(
+        &self,
+        key: &Key,
+        fence: Fence,
+        record: EffectRecord<'_>,
+    ) -> Result<Fenced, StoreError> {
+        if self.fail_record_effect.load(Ordering::SeqCst) {
+            return Err(down());
+        }
+        self.inner.record_effect(key, fence, record).await
     }
     fn abandon(&self, key: &Key, fence: Fence) {
         self.inner.abandon(key, fence)
