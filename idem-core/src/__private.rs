@@ -7,6 +7,7 @@ pub use crate::error::{CodecError, Error};
 pub use crate::execute::{Caught, TxBegun, TxPending};
 pub use crate::fingerprint::Fingerprint;
 pub use crate::key::{InvalidKey, Key};
+pub use crate::keyed::KeyedClient;
 pub use crate::outcome::Outcome;
 pub use crate::store::Store;
 pub use crate::transactional::TransactionalStore;
@@ -63,4 +64,17 @@ impl<T, E> BodyResult for Result<T, E> {
     fn into_result(self) -> Result<T, E> {
         self
     }
+}
+
+/// `client`'s keyed view for the current call; a client that has none fails here, with the
+/// error on its name in `clients(..)`.
+pub fn keyed<C: KeyedClient>(client: &C) -> C::Keyed<'_> {
+    client.keyed(current_key())
+}
+
+/// The current call's key, for rebinding `clients(..)` inside the body.
+pub fn current_key() -> Key {
+    crate::context::current()
+        .map(|call| call.key().clone())
+        .expect("`clients(..)` rebinding runs inside the claimed body")
 }

@@ -84,6 +84,7 @@ mod execute;
 mod fingerprint;
 pub mod journal;
 mod key;
+pub mod keyed;
 mod memory;
 mod outcome;
 pub mod period;

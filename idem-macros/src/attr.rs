@@ -17,11 +17,12 @@ mod kw {
     syn::custom_keyword!(replay);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(transaction);
+    syn::custom_keyword!(clients);
 }
 
 /// Every option the attribute takes, in the order the docs list them.
 pub(crate) const OPTIONS: &str = "`key`, `store`, `lease`, `keep`, `fingerprint(..)`, `replay`, \
-     `wait`, `transaction` or `crate`";
+     `wait`, `transaction`, `clients(..)` or `crate`";
 
 /// The attribute's arguments, as written. Each is set at most once.
 #[derive(Default)]
@@ -31,14 +32,15 @@ pub(crate) struct Args {
     pub lease: Option<DurationArg>,
     pub keep: Option<DurationArg>,
     pub wait: Option<DurationArg>,
-    pub fingerprint: Option<Fingerprint>,
+    pub fingerprint: Option<ParamList>,
+    pub clients: Option<ParamList>,
     pub replay: Option<Span>,
     pub transaction: Option<Ident>,
     pub krate: Option<syn::Path>,
 }
 
-/// `fingerprint(a, b)`: the keyword's span and the named parameters.
-pub(crate) struct Fingerprint {
+/// `fingerprint(a, b)` or `clients(a, b)`: the keyword's span and the named parameters.
+pub(crate) struct ParamList {
     pub span: Span,
     pub params: Vec<Ident>,
 }
@@ -112,22 +114,12 @@ impl Parse for Args {
                 set_once(&mut args.wait, DurationArg::parse(lit)?, "wait", span)?;
             } else if lookahead.peek(kw::fingerprint) {
                 input.parse::<kw::fingerprint>()?;
-                if !input.peek(syn::token::Paren) {
-                    return Err(syn::Error::new(
-                        span,
-                        "`fingerprint` lists parameters in parentheses, like \
-                         `fingerprint(amount, currency)`",
-                    ));
-                }
-                let content;
-                syn::parenthesized!(content in input);
-                let params: Punctuated<Ident, Token![,]> =
-                    content.parse_terminated(Ident::parse_any_param, Token![,])?;
-                let fingerprint = Fingerprint {
-                    span,
-                    params: params.into_iter().collect(),
-                };
-                set_once(&mut args.fingerprint, fingerprint, "fingerprint", span)?;
+                let list = param_list(input, "fingerprint", "amount, currency", span)?;
+                set_once(&mut args.fingerprint, list, "fingerprint", span)?;
+            } else if lookahead.peek(kw::clients) {
+                input.parse::<kw::clients>()?;
+                let list = param_list(input, "clients", "payments, mailer", span)?;
+                set_once(&mut args.clients, list, "clients", span)?;
             } else if lookahead.peek(kw::replay) {
                 input.parse::<kw::replay>()?;
                 if input.peek(Token![=]) {
@@ -175,6 +167,24 @@ impl Parse for Args {
         }
         Ok(args)
     }
+}
+
+/// `(a, b)` after `fingerprint` or `clients`.
+fn param_list(input: ParseStream, name: &str, example: &str, span: Span) -> syn::Result<ParamList> {
+    if !input.peek(syn::token::Paren) {
+        return Err(syn::Error::new(
+            span,
+            format!("`{name}` lists parameters in parentheses, like `{name}({example})`"),
+        ));
+    }
+    let content;
+    syn::parenthesized!(content in input);
+    let params: Punctuated<Ident, Token![,]> =
+        content.parse_terminated(Ident::parse_any_param, Token![,])?;
+    Ok(ParamList {
+        span,
+        params: params.into_iter().collect(),
+    })
 }
 
 /// Parameter names include `self`, which is a keyword to `syn`.

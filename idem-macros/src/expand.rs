@@ -48,6 +48,7 @@ fn expand(v: Validated) -> TokenStream {
         keep,
         wait,
         fingerprint,
+        clients,
         replay,
         transaction,
         krate,
@@ -115,7 +116,14 @@ fn expand(v: Validated) -> TokenStream {
     });
 
     let name = func.sig.ident.to_string();
+    // `clients(..)`: inside the claimed body, each named client becomes its keyed view.
+    let rebind = clients.iter().map(|ident| {
+        quote_spanned! {ident.span()=>
+            let #ident = #private::keyed(&#ident);
+        }
+    });
     let body = &func.block.stmts;
+    let body = quote!(#(#rebind)* #(#body)*);
     let fake_return = quote! {
         #[allow(
             unreachable_code,
@@ -132,7 +140,7 @@ fn expand(v: Validated) -> TokenStream {
     // without transactions is reported on the `store` expression.
     let run = match &transaction {
         None => {
-            let work = quote!(async { #fake_return #(#body)* });
+            let work = quote!(async { #fake_return #body });
             if replay {
                 quote_spanned!(ok_ty.span()=> __idem_call.run_replay(#work).await)
             } else {
@@ -166,7 +174,7 @@ fn expand(v: Validated) -> TokenStream {
                             )) => {
                                 let __idem_result = {
                                     let #tx = &mut __idem_tx;
-                                    #private::catch_unwind(__idem_pending.scope(async { #fake_return #(#body)* })).await
+                                    #private::catch_unwind(__idem_pending.scope(async { #fake_return #body })).await
                                 };
                                 __idem_pending.finish(__idem_tx, __idem_result).await
                             }

@@ -17,6 +17,7 @@ pub(crate) struct Validated {
     pub keep: Option<DurationArg>,
     pub wait: Option<DurationArg>,
     pub fingerprint: Vec<Ident>,
+    pub clients: Vec<Ident>,
     pub replay: bool,
     pub transaction: Option<Ident>,
     pub krate: Option<syn::Path>,
@@ -106,31 +107,21 @@ pub(crate) fn validate(args: Args, func: ItemFn) -> syn::Result<Validated> {
         ));
     }
 
-    let mut fingerprint = Vec::new();
-    if let Some(fp) = args.fingerprint {
-        if fp.params.is_empty() {
-            errors.push(syn::Error::new(
-                fp.span,
-                "`fingerprint()` names no parameter; list the inputs that must match when the \
-                 key is reused, like `fingerprint(amount, currency)`, or remove it",
-            ));
-        }
-        for (i, ident) in fp.params.iter().enumerate() {
-            let name = ident.to_string();
-            if !params.contains(&name) {
-                errors.push(syn::Error::new(
-                    ident.span(),
-                    unknown_param_message(&format!("`fingerprint({name})`"), &name, &params),
-                ));
-            } else if fp.params[..i].iter().any(|earlier| *earlier == name) {
-                errors.push(syn::Error::new(
-                    ident.span(),
-                    format!("`{name}` is listed twice in `fingerprint(..)`; keep one"),
-                ));
-            }
-        }
-        fingerprint = fp.params;
-    }
+    let fingerprint = check_list(
+        args.fingerprint,
+        "fingerprint",
+        "list the inputs that must match when the key is reused, like \
+         `fingerprint(amount, currency)`, or remove it",
+        &params,
+        &mut errors,
+    );
+    let clients = check_list(
+        args.clients,
+        "clients",
+        "list the side-effect clients to hand the key to, like `clients(payments)`, or remove it",
+        &params,
+        &mut errors,
+    );
 
     if let Some(tx) = &args.transaction {
         let name = tx.to_string();
@@ -169,6 +160,7 @@ pub(crate) fn validate(args: Args, func: ItemFn) -> syn::Result<Validated> {
         keep: args.keep,
         wait: args.wait,
         fingerprint,
+        clients,
         replay: args.replay.is_some(),
         transaction: args.transaction,
         krate: args.krate,
@@ -177,6 +169,40 @@ pub(crate) fn validate(args: Args, func: ItemFn) -> syn::Result<Validated> {
         output_span,
         func,
     })
+}
+
+/// Checks a `fingerprint(..)`/`clients(..)` list: not empty, only parameters, no repeats.
+fn check_list(
+    list: Option<crate::attr::ParamList>,
+    option: &str,
+    when_empty: &str,
+    params: &[String],
+    errors: &mut Errors,
+) -> Vec<Ident> {
+    let Some(list) = list else {
+        return Vec::new();
+    };
+    if list.params.is_empty() {
+        errors.push(syn::Error::new(
+            list.span,
+            format!("`{option}()` names no parameter; {when_empty}"),
+        ));
+    }
+    for (i, ident) in list.params.iter().enumerate() {
+        let name = ident.to_string();
+        if !params.contains(&name) {
+            errors.push(syn::Error::new(
+                ident.span(),
+                unknown_param_message(&format!("`{option}({name})`"), &name, params),
+            ));
+        } else if list.params[..i].iter().any(|earlier| *earlier == name) {
+            errors.push(syn::Error::new(
+                ident.span(),
+                format!("`{name}` is listed twice in `{option}(..)`; keep one"),
+            ));
+        }
+    }
+    list.params
 }
 
 /// The names a placeholder or `fingerprint` may use: `self` and each parameter bound to a name.
