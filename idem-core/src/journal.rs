@@ -216,6 +216,24 @@ impl<'s> Journal<'s> {
         }
     }
 
+    /// Runs `effect` and records it done with its output.
+    async fn run_and_record<T, E, F>(
+        &self,
+        call: &CallContext,
+        name: &str,
+        effect: F,
+    ) -> Result<Effect<T>, JournalError<E>>
+    where
+        T: Replayable,
+        F: Future<Output = Result<T, E>>,
+    {
+        let value = effect.await.map_err(JournalError::Effect)?;
+        let output = JsonReplay.encode(&value).map_err(JournalError::Codec)?;
+        self.write(call, name, EffectState::Done, output.as_deref(), true)
+            .await?;
+        Ok(Effect::Ran(value))
+    }
+
     /// Runs `effect` unless an earlier run of this work recorded it done; records it after.
     pub async fn at_least_once<T, E, F>(
         &self,
@@ -231,11 +249,7 @@ impl<'s> Journal<'s> {
             tracing::debug!(effect = name, "journaled effect done before; skipped");
             return Ok(Effect::Skipped(value));
         }
-        let value = effect.await.map_err(JournalError::Effect)?;
-        let output = JsonReplay.encode(&value).map_err(JournalError::Codec)?;
-        self.write(&call, name, EffectState::Done, output.as_deref(), true)
-            .await?;
-        Ok(Effect::Ran(value))
+        self.run_and_record(&call, name, effect).await
     }
 
     /// Records the intent, runs `effect`, records it done. An earlier intent without a
@@ -264,10 +278,6 @@ impl<'s> Journal<'s> {
         }
         self.write(&call, name, EffectState::Started, None, false)
             .await?;
-        let value = effect.await.map_err(JournalError::Effect)?;
-        let output = JsonReplay.encode(&value).map_err(JournalError::Codec)?;
-        self.write(&call, name, EffectState::Done, output.as_deref(), true)
-            .await?;
-        Ok(Effect::Ran(value))
+        self.run_and_record(&call, name, effect).await
     }
 }
