@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod claim_batch;
 mod direct;
 mod error;
 mod ident;
