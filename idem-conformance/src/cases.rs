@@ -614,6 +614,26 @@ async fn record(
         .expect("record_effect succeeds")
 }
 
+/// Records `effect` done with `output`, kept for [`KEEP`].
+async fn record_done(
+    store: &dyn Store,
+    key: &Key,
+    fence: Fence,
+    effect: &str,
+    output: &[u8],
+) -> Fenced {
+    record(
+        store,
+        key,
+        fence,
+        effect,
+        EffectState::Done,
+        Some(output),
+        KEEP,
+    )
+    .await
+}
+
 /// The journal stores an intent, then the completion with its output, per named effect.
 pub async fn effect_journal_records_intent_then_completion(h: &impl Harness) {
     let store = h.store();
@@ -624,16 +644,7 @@ pub async fn effect_journal_records_intent_then_completion(h: &impl Harness) {
     assert_eq!(started, Fenced::Applied);
     let entry = store.effect(&k, "send").await.unwrap().expect("entry");
     assert_eq!((entry.state, entry.fence), (EffectState::Started, fence));
-    let done = record(
-        &*store,
-        &k,
-        fence,
-        "send",
-        EffectState::Done,
-        Some(b"\"ok\""),
-        KEEP,
-    )
-    .await;
+    let done = record_done(&*store, &k, fence, "send", b"\"ok\"").await;
     assert_eq!(done, Fenced::Applied);
     let entry = store.effect(&k, "send").await.unwrap().expect("entry");
     assert_eq!(entry.state, EffectState::Done);
@@ -650,16 +661,7 @@ pub async fn a_done_effect_is_final(h: &impl Harness) {
     let store = h.store();
     let k = key("journal-final");
     let fence = acquire(&*store, &k, LONG_LEASE).await;
-    let _ = record(
-        &*store,
-        &k,
-        fence,
-        "send",
-        EffectState::Done,
-        Some(b"1"),
-        KEEP,
-    )
-    .await;
+    let _ = record_done(&*store, &k, fence, "send", b"1").await;
     let again = record(&*store, &k, fence, "send", EffectState::Started, None, KEEP).await;
     assert_eq!(again, Fenced::Lost);
     let entry = store.effect(&k, "send").await.unwrap().unwrap();
@@ -677,31 +679,13 @@ pub async fn effect_records_are_fenced(h: &impl Harness) {
     let stale = acquire(&*store, &k, lease).await;
     h.advance(past(lease)).await;
     let fresh = acquire(&*store, &k, LONG_LEASE).await;
-    let late = record(
-        &*store,
-        &k,
-        stale,
-        "send",
-        EffectState::Done,
-        Some(b"1"),
-        KEEP,
-    )
-    .await;
+    let late = record_done(&*store, &k, stale, "send", b"1").await;
     assert_eq!(
         late,
         Fenced::Lost,
         "a stale fence must not record an effect"
     );
-    let now = record(
-        &*store,
-        &k,
-        fresh,
-        "send",
-        EffectState::Done,
-        Some(b"2"),
-        KEEP,
-    )
-    .await;
+    let now = record_done(&*store, &k, fresh, "send", b"2").await;
     assert_eq!(now, Fenced::Applied);
     assert_eq!(complete(&*store, &k, fresh, None).await, Fenced::Applied);
     let after = record(&*store, &k, fresh, "other", EffectState::Done, None, KEEP).await;
@@ -713,16 +697,7 @@ pub async fn effects_outlive_a_release(h: &impl Harness) {
     let store = h.store();
     let k = key("journal-release");
     let fence = acquire(&*store, &k, LONG_LEASE).await;
-    let _ = record(
-        &*store,
-        &k,
-        fence,
-        "send",
-        EffectState::Done,
-        Some(b"1"),
-        KEEP,
-    )
-    .await;
+    let _ = record_done(&*store, &k, fence, "send", b"1").await;
     assert_eq!(store.release(&k, fence).await.unwrap(), Fenced::Applied);
     let _ = acquire(&*store, &k, LONG_LEASE).await;
     let entry = store
