@@ -19,7 +19,8 @@ use crate::store::{
 /// deleted) and claimed again still gets a larger fence than any earlier run of it.
 static NEXT_FENCE: AtomicU64 = AtomicU64::new(1);
 
-/// Records smaller than this are never purged automatically.
+/// Maps smaller than this (records and journal entries together) are never purged
+/// automatically.
 const AUTO_PURGE_FLOOR: usize = 1024;
 
 /// An in-memory store for one process: tests, development, and single-instance services.
@@ -29,9 +30,9 @@ const AUTO_PURGE_FLOOR: usize = 1024;
 /// claims. Use a database-backed store (`idem-store-postgres`) when several processes or
 /// servers handle the same work.
 ///
-/// Expired records are purged by [`Store::purge_expired`], and automatically whenever the map
-/// has doubled in size since the last purge, so memory stays bounded by the live records
-/// without a background task.
+/// Expired records and journal entries are purged by [`Store::purge_expired`], and
+/// automatically whenever the store has doubled in size since the last purge, so memory stays
+/// bounded by the live entries without a background task.
 ///
 /// ```
 /// use idem_core::{idempotent, MemoryStore, Outcome};
@@ -187,39 +188,48 @@ impl Default for MemoryStore {
 }
 
 impl Map {
-    fn purge(&mut self, now: SystemTime, limit: usize) -> u64 {
-        let mut removed = 0u64;
-        if limit >= self.records.len() {
-            let before = self.records.len();
-            self.records.retain(|_, e| !e.is_expired(now));
-            removed = (before - self.records.len()) as u64;
-        } else {
-            let expired: Vec<Key> = self
-                .records
-                .iter()
-                .filter(|(_, e)| e.is_expired(now))
-                .map(|(k, _)| k.clone())
-                .take(limit)
-                .collect();
-            for key in expired {
-                self.records.remove(&key);
-                removed += 1;
-            }
+    /// Records and journal entries held, expired ones included.
+    fn size(&self) -> usize {
+        self.records.len() + self.effects.len()
+    }
+
+    /// Purges everything expired once the maps have doubled since the last purge, so memory
+    /// stays bounded by the live entries at an amortized O(1) per write.
+    fn purge_if_grown(&mut self, now: SystemTime) {
+        if self.size() >= self.purge_at {
+            self.purge(now, usize::MAX);
         }
-        let expired_effects: Vec<(Key, String)> = self
-            .effects
+    }
+
+    /// Deletes up to `limit` expired records and up to `limit` expired journal entries.
+    fn purge(&mut self, now: SystemTime, limit: usize) -> u64 {
+        let removed = remove_expired(&mut self.records, limit, |e| e.is_expired(now))
+            + remove_expired(&mut self.effects, limit, |e| e.expires_at <= now);
+        self.purge_at = (self.size() * 2).max(AUTO_PURGE_FLOOR);
+        removed
+    }
+}
+
+/// Removes up to `limit` entries of `map` for which `expired` holds; returns how many.
+fn remove_expired<K, V>(map: &mut HashMap<K, V>, limit: usize, expired: impl Fn(&V) -> bool) -> u64
+where
+    K: std::hash::Hash + Eq + Clone,
+{
+    let before = map.len();
+    if limit >= before {
+        map.retain(|_, v| !expired(v));
+    } else {
+        let keys: Vec<K> = map
             .iter()
-            .filter(|(_, e)| e.expires_at <= now)
+            .filter(|(_, v)| expired(v))
             .map(|(k, _)| k.clone())
             .take(limit)
             .collect();
-        for id in expired_effects {
-            self.effects.remove(&id);
-            removed += 1;
+        for key in keys {
+            map.remove(&key);
         }
-        self.purge_at = (self.records.len() * 2).max(AUTO_PURGE_FLOOR);
-        removed
     }
+    (before - map.len()) as u64
 }
 
 #[async_trait]
@@ -227,9 +237,7 @@ impl Store for MemoryStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let now = self.now();
         let mut map = self.map();
-        if map.records.len() >= map.purge_at {
-            map.purge(now, usize::MAX);
-        }
+        map.purge_if_grown(now);
         let lease_expires_at = now + request.lease;
         let taken_over = match map.records.get(request.key) {
             None => false,
@@ -352,6 +360,7 @@ impl Store for MemoryStore {
     ) -> Result<Fenced, StoreError> {
         let now = self.now();
         let mut map = self.map();
+        map.purge_if_grown(now);
         let holds = matches!(
             map.records.get(key),
             Some(entry) if entry.fence == fence && matches!(entry.state, State::InProgress { .. })
@@ -381,5 +390,55 @@ impl Store for MemoryStore {
     fn abandon(&self, key: &Key, fence: Fence) {
         // Synchronous and cheap here, so the key is free at once.
         let _ = self.fenced(key, fence, free_unfinished);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    /// Journal entries count toward the automatic purge, so a store whose records stay few but
+    /// whose journal keeps growing still sheds expired entries.
+    #[tokio::test]
+    async fn expired_journal_entries_are_purged_automatically() {
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let key = Key::new("one-job").unwrap();
+        let keep = Duration::from_secs(1);
+        let mut peak = 0;
+        for round in 0..20 {
+            let Claim::Acquired { fence, .. } = store
+                .claim(ClaimRequest {
+                    key: &key,
+                    fingerprint: None,
+                    lease: Duration::from_secs(60),
+                })
+                .await
+                .unwrap()
+            else {
+                panic!("acquire");
+            };
+            for i in 0..500 {
+                let effect = format!("effect-{round}-{i}");
+                let record = EffectRecord {
+                    effect: &effect,
+                    state: EffectState::Done,
+                    output: None,
+                    keep,
+                };
+                assert_eq!(
+                    store.record_effect(&key, fence, record).await.unwrap(),
+                    Fenced::Applied
+                );
+            }
+            let _ = store.release(&key, fence).await.unwrap();
+            clock.advance(keep * 2);
+            peak = peak.max(store.map().effects.len());
+        }
+        assert!(
+            peak <= 2 * AUTO_PURGE_FLOOR + 500,
+            "10,000 expired entries written, {peak} held at most"
+        );
     }
 }
