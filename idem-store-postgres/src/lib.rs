@@ -20,6 +20,7 @@ mod direct;
 mod error;
 mod ident;
 mod migrate;
+pub mod queue;
 mod sql;
 mod store;
 mod time;

@@ -189,6 +189,12 @@ impl PgStore {
         crate::migrate::migrate(&self.pool, &self.shared.schema, &self.shared.table).await
     }
 
+    /// The store's work queue (table `<table>_queue`, created by [`migrate`](PgStore::migrate)),
+    /// whose jobs run as idempotent calls on this store. See [`crate::queue`].
+    pub fn queue(&self) -> crate::queue::Queue {
+        crate::queue::Queue::new(self.clone(), &self.shared.schema, &self.shared.table)
+    }
+
     /// The pool the store uses.
     pub fn pool(&self) -> &PgPool {
         &self.pool

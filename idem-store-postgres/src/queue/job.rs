@@ -1,0 +1,270 @@
+//! Units of work: what is enqueued ([`NewJob`]), what a handler receives ([`Job`]), and what
+//! the queue reports about them.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use idem_core::{InvalidKey, Key, StoreError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+/// How many times a job runs before it is dead-lettered, unless [`NewJob::max_attempts`] says
+/// otherwise.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
+
+/// A unit of work to [enqueue](super::Queue::enqueue): its key, its JSON payload, and when and
+/// how often it may run.
+///
+/// ```
+/// use idem_store_postgres::queue::NewJob;
+/// use std::time::Duration;
+///
+/// let job = NewJob::new("welcome-email:42", &serde_json::json!({"user": 42}))
+///     .unwrap()
+///     .delay(Duration::from_secs(60))
+///     .max_attempts(5);
+/// assert_eq!(job.key(), "welcome-email:42");
+/// ```
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub(crate) key: Key,
+    pub(crate) payload: String,
+    pub(crate) run_after: Option<SystemTime>,
+    pub(crate) delay: Duration,
+    pub(crate) max_attempts: u32,
+}
+
+impl NewJob {
+    /// A job keyed `key` carrying `payload` (any `Serialize` value, stored as `jsonb`). Fails
+    /// for an invalid key (empty, too long, control characters) or a payload that cannot be
+    /// JSON; nothing is stored either way.
+    pub fn new<K, P>(key: K, payload: &P) -> Result<NewJob, EnqueueError>
+    where
+        K: TryInto<Key>,
+        InvalidKey: From<K::Error>,
+        P: Serialize + ?Sized,
+    {
+        let key = key
+            .try_into()
+            .map_err(|e| EnqueueError::InvalidKey(InvalidKey::from(e)))?;
+        let payload = serde_json::to_string(payload).map_err(EnqueueError::Payload)?;
+        Ok(NewJob {
+            key,
+            payload,
+            run_after: None,
+            delay: Duration::ZERO,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+        })
+    }
+
+    /// Not before `at` (the default is now).
+    pub fn run_after(mut self, at: SystemTime) -> Self {
+        self.run_after = Some(at);
+        self
+    }
+
+    /// Not before `delay` from now by the database's clock (added to [`run_after`] if both are
+    /// given).
+    ///
+    /// [`run_after`]: NewJob::run_after
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Runs at most `attempts` times (at least 1; default [`DEFAULT_MAX_ATTEMPTS`]); after the
+    /// last failure the job is dead-lettered with its last error.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.clamp(1, i32::MAX as u32);
+        self
+    }
+
+    /// The job's key.
+    pub fn key(&self) -> &str {
+        self.key.as_str()
+    }
+}
+
+/// What [enqueue](super::Queue::enqueue) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "Enqueued says whether the job was stored now or was already there"]
+pub enum Enqueued {
+    /// The job was stored and will run.
+    Queued,
+    /// A job with this key (and the same payload) was already stored, in whatever state; nothing
+    /// was stored now.
+    Duplicate,
+}
+
+impl Enqueued {
+    /// `queued` or `duplicate`, as an HTTP API would say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enqueued::Queued => "queued",
+            Enqueued::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// Why a job was not enqueued. Nothing was stored.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum EnqueueError {
+    /// The key is empty, too long or has control characters.
+    InvalidKey(InvalidKey),
+    /// The payload could not be serialized as JSON.
+    Payload(serde_json::Error),
+    /// A job with this key is stored with a different payload: the key names other work. Use a
+    /// key that tells the two apart.
+    KeyReused {
+        /// The key in question.
+        key: String,
+    },
+    /// The database failed or could not be reached; retry later.
+    Store(StoreError),
+}
+
+impl fmt::Display for EnqueueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EnqueueError::InvalidKey(e) => write!(f, "job not enqueued: {e}"),
+            EnqueueError::Payload(e) => {
+                write!(f, "job not enqueued: its payload cannot be JSON: {e}")
+            }
+            EnqueueError::KeyReused { key } => write!(
+                f,
+                "job not enqueued: key {key:?} is already stored with a different payload; use a \
+                 key that tells the two jobs apart"
+            ),
+            EnqueueError::Store(e) => write!(f, "job not enqueued: {e}"),
+        }
+    }
+}
+
+impl StdError for EnqueueError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            EnqueueError::InvalidKey(e) => Some(e),
+            EnqueueError::Payload(e) => Some(e),
+            EnqueueError::KeyReused { .. } => None,
+            EnqueueError::Store(e) => Some(e),
+        }
+    }
+}
+
+impl From<StoreError> for EnqueueError {
+    fn from(e: StoreError) -> Self {
+        EnqueueError::Store(e)
+    }
+}
+
+/// A claimed job, as a worker's handler receives it.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub(crate) key: String,
+    pub(crate) payload: Value,
+    pub(crate) attempt: u32,
+    pub(crate) max_attempts: u32,
+}
+
+impl Job {
+    /// The job's key; also the key of the idempotent call the handler runs in, so
+    /// `idem_core::context::current()` and the journal see it.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The payload as stored.
+    pub fn payload(&self) -> &Value {
+        &self.payload
+    }
+
+    /// The payload as a `T`.
+    pub fn payload_as<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        T::deserialize(&self.payload)
+    }
+
+    /// Which attempt this is, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The attempt after which a failure dead-letters the job.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+}
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting to run (now, after a run-after time, or after a retry's backoff).
+    Queued,
+    /// Claimed by a worker.
+    Running,
+    /// Finished.
+    Done,
+    /// Failed its last attempt; see [`Queue::dead`](super::Queue::dead).
+    Dead,
+}
+
+impl JobState {
+    pub(crate) fn parse(state: &str) -> JobState {
+        match state {
+            "queued" => JobState::Queued,
+            "running" => JobState::Running,
+            "done" => JobState::Done,
+            _ => JobState::Dead,
+        }
+    }
+}
+
+/// One job's state, from [`Queue::status`](super::Queue::status).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobStatus {
+    /// Where it is.
+    pub state: JobState,
+    /// Attempts so far (claims, including one running now).
+    pub attempts: u32,
+    /// Its attempt limit.
+    pub max_attempts: u32,
+    /// The last failure's message, if it failed before.
+    pub last_error: Option<String>,
+    /// The payload.
+    pub payload: Value,
+}
+
+/// A dead-lettered job, from [`Queue::dead`](super::Queue::dead).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadJob {
+    /// Its key.
+    pub key: String,
+    /// Its payload.
+    pub payload: Value,
+    /// How many times it ran.
+    pub attempts: u32,
+    /// The last attempt's error.
+    pub last_error: Option<String>,
+    /// When it was dead-lettered.
+    pub failed_at: SystemTime,
+}
+
+/// Counts of the queue's jobs by state, from [`Queue::stats`](super::Queue::stats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    /// Waiting to run, including jobs waiting for a run-after time or a retry.
+    pub queued: u64,
+    /// Claimed by a worker (including claims of crashed workers, until their lease lapses).
+    pub running: u64,
+    /// Finished and not yet purged.
+    pub done: u64,
+    /// Dead-lettered.
+    pub dead: u64,
+}
+
+pub(crate) fn parse_payload(text: &str) -> Value {
+    // The column is jsonb, so its text is always JSON.
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}

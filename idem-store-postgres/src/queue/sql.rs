@@ -1,0 +1,125 @@
+//! The queue's statements, written once per queue from its validated schema and table names.
+
+/// The channel idle workers LISTEN on; the payload names the queue (`schema.table`).
+pub(crate) const CHANNEL: &str = "idem_queue";
+
+/// Every statement of one queue.
+#[derive(Debug)]
+pub(crate) struct QueueSql {
+    /// `schema.table`, the notification payload of this queue.
+    pub(crate) name: String,
+    /// `$1` key, `$2` payload (JSON text), `$3` max attempts, `$4` run-after (epoch µs or
+    /// NULL for now), `$5` delay (µs). Returns (inserted, same payload as the stored row).
+    pub(crate) enqueue: String,
+    /// `$1` key: the stored payload equals `$2`?
+    pub(crate) same_payload: String,
+    /// `$1` limit, `$2` lease (µs), `$3` worker. The article's claim-then-process statement.
+    pub(crate) claim: String,
+    /// `$1` keys, `$2` attempts, `$3` lease (µs): extends the claims still held.
+    pub(crate) renew: String,
+    /// `$1` key, `$2` attempt.
+    pub(crate) done: String,
+    /// `$1` key, `$2` attempt, `$3` delay (µs), `$4` error.
+    pub(crate) retry: String,
+    /// `$1` key, `$2` attempt, `$3` error.
+    pub(crate) dead: String,
+    /// `$1` keys, `$2` attempts, `$3` delay (µs): gives claims back without counting them.
+    pub(crate) release: String,
+    pub(crate) stats: String,
+    /// `$1` key.
+    pub(crate) status: String,
+    /// `$1` limit.
+    pub(crate) list_dead: String,
+    /// `$1` key. (The caller then notifies workers.)
+    pub(crate) retry_dead: String,
+    /// `$1` key.
+    pub(crate) discard: String,
+    /// `$1` older than (µs), `$2` limit.
+    pub(crate) purge_done: String,
+}
+
+impl QueueSql {
+    pub(crate) fn new(schema: &str, table: &str) -> QueueSql {
+        let q = format!("\"{schema}\".\"{table}_queue\"");
+        let micros = "* interval '1 microsecond'";
+        let fenced = "FROM unnest($1::text[], $2::int[]) AS held(key, attempts)
+             WHERE q.key = held.key AND q.attempts = held.attempts AND q.state = 'running'";
+        QueueSql {
+            name: format!("{schema}.{table}"),
+            enqueue: format!(
+                "WITH inserted AS (
+                     INSERT INTO {q} (key, payload, max_attempts, available_at)
+                     VALUES ($1, $2::jsonb, $3,
+                             COALESCE(to_timestamp($4::bigint / 1000000.0), now()) + $5::bigint {micros})
+                     ON CONFLICT (key) DO NOTHING
+                     RETURNING 1
+                 )
+                 SELECT EXISTS (SELECT 1 FROM inserted),
+                        (SELECT payload = $2::jsonb FROM {q} WHERE key = $1)"
+            ),
+            same_payload: format!("SELECT payload = $2::jsonb FROM {q} WHERE key = $1"),
+            claim: format!(
+                "UPDATE {q}
+                 SET state = 'running', attempts = attempts + 1, worker = $3,
+                     available_at = now() + $2::bigint {micros}
+                 WHERE key IN (
+                     SELECT key FROM {q}
+                     WHERE state IN ('queued', 'running') AND available_at <= now()
+                     ORDER BY available_at
+                     LIMIT $1
+                     FOR UPDATE SKIP LOCKED
+                 )
+                 RETURNING key, payload::text, attempts, max_attempts"
+            ),
+            renew: format!(
+                "UPDATE {q} AS q SET available_at = now() + $3::bigint {micros} {fenced}"
+            ),
+            done: format!(
+                "UPDATE {q} SET state = 'done', finished_at = now(), worker = NULL
+                 WHERE key = $1 AND attempts = $2 AND state = 'running'"
+            ),
+            retry: format!(
+                "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
+                     last_error = $4, worker = NULL
+                 WHERE key = $1 AND attempts = $2 AND state = 'running'"
+            ),
+            dead: format!(
+                "UPDATE {q} SET state = 'dead', finished_at = now(), last_error = $3, worker = NULL
+                 WHERE key = $1 AND attempts = $2 AND state = 'running'"
+            ),
+            release: format!(
+                "UPDATE {q} AS q SET state = 'queued', attempts = q.attempts - 1, worker = NULL,
+                     available_at = now() + $3::bigint {micros} {fenced}"
+            ),
+            stats: format!(
+                "SELECT count(*) FILTER (WHERE state = 'queued'),
+                        count(*) FILTER (WHERE state = 'running'),
+                        count(*) FILTER (WHERE state = 'done'),
+                        count(*) FILTER (WHERE state = 'dead')
+                 FROM {q}"
+            ),
+            status: format!(
+                "SELECT state, attempts, max_attempts, last_error, payload::text FROM {q} WHERE key = $1"
+            ),
+            list_dead: format!(
+                "SELECT key, payload::text, attempts, last_error,
+                        (extract(epoch from finished_at) * 1000000)::bigint
+                 FROM {q} WHERE state = 'dead' ORDER BY finished_at LIMIT $1"
+            ),
+            retry_dead: format!(
+                "UPDATE {q} SET state = 'queued', attempts = 0, available_at = now(),
+                     finished_at = NULL
+                 WHERE key = $1 AND state = 'dead'"
+            ),
+            discard: format!("DELETE FROM {q} WHERE key = $1 AND state = 'dead'"),
+            purge_done: format!(
+                "DELETE FROM {q} WHERE key IN (
+                     SELECT key FROM {q}
+                     WHERE state = 'done' AND finished_at < now() - $1::bigint {micros}
+                     LIMIT $2
+                     FOR UPDATE SKIP LOCKED
+                 )"
+            ),
+        }
+    }
+}

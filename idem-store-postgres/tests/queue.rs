@@ -1,0 +1,539 @@
+//! The work queue against a real PostgreSQL: idempotent enqueue (also inside a transaction),
+//! workers that run each job once, retries with growing backoff into the dead-letter state,
+//! leases that keep a slow job, wake-up by notification, and graceful shutdown.
+//!
+//! The multi-process and SIGKILL proofs are in the workspace's `tests/pg_queue.rs`.
+
+mod support;
+
+use idem_core::{context, Call, Outcome};
+use idem_store_postgres::queue::{
+    Backoff, EnqueueError, Enqueued, Job, JobState, NewJob, Queue, ShutdownReport,
+};
+use serde_json::json;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use support::TestStore;
+
+/// Polls `check` until it holds, failing the test after `limit`.
+async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn state(queue: &Queue, key: &str) -> Option<JobState> {
+    queue.status(key).await.unwrap().map(|s| s.state)
+}
+
+fn job(key: &str, payload: serde_json::Value) -> NewJob {
+    NewJob::new(key, &payload).unwrap()
+}
+
+/// Handler runs per key.
+#[derive(Clone, Default)]
+struct Runs(Arc<Mutex<HashMap<String, Vec<Instant>>>>);
+
+impl Runs {
+    fn record(&self, key: &str) -> usize {
+        let mut runs = self.0.lock().unwrap();
+        let entry = runs.entry(key.to_owned()).or_default();
+        entry.push(Instant::now());
+        entry.len()
+    }
+    fn count(&self, key: &str) -> usize {
+        self.0.lock().unwrap().get(key).map_or(0, Vec::len)
+    }
+    fn times(&self, key: &str) -> Vec<Instant> {
+        self.0.lock().unwrap().get(key).cloned().unwrap_or_default()
+    }
+    fn total(&self) -> usize {
+        self.0.lock().unwrap().values().map(Vec::len).sum()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_is_idempotent_on_the_key_and_refuses_another_payload() {
+    let test = TestStore::new("q_enqueue", 20).await;
+    let queue = test.store.queue();
+    let first = queue
+        .enqueue(job("welcome:1", json!({"user": 1, "lang": "en"})))
+        .await
+        .unwrap();
+    assert_eq!(first, Enqueued::Queued);
+    // The same payload, with its keys in another order, is the same job.
+    let again = queue
+        .enqueue(job("welcome:1", json!({"lang": "en", "user": 1})))
+        .await
+        .unwrap();
+    assert_eq!(again, Enqueued::Duplicate);
+    let other = queue.enqueue(job("welcome:1", json!({"user": 2}))).await;
+    assert!(
+        matches!(&other, Err(EnqueueError::KeyReused { key }) if key == "welcome:1"),
+        "{other:?}"
+    );
+    assert!(other.unwrap_err().to_string().contains("different payload"));
+    let status = queue.status("welcome:1").await.unwrap().unwrap();
+    assert_eq!(status.payload, json!({"user": 1, "lang": "en"}));
+    assert_eq!((status.state, status.attempts), (JobState::Queued, 0));
+
+    let invalid = NewJob::new("", &json!({}));
+    assert!(matches!(invalid, Err(EnqueueError::InvalidKey(_))));
+    let too_long = NewJob::new("k".repeat(10_000), &json!({}));
+    assert!(matches!(too_long, Err(EnqueueError::InvalidKey(_))));
+
+    // Fifty concurrent enqueues of one new key: one stores it.
+    let queued = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let (queue, queued) = (queue.clone(), queued.clone());
+            tokio::spawn(async move {
+                if queue.enqueue(job("race", json!([1, 2]))).await.unwrap() == Enqueued::Queued {
+                    queued.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(queued.load(Ordering::SeqCst), 1);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(
+        (stats.queued, stats.running, stats.done, stats.dead),
+        (2, 0, 0, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_in_a_transaction_commits_or_rolls_back_with_it() {
+    let test = TestStore::new("q_tx", 20).await;
+    let queue = test.store.queue();
+    let orders = format!("\"{}\".orders", test.schema);
+    sqlx::query(&format!("CREATE TABLE {orders} (id int PRIMARY KEY)"))
+        .execute(test.store.pool())
+        .await
+        .unwrap();
+
+    let mut tx = test.store.pool().begin().await.unwrap();
+    sqlx::query(&format!("INSERT INTO {orders} VALUES (1)"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let enqueued = queue.enqueue_in(&mut *tx, job("confirm:1", json!(1))).await;
+    assert_eq!(enqueued.unwrap(), Enqueued::Queued);
+    assert_eq!(
+        state(&queue, "confirm:1").await,
+        None,
+        "not visible before commit"
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        state(&queue, "confirm:1").await,
+        None,
+        "rolled back with the order"
+    );
+
+    let mut tx = test.store.pool().begin().await.unwrap();
+    sqlx::query(&format!("INSERT INTO {orders} VALUES (2)"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let enqueued = queue.enqueue_in(&mut *tx, job("confirm:2", json!(2))).await;
+    assert_eq!(enqueued.unwrap(), Enqueued::Queued);
+    tx.commit().await.unwrap();
+    assert_eq!(state(&queue, "confirm:2").await, Some(JobState::Queued));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_run_each_job_once_as_an_idempotent_call() {
+    let test = TestStore::new("q_once", 30).await;
+    let queue = test.store.queue();
+    for i in 0..300 {
+        let _ = queue
+            .enqueue(job(&format!("job:{i}"), json!({"i": i})))
+            .await
+            .unwrap();
+    }
+    let runs = Runs::default();
+    let wrong_context = Arc::new(AtomicUsize::new(0));
+    let start = |runs: Runs, wrong: Arc<AtomicUsize>| {
+        queue
+            .worker(move |job: Job| {
+                let (runs, wrong) = (runs.clone(), wrong.clone());
+                async move {
+                    // The job runs inside an idempotent call keyed by the job's key.
+                    let key = context::current().map(|c| c.key().as_str().to_owned());
+                    let i = job.payload()["i"].as_u64().unwrap();
+                    if key.as_deref() != Some(job.key()) || job.key() != format!("job:{i}") {
+                        wrong.fetch_add(1, Ordering::SeqCst);
+                    }
+                    runs.record(job.key());
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    Ok::<_, std::io::Error>(())
+                }
+            })
+            .concurrency(4)
+            .batch_size(3)
+            .poll_interval(Duration::from_millis(50))
+            .start()
+    };
+    let a = start(runs.clone(), wrong_context.clone());
+    let b = start(runs.clone(), wrong_context.clone());
+    eventually("all 300 jobs are done", Duration::from_secs(60), || async {
+        queue.stats().await.unwrap().done == 300
+    })
+    .await;
+    assert_eq!(a.shutdown(Duration::from_secs(5)).await.released, 0);
+    assert_eq!(b.shutdown(Duration::from_secs(5)).await.released, 0);
+    assert_eq!(runs.total(), 300);
+    assert!((0..300).all(|i| runs.count(&format!("job:{i}")) == 1));
+    assert_eq!(wrong_context.load(Ordering::SeqCst), 0);
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.queued, stats.running, stats.dead), (0, 0, 0));
+    // A finished key enqueued again is a duplicate, and nothing runs.
+    assert_eq!(
+        queue.enqueue(job("job:7", json!({"i": 7}))).await.unwrap(),
+        Enqueued::Duplicate
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_completed_before_its_claim_was_settled_does_not_run_again() {
+    // A worker that died between finishing a job and settling its row: the job's idempotent
+    // call is complete, the row is not. The next claim must see the completion.
+    let test = TestStore::new("q_settle", 20).await;
+    let queue = test.store.queue();
+    let outcome = Call::new(&test.store, "charge:9")
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Executed(()));
+    let _ = queue
+        .enqueue(job("charge:9", json!({"cents": 500})))
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    let handler_runs = runs.clone();
+    let workers = queue
+        .worker(move |job: Job| {
+            let runs = handler_runs.clone();
+            async move {
+                runs.record(job.key());
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .poll_interval(Duration::from_millis(20))
+        .start();
+    eventually("the job is done", Duration::from_secs(20), || async {
+        state(&queue, "charge:9").await == Some(JobState::Done)
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(runs.count("charge:9"), 0, "the handler did not run again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_jobs_back_off_more_each_time_then_dead_letter() {
+    let test = TestStore::new("q_poison", 20).await;
+    let queue = test.store.queue();
+    let poison = |key: &str| job(key, json!({"poison": true})).max_attempts(4);
+    let _ = queue.enqueue(poison("poison:err")).await.unwrap();
+    let _ = queue.enqueue(poison("poison:panic")).await.unwrap();
+    let _ = queue.enqueue(job("fine", json!({}))).await.unwrap();
+    let runs = Runs::default();
+    let healed = Arc::new(AtomicUsize::new(0));
+    let (handler_runs, handler_healed) = (runs.clone(), healed.clone());
+    let base = Duration::from_millis(200);
+    let workers = queue
+        .worker(move |job: Job| {
+            let (runs, healed) = (handler_runs.clone(), handler_healed.clone());
+            async move {
+                let n = runs.record(job.key());
+                if healed.load(Ordering::SeqCst) == 1 || job.key() == "fine" {
+                    // A retried dead job starts counting again.
+                    assert_eq!(job.attempt(), 1);
+                    return Ok(());
+                }
+                assert_eq!(job.attempt() as usize, n, "attempts count every run");
+                if job.key() == "poison:panic" {
+                    panic!("bad payload in attempt {n}");
+                }
+                Err(format!(
+                    "provider said no (attempt {n} of {})",
+                    job.max_attempts()
+                ))
+            }
+        })
+        .backoff(Backoff::new(base, Duration::from_secs(30)))
+        .poll_interval(Duration::from_millis(10))
+        .start();
+    eventually(
+        "both poison jobs are dead",
+        Duration::from_secs(30),
+        || async { queue.stats().await.unwrap().dead == 2 },
+    )
+    .await;
+
+    for key in ["poison:err", "poison:panic"] {
+        let times = runs.times(key);
+        assert_eq!(times.len(), 4, "{key} ran exactly max_attempts times");
+        let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        for (i, gap) in gaps.iter().enumerate() {
+            // After failed attempt n the wait is at least half of base * 2^(n-1).
+            let floor = base * (1 << i) / 2;
+            assert!(
+                *gap >= floor,
+                "{key}: gap {i} {gap:?} < {floor:?} ({gaps:?})"
+            );
+        }
+        assert!(gaps[2] > gaps[0], "{key}: backoff grows: {gaps:?}");
+    }
+    let dead = queue.dead(10).await.unwrap();
+    assert_eq!(dead.len(), 2);
+    let by_key: HashMap<_, _> = dead.iter().map(|d| (d.key.as_str(), d)).collect();
+    let err = by_key["poison:err"];
+    assert_eq!(err.attempts, 4);
+    assert_eq!(
+        err.last_error.as_deref(),
+        Some("provider said no (attempt 4 of 4)")
+    );
+    assert_eq!(err.payload, json!({"poison": true}));
+    assert!(err.failed_at <= SystemTime::now());
+    let panicked = by_key["poison:panic"].last_error.as_deref().unwrap();
+    assert_eq!(panicked, "panicked: bad payload in attempt 4");
+    assert_eq!(state(&queue, "fine").await, Some(JobState::Done));
+
+    // Dead jobs stay dead; retried, one runs again (and now succeeds); discarded, one is gone
+    // and its key can be enqueued anew.
+    healed.store(1, Ordering::SeqCst);
+    assert!(queue.retry_dead("poison:err").await.unwrap());
+    assert!(!queue.retry_dead("fine").await.unwrap(), "only dead jobs");
+    eventually(
+        "the retried job is done",
+        Duration::from_secs(20),
+        || async { state(&queue, "poison:err").await == Some(JobState::Done) },
+    )
+    .await;
+    assert_eq!(runs.count("poison:err"), 5);
+    assert!(queue.discard("poison:panic").await.unwrap());
+    assert!(!queue.discard("poison:panic").await.unwrap());
+    assert_eq!(state(&queue, "poison:panic").await, None);
+    assert_eq!(
+        queue.enqueue(poison("poison:panic")).await.unwrap(),
+        Enqueued::Queued
+    );
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_after_holds_a_job_back() {
+    let test = TestStore::new("q_later", 20).await;
+    let queue = test.store.queue();
+    let later = job("later", json!(1)).delay(Duration::from_secs(3600));
+    let _ = queue.enqueue(later).await.unwrap();
+    let past = job("past", json!(2)).run_after(SystemTime::now() - Duration::from_secs(5));
+    let _ = queue.enqueue(past).await.unwrap();
+    let _ = queue.enqueue(job("now", json!(3))).await.unwrap();
+    let runs = Runs::default();
+    let handler_runs = runs.clone();
+    let workers = queue
+        .worker(move |job: Job| {
+            let runs = handler_runs.clone();
+            async move {
+                runs.record(job.key());
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .poll_interval(Duration::from_millis(10))
+        .start();
+    eventually("the due jobs are done", Duration::from_secs(20), || async {
+        queue.stats().await.unwrap().done == 2
+    })
+    .await;
+    // Several more polls find nothing due.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(state(&queue, "later").await, Some(JobState::Queued));
+    assert_eq!(runs.count("later"), 0);
+    assert_eq!((runs.count("past"), runs.count("now")), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_job_keeps_its_claim_for_many_leases() {
+    let test = TestStore::new("q_slow", 30).await;
+    let queue = test.store.queue();
+    let _ = queue.enqueue(job("slow", json!({}))).await.unwrap();
+    let runs = Runs::default();
+    let lease = Duration::from_millis(300);
+    let start = |runs: Runs| {
+        queue
+            .worker(move |job: Job| {
+                let runs = runs.clone();
+                async move {
+                    runs.record(job.key());
+                    tokio::time::sleep(lease * 5).await;
+                    Ok::<_, std::io::Error>(())
+                }
+            })
+            .lease(lease)
+            .poll_interval(Duration::from_millis(10))
+            .start()
+    };
+    let (a, b) = (start(runs.clone()), start(runs.clone()));
+    eventually("the slow job is done", Duration::from_secs(20), || async {
+        state(&queue, "slow").await == Some(JobState::Done)
+    })
+    .await;
+    a.shutdown(Duration::from_secs(5)).await;
+    b.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(
+        runs.count("slow"),
+        1,
+        "no other worker took it while it ran"
+    );
+    let status = queue.status("slow").await.unwrap().unwrap();
+    assert_eq!(status.attempts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_workers_wake_on_notification_not_polling() {
+    let test = TestStore::new("q_wake", 20).await;
+    let queue = test.store.queue();
+    let runs = Runs::default();
+    let handler_runs = runs.clone();
+    // Polling once an hour: only a notification can get these jobs run within the test.
+    let workers = queue
+        .worker(move |job: Job| {
+            let runs = handler_runs.clone();
+            async move {
+                runs.record(job.key());
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .poll_interval(Duration::from_secs(3600))
+        .start();
+    // Let the workers find the queue empty and go idle.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = queue.enqueue(job("wake:1", json!(1))).await.unwrap();
+    eventually("the first job ran", Duration::from_secs(20), || async {
+        runs.count("wake:1") == 1
+    })
+    .await;
+    // Enqueued in a transaction: announced at commit.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut tx = test.store.pool().begin().await.unwrap();
+    let _ = queue
+        .enqueue_in(&mut *tx, job("wake:2", json!(2)))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    eventually("the second job ran", Duration::from_secs(20), || async {
+        runs.count("wake:2") == 1
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Starts workers whose jobs signal when they start and then take `work`.
+fn sleepy_workers(
+    queue: &Queue,
+    runs: &Runs,
+    work: Duration,
+) -> idem_store_postgres::queue::Workers {
+    let runs = runs.clone();
+    queue
+        .worker(move |job: Job| {
+            let runs = runs.clone();
+            async move {
+                runs.record(job.key());
+                tokio::time::sleep(work).await;
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(10))
+        .start()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_running_jobs_finish_and_claims_no_more() {
+    let test = TestStore::new("q_drain", 20).await;
+    let queue = test.store.queue();
+    for i in 0..10 {
+        let _ = queue
+            .enqueue(job(&format!("drain:{i}"), json!(i)))
+            .await
+            .unwrap();
+    }
+    let runs = Runs::default();
+    let workers = sleepy_workers(&queue, &runs, Duration::from_millis(400));
+    eventually("four jobs are running", Duration::from_secs(20), || async {
+        runs.total() == 4
+    })
+    .await;
+    let report = workers.shutdown(Duration::from_secs(30)).await;
+    assert_eq!(
+        report,
+        ShutdownReport {
+            finished: 4,
+            released: 0
+        }
+    );
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.done, stats.queued, stats.running), (4, 6, 0));
+    assert_eq!(runs.total(), 4, "nothing claimed after shutdown began");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_past_its_deadline_gives_jobs_back_and_loses_none() {
+    let test = TestStore::new("q_cut", 20).await;
+    let queue = test.store.queue();
+    for i in 0..10 {
+        let _ = queue
+            .enqueue(job(&format!("cut:{i}"), json!(i)))
+            .await
+            .unwrap();
+    }
+    let runs = Runs::default();
+    let workers = sleepy_workers(&queue, &runs, Duration::from_secs(3600));
+    eventually("four jobs are running", Duration::from_secs(20), || async {
+        runs.total() == 4
+    })
+    .await;
+    let report = workers.shutdown(Duration::from_millis(100)).await;
+    assert_eq!(
+        report,
+        ShutdownReport {
+            finished: 0,
+            released: 4
+        }
+    );
+    let stats = queue.stats().await.unwrap();
+    assert_eq!((stats.queued, stats.running, stats.done), (10, 0, 0));
+    for i in 0..10 {
+        let status = queue.status(&format!("cut:{i}")).await.unwrap().unwrap();
+        assert_eq!(
+            status.attempts, 0,
+            "a cut-off run does not count as an attempt"
+        );
+    }
+
+    // The next workers run everything, the four cut-off jobs from the start.
+    let workers = sleepy_workers(&queue, &runs, Duration::from_millis(1));
+    eventually("all ten are done", Duration::from_secs(30), || async {
+        queue.stats().await.unwrap().done == 10
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(runs.total(), 14);
+}
