@@ -78,8 +78,22 @@ impl Schema {
 
 /// Starts a worker process: `idem-pg-worker MODE --schema .. ARGS..`.
 pub fn spawn_worker(mode: &str, schema: &str, args: &[(&str, String)]) -> Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_idem-pg-worker"));
-    command.arg(mode).arg("--schema").arg(schema);
+    spawn(
+        env!("CARGO_BIN_EXE_idem-pg-worker"),
+        Some(mode),
+        schema,
+        args,
+    )
+}
+
+/// Starts a work-queue worker process: `idem-queue-worker --schema .. ARGS..`.
+pub fn spawn_queue_worker(schema: &str, args: &[(&str, String)]) -> Child {
+    spawn(env!("CARGO_BIN_EXE_idem-queue-worker"), None, schema, args)
+}
+
+fn spawn(binary: &str, mode: Option<&str>, schema: &str, args: &[(&str, String)]) -> Child {
+    let mut command = Command::new(binary);
+    command.args(mode).arg("--schema").arg(schema);
     for (name, value) in args {
         command.arg(format!("--{name}")).arg(value);
     }
@@ -88,10 +102,12 @@ pub fn spawn_worker(mode: &str, schema: &str, args: &[(&str, String)]) -> Child 
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("spawn idem-pg-worker")
+        .unwrap_or_else(|e| panic!("spawn {binary}: {e}"))
 }
 
-/// The summary a worker printed: (executed, duplicate, in_progress, errors, lost).
+/// The summary a worker printed, its `name=N` fields in order: for `idem-pg-worker`
+/// (executed, duplicate, in_progress, errors, lost), for `idem-queue-worker` (runs, finished,
+/// released).
 pub fn summary(child: Child) -> [u64; 5] {
     let output = child.wait_with_output().expect("worker output");
     assert!(

@@ -1,0 +1,193 @@
+//! The work queue across processes, on a real PostgreSQL: worker processes drain 20,000 jobs
+//! without running any twice; workers killed with SIGKILL mid-batch lose nothing (their jobs
+//! return when the lease lapses); a worker stopped with SIGTERM mid-batch gives its jobs back.
+//!
+//! Every handler run inserts a row into `executions` (no unique constraint), so a job that ran
+//! twice shows up twice.
+
+mod pg_support;
+
+use idem_store_postgres::queue::{NewJob, Queue};
+use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+use idem_store_postgres::PgStore;
+use pg_support::{database_url, spawn_queue_worker, summary, Schema};
+use std::collections::HashSet;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+/// Enqueues `jobs` jobs `job:0..` from 8 concurrent tasks, through the public API.
+async fn enqueue(schema: &Schema, jobs: u32) -> Queue {
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&database_url())
+        .await
+        .unwrap();
+    let queue = PgStore::builder(pool)
+        .schema(schema.name.clone())
+        .build()
+        .unwrap()
+        .queue();
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let queue = queue.clone();
+            tokio::spawn(async move {
+                for i in (t..jobs).step_by(8) {
+                    let job =
+                        NewJob::new(format!("job:{i}"), &serde_json::json!({"i": i})).unwrap();
+                    let _ = queue.enqueue(job).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    queue
+}
+
+fn worker(schema: &Schema, total: u32, extra: &[(&str, String)]) -> Child {
+    let mut args = vec![
+        ("concurrency", "8".to_owned()),
+        ("until-done", total.to_string()),
+    ];
+    args.extend(extra.iter().cloned());
+    spawn_queue_worker(&schema.name, &args)
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{signal} {}", child.id());
+}
+
+/// Every job is done, none dead or left; returns (runs, distinct jobs run).
+async fn all_done(schema: &Schema, queue: &Queue, total: u32) -> (i64, i64) {
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(
+        (stats.done, stats.queued, stats.running, stats.dead),
+        (u64::from(total), 0, 0, 0),
+        "every job done, none left behind"
+    );
+    let runs = schema
+        .scalar("SELECT count(*) FROM {schema}.executions")
+        .await;
+    let distinct = schema
+        .scalar("SELECT count(DISTINCT key) FROM {schema}.executions")
+        .await;
+    assert_eq!(distinct, i64::from(total), "every job ran");
+    (runs, distinct)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_worker_processes_drain_20000_jobs_running_each_once() {
+    const JOBS: u32 = 20_000;
+    let schema = Schema::new("q_drain").await;
+    // Two processes start before the work exists (they are woken by notifications), two after.
+    let mut workers = vec![worker(&schema, JOBS, &[]), worker(&schema, JOBS, &[])];
+    let queue = enqueue(&schema, JOBS).await;
+    workers.push(worker(&schema, JOBS, &[]));
+    workers.push(worker(&schema, JOBS, &[]));
+    let per_process: Vec<u64> = workers.into_iter().map(|w| summary(w)[0]).collect();
+    let (runs, _) = all_done(&schema, &queue, JOBS).await;
+    assert_eq!(runs, i64::from(JOBS), "no job ran twice: {per_process:?}");
+    assert_eq!(per_process.iter().sum::<u64>(), u64::from(JOBS));
+    assert!(
+        per_process.iter().all(|&n| n > 0),
+        "all four processes took part: {per_process:?}"
+    );
+    schema.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_killed_mid_batch_lose_nothing() {
+    const JOBS: u32 = 3_000;
+    const KILLS: usize = 5;
+    const CONCURRENCY: i64 = 8;
+    let schema = Schema::new("q_kill").await;
+    let queue = enqueue(&schema, JOBS).await;
+    let slow = [
+        ("work-ms", "40".to_owned()),
+        ("lease-ms", "1000".to_owned()),
+    ];
+    let mut live: Vec<Child> = (0..4).map(|_| worker(&schema, JOBS, &slow)).collect();
+    let mut killed: HashSet<i32> = HashSet::new();
+    for round in 0..KILLS {
+        tokio::time::sleep(Duration::from_millis(400 + 130 * round as u64)).await;
+        let mut victim = live.remove(round % live.len());
+        signal(&victim, "KILL");
+        let _ = victim.wait();
+        killed.insert(victim.id() as i32);
+        live.push(worker(&schema, JOBS, &slow));
+    }
+    for child in live {
+        summary(child);
+    }
+    let (runs, distinct) = all_done(&schema, &queue, JOBS).await;
+    // Only jobs in flight in a killed process ran again: at most its concurrency per kill, and
+    // every job that ran twice ran once in a process that was killed.
+    let repeats = runs - distinct;
+    assert!(repeats > 0, "the kills cut jobs off mid-run");
+    assert!(
+        repeats <= KILLS as i64 * CONCURRENCY,
+        "{repeats} repeats for {KILLS} kills"
+    );
+    let pids_of_repeats = schema
+        .rows(
+            "SELECT e.key, e.pid FROM {schema}.executions e
+             WHERE e.key IN (SELECT key FROM {schema}.executions GROUP BY key HAVING count(*) > 1)",
+        )
+        .await;
+    let mut keys_with_killed_run: HashSet<String> = HashSet::new();
+    let mut repeated_keys: HashSet<String> = HashSet::new();
+    for (key, pid) in pids_of_repeats {
+        if killed.contains(&pid) {
+            keys_with_killed_run.insert(key.clone());
+        }
+        repeated_keys.insert(key);
+    }
+    let unexplained: Vec<_> = repeated_keys.difference(&keys_with_killed_run).collect();
+    assert!(
+        unexplained.is_empty(),
+        "jobs ran twice with no killed process involved: {unexplained:?}"
+    );
+    eprintln!("{KILLS} kills: {repeats} repeated runs of {distinct} jobs");
+    schema.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stopped_mid_batch_gives_its_jobs_back() {
+    const JOBS: u32 = 400;
+    let schema = Schema::new("q_term").await;
+    let queue = enqueue(&schema, JOBS).await;
+    // Slow jobs and a 50 ms shutdown deadline: SIGTERM cuts jobs off mid-run.
+    let slow = [
+        ("work-ms", "500".to_owned()),
+        ("shutdown-ms", "50".to_owned()),
+    ];
+    let stopped = worker(&schema, JOBS, &slow);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    signal(&stopped, "TERM");
+    let stopped_pid = stopped.id() as i32;
+    let [stopped_runs, _, released, ..] = summary(stopped);
+    assert!(stopped_runs > 0);
+    assert!(
+        released > 0,
+        "SIGTERM came mid-batch, past the deadline of some jobs"
+    );
+    let rest = worker(&schema, JOBS, &[]);
+    summary(rest);
+    let (runs, distinct) = all_done(&schema, &queue, JOBS).await;
+    // Only the jobs it gave back ran again (from the start, elsewhere).
+    assert_eq!(runs - distinct, released as i64, "released {released}");
+    let repeated_elsewhere = schema
+        .scalar(&format!(
+            "SELECT count(*) FROM (SELECT key FROM {{schema}}.executions GROUP BY key
+             HAVING count(*) > 1 AND bool_or(pid = {stopped_pid})) r"
+        ))
+        .await;
+    assert_eq!(repeated_elsewhere, released as i64);
+    schema.drop_schema().await;
+}
