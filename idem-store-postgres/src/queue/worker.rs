@@ -302,6 +302,9 @@ async fn produce(
     }
 
     let deadline = stopping.borrow().unwrap_or_else(Instant::now);
+    while let Some(joined) = tasks.try_join_next() {
+        log_join(joined);
+    }
     let running = tasks.len();
     let _ = tokio::time::timeout_at(deadline, async {
         while let Some(joined) = tasks.join_next().await {
