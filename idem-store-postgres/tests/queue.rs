@@ -6,7 +6,7 @@
 
 mod support;
 
-use idem_core::{context, Call, Outcome};
+use idem_core::{context, Call, Key, Outcome, Store};
 use idem_store_postgres::queue::{
     Backoff, EnqueueError, Enqueued, Job, JobState, NewJob, Queue, ShutdownReport,
 };
@@ -156,7 +156,15 @@ async fn enqueue_in_a_transaction_commits_or_rolls_back_with_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_run_each_job_once_as_an_idempotent_call() {
-    let test = TestStore::new("q_once", 30).await;
+    run_each_job_once(TestStore::new("q_once", 30).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_on_dedicated_connections_run_each_job_once() {
+    run_each_job_once(TestStore::dedicated("q_once_d", 10, 6).await).await;
+}
+
+async fn run_each_job_once(test: TestStore) {
     let queue = test.store.queue();
     for i in 0..300 {
         let _ = queue

@@ -65,6 +65,7 @@
 
 mod backoff;
 mod job;
+mod job_store;
 mod listen;
 mod sql;
 mod worker;
@@ -103,10 +104,8 @@ fn failed(operation: Operation) -> impl FnOnce(sqlx::Error) -> StoreError {
 
 impl Queue {
     pub(crate) fn new(store: PgStore, schema: &str, table: &str) -> Queue {
-        Queue {
-            store,
-            sql: Arc::new(QueueSql::new(schema, table)),
-        }
+        let sql = Arc::new(QueueSql::new(schema, table, store.complete_sql()));
+        Queue { store, sql }
     }
 
     /// The store whose records the queue's jobs run under.

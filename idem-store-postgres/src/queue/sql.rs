@@ -1,5 +1,7 @@
 //! The queue's statements, written once per queue from its validated schema and table names.
 
+use crate::time::micros_sql;
+
 /// The channel idle workers LISTEN on; the payload names the queue (`schema.table`).
 pub(crate) const CHANNEL: &str = "idem_queue";
 
@@ -13,12 +15,22 @@ pub(crate) struct QueueSql {
     pub(crate) enqueue: String,
     /// `$1` key: the stored payload equals `$2`?
     pub(crate) same_payload: String,
-    /// `$1` limit, `$2` lease (µs), `$3` worker. The article's claim-then-process statement.
+    /// `$1` limit, `$2` lease (µs), `$3` worker. The article's claim-then-process statement,
+    /// which also claims each job's idempotency record when the key has none yet (returning its
+    /// fence and lease end), so a fresh job's call needs no claim statement of its own.
     pub(crate) claim: String,
-    /// `$1` keys, `$2` attempts, `$3` lease (µs): extends the claims still held.
+    /// `$1` keys, `$2` fences: deletes the records `claim` took for jobs that never ran.
+    pub(crate) forget_records: String,
+    /// `$1` keys, `$2` attempts, `$3` lease (µs): extends the claims still held. Rows locked by
+    /// a statement settling them are skipped, so renewal never waits on (or deadlocks with) a
+    /// batch of acknowledgements.
     pub(crate) renew: String,
-    /// `$1` key, `$2` attempt.
+    /// `$1` keys, `$2` attempts: marks finished jobs done, in one statement per batch.
     pub(crate) done: String,
+    /// The store's completion of a job's call (`$1` key, `$2` fence, `$3` output, `$4` keep
+    /// in µs) that also marks the job done (`$5` attempt) when it applies, so a finished job
+    /// costs one statement. Returns (record completed, job marked done).
+    pub(crate) complete_and_done: String,
     /// `$1` key, `$2` attempt, `$3` delay (µs), `$4` error.
     pub(crate) retry: String,
     /// `$1` key, `$2` attempt, `$3` error.
@@ -39,8 +51,12 @@ pub(crate) struct QueueSql {
 }
 
 impl QueueSql {
-    pub(crate) fn new(schema: &str, table: &str) -> QueueSql {
+    /// `complete` is the store's completion statement, extended by `complete_and_done`.
+    pub(crate) fn new(schema: &str, table: &str, complete: &str) -> QueueSql {
         let q = format!("\"{schema}\".\"{table}_queue\"");
+        let records = format!("\"{schema}\".\"{table}\"");
+        let seq = format!("'\"{schema}\".\"{table}_fence\"'");
+        let expires = micros_sql("expires_at");
         let micros = "* interval '1 microsecond'";
         let fenced = "FROM unnest($1::text[], $2::int[]) AS held(key, attempts)
              WHERE q.key = held.key AND q.attempts = held.attempts AND q.state = 'running'";
@@ -59,24 +75,55 @@ impl QueueSql {
             ),
             same_payload: format!("SELECT payload = $2::jsonb FROM {q} WHERE key = $1"),
             claim: format!(
-                "UPDATE {q}
-                 SET state = 'running', attempts = attempts + 1, worker = $3,
-                     available_at = now() + $2::bigint {micros}
-                 WHERE key IN (
-                     SELECT key FROM {q}
-                     WHERE state IN ('queued', 'running') AND available_at <= now()
-                     ORDER BY available_at
-                     LIMIT $1
-                     FOR UPDATE SKIP LOCKED
+                "WITH claimed AS (
+                     UPDATE {q}
+                     SET state = 'running', attempts = attempts + 1, worker = $3,
+                         available_at = now() + $2::bigint {micros}
+                     WHERE key IN (
+                         SELECT key FROM {q}
+                         WHERE state IN ('queued', 'running') AND available_at <= now()
+                         ORDER BY available_at
+                         LIMIT $1
+                         FOR UPDATE SKIP LOCKED
+                     )
+                     RETURNING key, payload, attempts, max_attempts
+                 ), records AS (
+                     INSERT INTO {records} (key, fence, expires_at)
+                     SELECT key, nextval({seq}), now() + $2::bigint {micros}
+                     FROM claimed WHERE attempts <= max_attempts
+                     ON CONFLICT (key) DO NOTHING
+                     RETURNING key, fence, {expires} AS expires_us
                  )
-                 RETURNING key, payload::text, attempts, max_attempts"
+                 SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, r.expires_us
+                 FROM claimed c LEFT JOIN records r ON r.key = c.key"
+            ),
+            forget_records: format!(
+                "DELETE FROM {records} AS t
+                 USING unnest($1::text[], $2::bigint[]) AS held(key, fence)
+                 WHERE t.key = held.key AND t.fence = held.fence AND t.completed_at IS NULL"
             ),
             renew: format!(
-                "UPDATE {q} AS q SET available_at = now() + $3::bigint {micros} {fenced}"
+                "UPDATE {q} SET available_at = now() + $3::bigint {micros}
+                 WHERE key IN (
+                     SELECT q.key FROM {q} AS q
+                     JOIN unnest($1::text[], $2::int[]) AS held(key, attempts)
+                       ON q.key = held.key AND q.attempts = held.attempts
+                     WHERE q.state = 'running'
+                     FOR UPDATE OF q SKIP LOCKED
+                 )"
             ),
             done: format!(
-                "UPDATE {q} SET state = 'done', finished_at = now(), worker = NULL
-                 WHERE key = $1 AND attempts = $2 AND state = 'running'"
+                "UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL {fenced}"
+            ),
+            complete_and_done: format!(
+                "WITH completed AS ({complete} RETURNING 1),
+                 done AS (
+                     UPDATE {q} SET state = 'done', finished_at = now(), worker = NULL
+                     WHERE key = $1 AND attempts = $5 AND state = 'running'
+                       AND EXISTS (SELECT 1 FROM completed)
+                     RETURNING 1
+                 )
+                 SELECT (SELECT count(*) FROM completed), (SELECT count(*) FROM done)"
             ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},

@@ -9,7 +9,7 @@ use std::pin::{pin, Pin};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_core::{Call, Error, Outcome};
+use idem_core::{Call, Claim, Error, Fence, Outcome};
 use sqlx::Row;
 use tokio::sync::{watch, Notify};
 use tokio::task::{JoinError, JoinHandle, JoinSet};
@@ -18,9 +18,11 @@ use tracing::Instrument;
 
 use super::backoff::Backoff;
 use super::job::{parse_payload, Job};
+use super::job_store::JobStore;
 use super::listen::listen;
 use super::Queue;
-use crate::time::duration_micros;
+use crate::direct::on_conn;
+use crate::time::{duration_micros, from_micros};
 
 /// How often idle workers look for work that no notification announces (retries coming due,
 /// run-after times reached, crashed workers' leases lapsing), unless
@@ -212,8 +214,9 @@ struct Shared {
     handler: Handler,
     lease: Duration,
     backoff: Backoff,
-    /// The claims this process holds: key to attempt (the fence).
-    held: Mutex<HashMap<String, i32>>,
+    /// The claims this process holds: key to attempt (the fence), and the fence of the record
+    /// the claim took, if it took one.
+    held: Mutex<HashMap<String, (i32, Option<i64>)>>,
     worker: String,
 }
 
@@ -223,6 +226,9 @@ struct Claimed {
     payload: String,
     attempt: i32,
     max_attempts: i32,
+    /// The idempotency record the claim took for the key, if it had none: (fence, lease end in
+    /// epoch µs).
+    record: Option<(i64, i64)>,
 }
 
 /// How a job's claim ends.
@@ -239,8 +245,6 @@ enum Settle {
     Release {
         delay: Duration,
     },
-    /// Another run owns the job now; touch nothing.
-    Leave,
 }
 
 async fn produce(
@@ -343,12 +347,11 @@ async fn renew(shared: Arc<Shared>) {
         if keys.is_empty() {
             continue;
         }
-        let result = sqlx::query(&shared.queue.sql.renew)
+        let result = on_conn!(shared.queue.store, conn => sqlx::query(&shared.queue.sql.renew)
             .bind(&keys)
             .bind(&attempts)
             .bind(duration_micros(shared.lease))
-            .execute(shared.queue.store.pool())
-            .await;
+            .execute(&mut *conn));
         match result {
             Ok(done) if done.rows_affected() < keys.len() as u64 => tracing::debug!(
                 held = keys.len(),
@@ -363,12 +366,11 @@ async fn renew(shared: Arc<Shared>) {
 
 impl Shared {
     async fn claim(&self, limit: usize) -> Result<Vec<Claimed>, sqlx::Error> {
-        let rows = sqlx::query(&self.queue.sql.claim)
+        let rows = on_conn!(self.queue.store, conn => sqlx::query(&self.queue.sql.claim)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(duration_micros(self.lease))
             .bind(&self.worker)
-            .fetch_all(self.queue.store.pool())
-            .await?;
+            .fetch_all(&mut *conn))?;
         let claimed: Vec<Claimed> = rows
             .iter()
             .map(|row| Claimed {
@@ -376,23 +378,26 @@ impl Shared {
                 payload: row.get(1),
                 attempt: row.get(2),
                 max_attempts: row.get(3),
+                record: row
+                    .get::<Option<i64>, _>(4)
+                    .zip(row.get::<Option<i64>, _>(5)),
             })
             .collect();
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         for job in &claimed {
-            held.insert(job.key.clone(), job.attempt);
+            held.insert(job.key.clone(), (job.attempt, job.record.map(|r| r.0)));
         }
         Ok(claimed)
     }
 
     fn held_claims(&self) -> (Vec<String>, Vec<i32>) {
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.iter().map(|(k, a)| (k.clone(), *a)).unzip()
+        held.iter().map(|(k, (a, _))| (k.clone(), *a)).unzip()
     }
 
     fn forget(&self, key: &str, attempt: i32) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if held.get(key) == Some(&attempt) {
+        if held.get(key).is_some_and(|(a, _)| *a == attempt) {
             held.remove(key);
         }
     }
@@ -400,33 +405,50 @@ impl Shared {
     /// Runs one claimed job and settles its claim.
     async fn run(&self, job: Claimed) {
         let settle = if job.attempt > job.max_attempts {
-            Settle::Dead {
+            Some(Settle::Dead {
                 error: "the worker running its last attempt stopped without settling it \
                         (crashed, killed or cut off from the database) and its lease lapsed"
                     .to_owned(),
-            }
+            })
         } else {
             self.execute(&job).await
         };
-        self.settle(&job, settle).await;
+        // `None`: settled already (with the call's completion), or another claim owns the job.
+        if let Some(settle) = settle {
+            self.settle(&job, settle).await;
+        }
         self.forget(&job.key, job.attempt);
     }
 
-    async fn execute(&self, job: &Claimed) -> Settle {
+    /// Runs the job's idempotent call; says how to settle its claim, or `None` when it is
+    /// settled already or a newer claim owns it.
+    async fn execute(&self, job: &Claimed) -> Option<Settle> {
         let work = (self.handler)(Job {
             key: job.key.clone(),
             payload: parse_payload(&job.payload),
             attempt: job.attempt.unsigned_abs(),
             max_attempts: job.max_attempts.unsigned_abs(),
         });
-        let store = self.queue.store();
-        let call = Call::new(store, job.key.as_str())
+        let claimed = job.record.map(|(fence, expires_us)| Claim::Acquired {
+            fence: Fence(fence.unsigned_abs()),
+            lease_expires_at: from_micros(expires_us),
+            taken_over: false,
+        });
+        let store = JobStore::new(&self.queue, job.attempt, claimed);
+        let call = Call::new(&store, job.key.as_str())
             .name("idem::queue::run")
             .lease(self.lease)
             .run(work);
         // idem-core's own panic catcher: the call releases its claim on a panic and resumes it.
-        match idem_core::__private::catch_unwind(call).await {
-            Ok(Ok(Outcome::Executed(()))) => Settle::Done,
+        Some(match idem_core::__private::catch_unwind(call).await {
+            // The completion marked the job done in the same statement, unless the job's claim
+            // was taken over meanwhile; then the newer claim finds the call completed.
+            Ok(Ok(Outcome::Executed(()))) => {
+                if !store.marked_done() {
+                    tracing::warn!("the job ran and its call completed, but its claim was taken over meanwhile (this worker stalled past its lease)");
+                }
+                return None;
+            }
             Ok(Ok(Outcome::Duplicate { .. })) => {
                 tracing::info!(
                     "the job's idempotent call was completed before; not running it again"
@@ -447,7 +469,7 @@ impl Shared {
             Err(panic) => self.failure(job, format!("panicked: {}", panic_message(&*panic))),
             Ok(Err(Error::LostClaim { .. })) => {
                 tracing::warn!("the job ran, but a newer run took it over meanwhile (this worker stalled past its lease)");
-                Settle::Leave
+                return None;
             }
             Ok(Err(Error::Store(e))) => {
                 tracing::warn!(error = %e, "the store failed around the job; it goes back to the queue");
@@ -458,7 +480,7 @@ impl Shared {
             Ok(Err(other)) => Settle::Dead {
                 error: other.to_string(),
             },
-        }
+        })
     }
 
     fn failure(&self, job: &Claimed, error: String) -> Settle {
@@ -475,8 +497,10 @@ impl Shared {
 
     async fn settle(&self, job: &Claimed, settle: Settle) {
         let sql = &self.queue.sql;
-        let query = match &settle {
-            Settle::Done => sqlx::query(&sql.done).bind(&job.key).bind(job.attempt),
+        let query = || match &settle {
+            Settle::Done => sqlx::query(&sql.done)
+                .bind(vec![job.key.clone()])
+                .bind(vec![job.attempt]),
             Settle::Retry { delay, error } => sqlx::query(&sql.retry)
                 .bind(&job.key)
                 .bind(job.attempt)
@@ -490,9 +514,8 @@ impl Shared {
                 .bind(vec![job.key.clone()])
                 .bind(vec![job.attempt])
                 .bind(duration_micros(*delay)),
-            Settle::Leave => return,
         };
-        match query.execute(self.queue.store.pool()).await {
+        match on_conn!(self.queue.store, conn => query().execute(&mut *conn)) {
             Ok(done) if done.rows_affected() == 0 => tracing::warn!(
                 "the job's claim was taken over before it was settled (its lease lapsed)"
             ),
@@ -505,18 +528,31 @@ impl Shared {
         }
     }
 
-    /// Gives every claim still held back to the queue, at once and without counting it.
+    /// Gives every claim still held back to the queue, at once and without counting it, and
+    /// frees the idempotency records the claims took for calls that did not complete.
     async fn release_held(&self) -> usize {
         let (keys, attempts) = self.held_claims();
         if keys.is_empty() {
             return 0;
         }
-        let result = sqlx::query(&self.queue.sql.release)
+        let (record_keys, fences): (Vec<&str>, Vec<i64>) = {
+            let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            keys.iter()
+                .filter_map(|k| held.get(k).and_then(|(_, f)| *f).map(|f| (k.as_str(), f)))
+                .unzip()
+        };
+        let freed = on_conn!(self.queue.store, conn => sqlx::query(&self.queue.sql.forget_records)
+            .bind(&record_keys)
+            .bind(&fences)
+            .execute(&mut *conn));
+        if let Err(e) = freed {
+            tracing::warn!(error = %e, "freeing the records of released jobs failed; they lapse with their lease");
+        }
+        let result = on_conn!(self.queue.store, conn => sqlx::query(&self.queue.sql.release)
             .bind(&keys)
             .bind(&attempts)
             .bind(0i64)
-            .execute(self.queue.store.pool())
-            .await;
+            .execute(&mut *conn));
         match result {
             Ok(done) => usize::try_from(done.rows_affected()).unwrap_or(usize::MAX),
             Err(e) => {

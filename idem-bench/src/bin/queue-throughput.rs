@@ -1,0 +1,251 @@
+//! Work-queue throughput: idem's queue (`idem_store_postgres::queue`) against the article's
+//! hand-written `FOR UPDATE SKIP LOCKED` loop, draining the same items with 1, 2, 4 and 8
+//! workers, side by side in one run.
+//!
+//! ```text
+//! cargo run --release -p idem-bench --bin queue-throughput -- [--items 20000]
+//!     [--workers 1,2,4,8] [--batch 10] [--database-url URL]
+//! ```
+//!
+//! Each item's work is empty, so the figures are the machinery's cost per item. idem's items
+//! each run as an idempotent call (claim and completion of a record) and are settled one by
+//! one; the hand-written loop marks a row `sent` and nothing else. Without `--database-url` it
+//! starts a throwaway PostgreSQL.
+
+use idem_store_postgres::queue::{Job, NewJob};
+use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+use idem_store_postgres::sqlx::{self, PgPool, Row};
+use idem_store_postgres::PgStore;
+use idem_testdb::Cluster;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Args {
+    items: u64,
+    workers: Vec<usize>,
+    batch: i64,
+    database_url: Option<String>,
+}
+
+fn parse_args() -> Args {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let map: HashMap<String, String> = argv
+        .chunks(2)
+        .map(|p| {
+            (
+                p[0].trim_start_matches("--").to_owned(),
+                p.get(1).cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let num = |name: &str, default: u64| {
+        map.get(name).map_or(default, |v| {
+            v.parse().unwrap_or_else(|_| panic!("--{name}: a number"))
+        })
+    };
+    Args {
+        items: num("items", 20_000),
+        workers: map.get("workers").map_or(vec![1, 2, 4, 8], |v| {
+            v.split(',')
+                .map(|s| s.parse().expect("--workers: numbers"))
+                .collect()
+        }),
+        batch: num("batch", 10) as i64,
+        database_url: map.get("database-url").cloned(),
+    }
+}
+
+async fn fresh_schema(pool: &PgPool, name: &str) {
+    sqlx::raw_sql(&format!(
+        "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// Enqueues `items` jobs through the API from 8 tasks; returns jobs/s.
+async fn enqueue_idem(store: &PgStore, items: u64) -> f64 {
+    let queue = store.queue();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..8u64)
+        .map(|t| {
+            let queue = queue.clone();
+            tokio::spawn(async move {
+                for i in (t..items).step_by(8) {
+                    let job = NewJob::new(format!("item:{i}"), &i).unwrap();
+                    let _ = queue.enqueue(job).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    items as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Drains the queue with `workers` concurrent jobs; returns items/s.
+async fn drain_idem(store: &PgStore, items: u64, workers: usize) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let finished = Arc::new(tokio::sync::Notify::new());
+    let (handler_done, handler_finished) = (done.clone(), finished.clone());
+    let started = Instant::now();
+    let running = store
+        .queue()
+        .worker(move |_job: Job| {
+            let (done, finished) = (handler_done.clone(), handler_finished.clone());
+            async move {
+                if done.fetch_add(1, Ordering::SeqCst) + 1 == items {
+                    finished.notify_one();
+                }
+                Ok::<_, std::convert::Infallible>(())
+            }
+        })
+        .concurrency(workers)
+        .poll_interval(Duration::from_millis(50))
+        .start();
+    finished.notified().await;
+    // Waits for the last items to be settled.
+    let report = running.shutdown(Duration::from_secs(60)).await;
+    assert_eq!(report.released, 0);
+    let elapsed = started.elapsed();
+    let stats = store.queue().stats().await.unwrap();
+    assert_eq!(stats.done, items, "every item done once");
+    items as f64 / elapsed.as_secs_f64()
+}
+
+/// The article's loop: claim a batch with SKIP LOCKED, process each row, mark it sent.
+async fn drain_by_hand(pool: &PgPool, schema: &str, workers: usize, batch: i64) -> f64 {
+    let table = format!("{schema}.emails");
+    let claim = format!(
+        "UPDATE {table} SET status = 'sending', claimed_at = now()
+         WHERE id IN (
+             SELECT id FROM {table} WHERE status = 'queued'
+             ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+         RETURNING id, payload::text"
+    );
+    let sent = format!("UPDATE {table} SET status = 'sent' WHERE id = $1");
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| {
+            let (pool, claim, sent) = (pool.clone(), claim.clone(), sent.clone());
+            tokio::spawn(async move {
+                let mut processed = 0u64;
+                loop {
+                    let rows = sqlx::query(&claim)
+                        .bind(batch)
+                        .fetch_all(&pool)
+                        .await
+                        .unwrap();
+                    if rows.is_empty() {
+                        return processed;
+                    }
+                    for row in rows {
+                        let id: i64 = row.get(0);
+                        let _payload: String = row.get(1);
+                        sqlx::query(&sent).bind(id).execute(&pool).await.unwrap();
+                        processed += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut processed = 0;
+    for task in tasks {
+        processed += task.await.unwrap();
+    }
+    processed as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn fill_by_hand(pool: &PgPool, schema: &str, items: u64) {
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {schema}.emails (
+             id bigserial PRIMARY KEY, key text UNIQUE NOT NULL, payload jsonb NOT NULL,
+             status text NOT NULL DEFAULT 'queued', claimed_at timestamptz);
+         CREATE INDEX ON {schema}.emails (id) WHERE status = 'queued';
+         INSERT INTO {schema}.emails (key, payload)
+             SELECT 'item:' || i, to_jsonb(i) FROM generate_series(0, {items} - 1) i;
+         ANALYZE {schema}.emails;"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::main]
+async fn main() {
+    let args = parse_args();
+    let cluster;
+    let url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => {
+            cluster = Cluster::start().expect("a throwaway PostgreSQL for the benchmark");
+            cluster.url()
+        }
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(32)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let version: String = sqlx::query("SHOW server_version")
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+        .get(0);
+    println!(
+        "Queue throughput, {} items, empty work, PostgreSQL {version}, {} cores",
+        args.items,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!();
+    println!(
+        "| workers | idem queue, pool (items/s) | idem queue, dedicated connections (items/s) \
+         | hand-written SKIP LOCKED loop (items/s) | idem / hand-written |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: |");
+    let mut enqueue_rates = Vec::new();
+    for &workers in &args.workers {
+        let schema = format!("idem_bench_queue_{workers}");
+        fresh_schema(&pool, &schema).await;
+        let mut rates = Vec::new();
+        for dedicated in [false, true] {
+            let mut builder = PgStore::builder(pool.clone()).schema(schema.clone());
+            if dedicated {
+                builder = builder.dedicated_connections(workers + 2);
+            }
+            let store = builder.build().unwrap();
+            store.migrate().await.unwrap();
+            sqlx::raw_sql(&format!(
+                "TRUNCATE {schema}.idem_records_queue, {schema}.idem_records"
+            ))
+            .execute(&pool)
+            .await
+            .unwrap();
+            enqueue_rates.push(enqueue_idem(&store, args.items).await);
+            sqlx::raw_sql(&format!("ANALYZE {schema}.idem_records_queue"))
+                .execute(&pool)
+                .await
+                .unwrap();
+            rates.push(drain_idem(&store, args.items, workers).await);
+        }
+        fill_by_hand(&pool, &schema, args.items).await;
+        let by_hand = drain_by_hand(&pool, &schema, workers, args.batch).await;
+        let (pooled, dedicated) = (rates[0], rates[1]);
+        println!(
+            "| {workers} | {pooled:.0} | {dedicated:.0} | {by_hand:.0} | {:.2} / {:.2} |",
+            pooled / by_hand,
+            dedicated / by_hand
+        );
+        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let mean = enqueue_rates.iter().sum::<f64>() / enqueue_rates.len() as f64;
+    println!();
+    println!("Enqueue through the API (8 tasks, one statement each): {mean:.0} jobs/s");
+}
