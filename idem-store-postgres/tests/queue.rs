@@ -534,6 +534,12 @@ async fn shutdown_past_its_deadline_gives_jobs_back_and_loses_none() {
             status.attempts, 0,
             "a cut-off run does not count as an attempt"
         );
+        let key = Key::new(format!("cut:{i}")).unwrap();
+        let record = test.store.get(&key).await.unwrap();
+        assert_eq!(
+            record, None,
+            "its idempotency record is freed too, so it runs at once"
+        );
     }
 
     // The next workers run everything, the four cut-off jobs from the start.
