@@ -3,44 +3,15 @@
 //! once; bad input gets a 4xx JSON error and stores nothing; a failing item is retried; SIGTERM
 //! stops the server and its workers. (`cargo test` builds the example; this test runs it.)
 
+mod example_process;
+
+use example_process::{example_binary, read_until};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::io::BufReader;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const ITEMS: usize = 100;
-
-fn example_binary() -> PathBuf {
-    // target/<profile>/deps/accept_then_work_example-<hash> -> target/<profile>/examples/..
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("accept_then_work");
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds the examples) or \
-         `cargo build --example accept_then_work` first",
-        path.display()
-    );
-    path
-}
-
-fn read_until(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).unwrap();
-        assert!(n > 0, "the process ended before printing {prefix:?}");
-        if line.starts_with(prefix) {
-            return line.trim().to_owned();
-        }
-    }
-}
 
 struct Server {
     child: Child,
@@ -50,7 +21,7 @@ struct Server {
 }
 
 fn start(schema: &str) -> Server {
-    let mut child = Command::new(example_binary())
+    let mut child = Command::new(example_binary("accept_then_work"))
         .args([
             "--addr",
             "127.0.0.1:0",

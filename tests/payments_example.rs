@@ -2,44 +2,14 @@
 //! with SIGKILL after two charges and run again charges every customer once and sends one
 //! receipt. (`cargo test` builds the example; this test runs its binary.)
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+mod example_process;
+
+use example_process::{example_binary, read_until};
+use std::io::BufReader;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
-fn example_binary() -> PathBuf {
-    // target/<profile>/deps/payments_example-<hash> -> target/<profile>/examples/payments
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("payments");
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds the examples) or \
-         `cargo build --example payments` first",
-        path.display()
-    );
-    path
-}
-
-/// Reads lines until one starts with `prefix`; returns it.
-fn read_until(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = out.read_line(&mut line).unwrap();
-        assert!(n > 0, "the process ended before printing {prefix:?}");
-        if line.starts_with(prefix) {
-            return line.trim().to_owned();
-        }
-    }
-}
-
 fn spawn(args: &[&str]) -> (Child, BufReader<ChildStdout>) {
-    let mut child = Command::new(example_binary())
+    let mut child = Command::new(example_binary("payments"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -51,7 +21,7 @@ fn spawn(args: &[&str]) -> (Child, BufReader<ChildStdout>) {
 
 #[test]
 fn the_demo_charges_each_customer_once() {
-    let output = Command::new(example_binary()).output().unwrap();
+    let output = Command::new(example_binary("payments")).output().unwrap();
     assert!(output.status.success());
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(

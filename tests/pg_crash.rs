@@ -5,9 +5,9 @@
 
 mod pg_support;
 
-use pg_support::{spawn_worker, summary, Schema};
+use pg_support::{signal, spawn_worker, summary, Schema};
 use std::collections::HashSet;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 const KEYS: u32 = 400;
@@ -19,15 +19,6 @@ const LAST_KEYS: u32 = 40;
 const PAUSES: usize = 2;
 /// The handlers' lease (`lease = "1s"` in the worker).
 const LEASE: Duration = Duration::from_secs(1);
-
-fn signal(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill -{signal} {}", child.id());
-}
 
 fn crash_worker(schema: &str, seed: u64) -> Child {
     crash_worker_on(schema, seed, 0, KEYS)

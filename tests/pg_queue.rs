@@ -10,9 +10,9 @@ mod pg_support;
 use idem_store_postgres::queue::{NewJob, Queue};
 use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::PgStore;
-use pg_support::{database_url, spawn_queue_worker, summary, Schema};
+use pg_support::{database_url, signal, spawn_queue_worker, summary, Schema};
 use std::collections::HashSet;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::time::Duration;
 
 /// Enqueues `jobs` jobs `job:0..` from 8 concurrent tasks, through the public API.
@@ -52,15 +52,6 @@ fn worker(schema: &Schema, total: u32, extra: &[(&str, String)]) -> Child {
     ];
     args.extend(extra.iter().cloned());
     spawn_queue_worker(&schema.name, &args)
-}
-
-fn signal(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill -{signal} {}", child.id());
 }
 
 /// Every job is done, none dead or left; returns (runs, distinct jobs run).

@@ -8,7 +8,8 @@ mod support;
 
 use idem_core::{context, Call, Key, Outcome, Store};
 use idem_store_postgres::queue::{
-    Backoff, EnqueueError, Enqueued, Job, JobState, NewJob, Queue, ShutdownReport,
+    Backoff, EnqueueError, Enqueued, Job, JobState, NewJob, Queue, ShutdownReport, WorkerBuilder,
+    Workers,
 };
 use serde_json::json;
 use std::collections::HashMap;
@@ -231,15 +232,7 @@ async fn a_job_completed_before_its_claim_was_settled_does_not_run_again() {
         .await
         .unwrap();
     let runs = Runs::default();
-    let handler_runs = runs.clone();
-    let workers = queue
-        .worker(move |job: Job| {
-            let runs = handler_runs.clone();
-            async move {
-                runs.record(job.key());
-                Ok::<_, std::io::Error>(())
-            }
-        })
+    let workers = recording(&queue, &runs, Duration::ZERO)
         .poll_interval(Duration::from_millis(20))
         .start();
     eventually("the job is done", Duration::from_secs(20), || async {
@@ -353,15 +346,7 @@ async fn run_after_holds_a_job_back() {
     let _ = queue.enqueue(past).await.unwrap();
     let _ = queue.enqueue(job("now", json!(3))).await.unwrap();
     let runs = Runs::default();
-    let handler_runs = runs.clone();
-    let workers = queue
-        .worker(move |job: Job| {
-            let runs = handler_runs.clone();
-            async move {
-                runs.record(job.key());
-                Ok::<_, std::io::Error>(())
-            }
-        })
+    let workers = recording(&queue, &runs, Duration::ZERO)
         .poll_interval(Duration::from_millis(10))
         .start();
     eventually("the due jobs are done", Duration::from_secs(20), || async {
@@ -418,16 +403,8 @@ async fn idle_workers_wake_on_notification_not_polling() {
     let test = TestStore::new("q_wake", 20).await;
     let queue = test.store.queue();
     let runs = Runs::default();
-    let handler_runs = runs.clone();
     // Polling once an hour: only a notification can get these jobs run within the test.
-    let workers = queue
-        .worker(move |job: Job| {
-            let runs = handler_runs.clone();
-            async move {
-                runs.record(job.key());
-                Ok::<_, std::io::Error>(())
-            }
-        })
+    let workers = recording(&queue, &runs, Duration::ZERO)
         .poll_interval(Duration::from_secs(3600))
         .start();
     // Let the workers find the queue empty and go idle.
@@ -452,12 +429,9 @@ async fn idle_workers_wake_on_notification_not_polling() {
     workers.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Starts workers whose jobs signal when they start and then take `work`.
-fn sleepy_workers(
-    queue: &Queue,
-    runs: &Runs,
-    work: Duration,
-) -> idem_store_postgres::queue::Workers {
+/// Workers (4 at once, polling every 10 ms) whose jobs record that they started, then take
+/// `work`.
+fn recording(queue: &Queue, runs: &Runs, work: Duration) -> WorkerBuilder {
     let runs = runs.clone();
     queue
         .worker(move |job: Job| {
@@ -470,25 +444,30 @@ fn sleepy_workers(
         })
         .concurrency(4)
         .poll_interval(Duration::from_millis(10))
-        .start()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_lets_running_jobs_finish_and_claims_no_more() {
-    let test = TestStore::new("q_drain", 20).await;
+/// Ten jobs `<prefix>:0..10` and four workers, once four of the jobs (each `work` long) run.
+async fn four_running(prefix: &str, work: Duration) -> (TestStore, Queue, Runs, Workers) {
+    let test = TestStore::new(&format!("q_{prefix}"), 20).await;
     let queue = test.store.queue();
     for i in 0..10 {
         let _ = queue
-            .enqueue(job(&format!("drain:{i}"), json!(i)))
+            .enqueue(job(&format!("{prefix}:{i}"), json!(i)))
             .await
             .unwrap();
     }
     let runs = Runs::default();
-    let workers = sleepy_workers(&queue, &runs, Duration::from_millis(400));
+    let workers = recording(&queue, &runs, work).start();
     eventually("four jobs are running", Duration::from_secs(20), || async {
         runs.total() == 4
     })
     .await;
+    (test, queue, runs, workers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_running_jobs_finish_and_claims_no_more() {
+    let (_test, queue, runs, workers) = four_running("drain", Duration::from_millis(400)).await;
     let report = workers.shutdown(Duration::from_secs(30)).await;
     assert_eq!(
         report,
@@ -504,20 +483,7 @@ async fn shutdown_lets_running_jobs_finish_and_claims_no_more() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_past_its_deadline_gives_jobs_back_and_loses_none() {
-    let test = TestStore::new("q_cut", 20).await;
-    let queue = test.store.queue();
-    for i in 0..10 {
-        let _ = queue
-            .enqueue(job(&format!("cut:{i}"), json!(i)))
-            .await
-            .unwrap();
-    }
-    let runs = Runs::default();
-    let workers = sleepy_workers(&queue, &runs, Duration::from_secs(3600));
-    eventually("four jobs are running", Duration::from_secs(20), || async {
-        runs.total() == 4
-    })
-    .await;
+    let (test, queue, runs, workers) = four_running("cut", Duration::from_secs(3600)).await;
     let report = workers.shutdown(Duration::from_millis(100)).await;
     assert_eq!(
         report,
@@ -543,7 +509,7 @@ async fn shutdown_past_its_deadline_gives_jobs_back_and_loses_none() {
     }
 
     // The next workers run everything, the four cut-off jobs from the start.
-    let workers = sleepy_workers(&queue, &runs, Duration::from_millis(1));
+    let workers = recording(&queue, &runs, Duration::from_millis(1)).start();
     eventually("all ten are done", Duration::from_secs(30), || async {
         queue.stats().await.unwrap().done == 10
     })

@@ -19,6 +19,7 @@ use idem_core::{idempotent, Error, Outcome};
 use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool};
 use idem_store_postgres::PgStore;
+use idem_suite::Random;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,20 +30,12 @@ struct Ctx {
     pool: PgPool,
     schema: String,
     work_ms: u64,
-    seed: AtomicU64,
+    seed: Random,
 }
 
 impl Ctx {
-    /// A small xorshift, so runs differ per process without a dependency.
     fn random(&self, below: u64) -> u64 {
-        let mut x = self
-            .seed
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-            | 1;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % below.max(1)
+        self.seed.below(below)
     }
 
     async fn record_execution(&self, key: &str) -> Result<(), sqlx::Error> {
@@ -124,9 +117,7 @@ async fn main() {
         pool,
         schema,
         work_ms: args.get("work-ms").map_or(1, |v| v.parse().unwrap()),
-        seed: AtomicU64::new(
-            args.get("seed").map_or(1, |v| v.parse().unwrap()) ^ u64::from(std::process::id()),
-        ),
+        seed: Random::for_process(args.get("seed").map_or(1, |v| v.parse().unwrap())),
     });
     let tally = Arc::new(Tally::default());
 

@@ -15,6 +15,7 @@ use idem_store_postgres::queue::Job;
 use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool};
 use idem_store_postgres::PgStore;
+use idem_suite::Random;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,21 +26,13 @@ struct Ctx {
     pool: PgPool,
     schema: String,
     work_ms: u64,
-    seed: AtomicU64,
+    seed: Random,
     runs: AtomicU64,
 }
 
 impl Ctx {
-    /// A small xorshift, so runs differ per process without a dependency.
     fn random(&self, below: u64) -> u64 {
-        let mut x = self
-            .seed
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-            | 1;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % below.max(1)
+        self.seed.below(below)
     }
 
     async fn run(&self, job: Job) -> Result<(), sqlx::Error> {
@@ -94,7 +87,7 @@ async fn main() {
         pool,
         schema,
         work_ms: num(&args, "work-ms", Some(0)),
-        seed: AtomicU64::new(num(&args, "seed", Some(1)) ^ u64::from(std::process::id())),
+        seed: Random::for_process(num(&args, "seed", Some(1))),
         runs: AtomicU64::new(0),
     });
     let handler_ctx = ctx.clone();

@@ -76,6 +76,16 @@ impl Schema {
     }
 }
 
+/// Sends `signal` (`KILL`, `TERM`, `STOP`, `CONT`) to `child`.
+pub fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{signal} {}", child.id());
+}
+
 /// Starts a worker process: `idem-pg-worker MODE --schema .. ARGS..`.
 pub fn spawn_worker(mode: &str, schema: &str, args: &[(&str, String)]) -> Child {
     spawn(
