@@ -429,6 +429,30 @@ async fn idle_workers_wake_on_notification_not_polling() {
     workers.shutdown(Duration::from_secs(5)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_notifications_polling_still_finds_the_work() {
+    let test = TestStore::new("q_poll", 20).await;
+    let queue = test.store.queue();
+    let runs = Runs::default();
+    let workers = recording(&queue, &runs, Duration::ZERO)
+        .listen(false)
+        .poll_interval(Duration::from_millis(50))
+        .start();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..5 {
+        let _ = queue
+            .enqueue(job(&format!("poll:{i}"), json!(i)))
+            .await
+            .unwrap();
+    }
+    eventually("the jobs ran", Duration::from_secs(20), || async {
+        queue.stats().await.unwrap().done == 5
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(runs.total(), 5);
+}
+
 /// Workers (4 at once, polling every 10 ms) whose jobs record that they started, then take
 /// `work`.
 fn recording(queue: &Queue, runs: &Runs, work: Duration) -> WorkerBuilder {
