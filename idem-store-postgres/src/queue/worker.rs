@@ -159,6 +159,7 @@ impl WorkerBuilder {
 /// stop them. Dropping them stops them too, with no time for running jobs: those are given back
 /// to the queue (or, if the runtime is gone, return when their lease lapses).
 #[derive(Debug)]
+#[must_use = "dropping Workers stops them at once; keep them, and call `shutdown` to stop"]
 pub struct Workers {
     stop: watch::Sender<Option<Instant>>,
     producer: Option<JoinHandle<ShutdownReport>>,
@@ -253,11 +254,15 @@ async fn produce(
     mut stopping: watch::Receiver<Option<Instant>>,
 ) -> ShutdownReport {
     let wake = Arc::new(Notify::new());
-    let listener = config.listen.then(|| {
+    // Stopped with the producer however it ends: a renewal outliving it would keep its jobs'
+    // leases alive for ever.
+    let _listener = config.listen.then(|| {
         let pool = shared.queue.store.pool().clone();
-        tokio::spawn(listen(pool, shared.queue.sql.name.clone(), wake.clone()))
+        AbortOnDrop(tokio::spawn(
+            listen(pool, shared.queue.sql.name.clone(), wake.clone()).in_current_span(),
+        ))
     });
-    let heartbeat = tokio::spawn(renew(shared.clone()).in_current_span());
+    let heartbeat = AbortOnDrop(tokio::spawn(renew(shared.clone()).in_current_span()));
     let mut tasks = JoinSet::new();
     loop {
         if stopping.borrow().is_some() {
@@ -320,12 +325,18 @@ async fn produce(
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
     let released = shared.release_held().await;
-    heartbeat.abort();
-    if let Some(listener) = listener {
-        listener.abort();
-    }
+    drop(heartbeat);
     tracing::info!(finished, released, "idem queue workers stopped");
     ShutdownReport { finished, released }
+}
+
+/// A background task that stops when this is dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn log_join(joined: Result<(), JoinError>) {
