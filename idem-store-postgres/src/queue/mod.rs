@@ -171,11 +171,17 @@ impl Queue {
                     .await
                     .map_err(|e| EnqueueError::Store(store_error(e)))?;
                 match same {
+                    Some(true) => Ok(Enqueued::Duplicate),
                     Some(false) => Err(EnqueueError::KeyReused {
                         key: job.key.into_string(),
                     }),
-                    // Gone again (discarded or purged) counts as already handled.
-                    Some(true) | None => Ok(Enqueued::Duplicate),
+                    // Discarded or purged in between: nothing is stored, and saying "duplicate"
+                    // would lose the work.
+                    None => Err(EnqueueError::Store(StoreError::msg(format!(
+                        "the job stored under key {:?} was deleted while this enqueue ran; \
+                         nothing was stored: enqueue it again",
+                        job.key.as_str()
+                    )))),
                 }
             }
         }
