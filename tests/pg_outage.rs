@@ -267,7 +267,7 @@ async fn queue_workers_ride_out_an_outage() {
         "no job used up its attempts"
     );
 
-    let runs = runs.lock().unwrap();
+    let runs = runs.lock().unwrap().clone();
     assert_eq!(runs.len() as u64, JOBS, "every job ran");
     let grace = Duration::from_millis(200);
     let during: Vec<_> = runs
