@@ -284,3 +284,52 @@ async fn dedicated_connections_make_no_pings() {
         "no pings on dedicated connections"
     );
 }
+
+/// A queued job costs one claim statement and one completion statement, which also marks the
+/// job done: counted on the wire with one worker, where every claim takes one job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_costs_one_claim_and_one_completion() {
+    use idem_store_postgres::queue::{Job, NewJob};
+
+    const JOBS: u64 = 40;
+    let test = TestStore::new("rt_queue", 4).await;
+    let uncounted = test.store.queue();
+    for i in 0..JOBS {
+        let _ = uncounted
+            .enqueue(NewJob::new(format!("job:{i}"), &i).unwrap())
+            .await
+            .unwrap();
+    }
+    let (store, proxy) = counted_store_with(&test, Some(1)).await;
+    let (statements_before, trips_before, pings_before) = proxy.counts();
+    let workers = store
+        .queue()
+        .worker(|_job: Job| async { Ok::<_, std::io::Error>(()) })
+        .concurrency(1)
+        .lease(LEASE) // no renewal falls due during the test
+        .listen(false) // no LISTEN connection: only job statements cross the proxy
+        .poll_interval(Duration::from_secs(3600))
+        .start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while uncounted.stats().await.unwrap().done < JOBS {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the jobs did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Let the worker's last (empty) claim happen, then stop it: nothing is held, nothing sent.
+    while proxy.counts().0 - statements_before < 2 * JOBS + 1 {
+        assert!(std::time::Instant::now() < deadline, "no final claim");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let report = workers.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(report.released, 0);
+    let (statements, trips, pings) = proxy.counts();
+    // Per job: its claim and its completion; then one claim that finds nothing.
+    assert_eq!(statements - statements_before, 2 * JOBS + 1);
+    // One round trip each, plus preparing the two statements once on the new connection.
+    assert_eq!(trips - trips_before, 2 * JOBS + 1 + 2);
+    assert_eq!(pings, pings_before, "dedicated connections: no pings");
+}
