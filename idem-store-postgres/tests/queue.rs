@@ -541,3 +541,112 @@ async fn shutdown_past_its_deadline_gives_jobs_back_and_loses_none() {
     workers.shutdown(Duration::from_secs(5)).await;
     assert_eq!(runs.total(), 14);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_over_its_timeout_is_a_failed_attempt() {
+    let test = TestStore::new("q_timeout", 20).await;
+    let queue = test.store.queue();
+    let _ = queue
+        .enqueue(job("stuck", json!({})).max_attempts(2))
+        .await
+        .unwrap();
+    let _ = queue.enqueue(job("quick", json!({}))).await.unwrap();
+    let runs = Runs::default();
+    let handler_runs = runs.clone();
+    let workers = queue
+        .worker(move |job: Job| {
+            let runs = handler_runs.clone();
+            async move {
+                runs.record(job.key());
+                if job.key() == "stuck" {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .timeout(Duration::from_millis(200))
+        // Should the retry find the cut-off call's claim not yet abandoned, it waits a lease.
+        .lease(Duration::from_secs(2))
+        .backoff(Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_secs(1),
+        ))
+        .poll_interval(Duration::from_millis(10))
+        .start();
+    eventually("the stuck job is dead", Duration::from_secs(20), || async {
+        state(&queue, "stuck").await == Some(JobState::Dead)
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    let status = queue.status("stuck").await.unwrap().unwrap();
+    assert_eq!(status.attempts, 2);
+    assert_eq!(status.last_error.as_deref(), Some("timed out after 200ms"));
+    assert_eq!(
+        runs.count("stuck"),
+        2,
+        "the retry could claim the timed-out call's key"
+    );
+    assert_eq!(state(&queue, "quick").await, Some(JobState::Done));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purging_deletes_finished_jobs_only() {
+    let test = TestStore::new("q_purge", 20).await;
+    let queue = test.store.queue();
+    for i in 0..3 {
+        let _ = queue
+            .enqueue(job(&format!("old:{i}"), json!(i)))
+            .await
+            .unwrap();
+    }
+    let _ = queue
+        .enqueue(job("doomed", json!({"fail": true})).max_attempts(1))
+        .await
+        .unwrap();
+    let workers = queue
+        .worker(|job: Job| async move {
+            match job.payload()["fail"].as_bool() {
+                Some(true) => Err("no"),
+                _ => Ok(()),
+            }
+        })
+        .poll_interval(Duration::from_millis(10))
+        .start();
+    eventually("all jobs finished", Duration::from_secs(20), || async {
+        let stats = queue.stats().await.unwrap();
+        (stats.done, stats.dead) == (3, 1)
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(
+        queue
+            .purge_done(Duration::from_secs(3600), 10)
+            .await
+            .unwrap(),
+        0,
+        "too recent"
+    );
+    assert_eq!(
+        queue.purge_done(Duration::ZERO, 2).await.unwrap(),
+        2,
+        "a batch at a time"
+    );
+    let purger = queue.spawn_purger(Duration::from_millis(10), Duration::ZERO, 1);
+    eventually(
+        "the purger deleted the rest",
+        Duration::from_secs(20),
+        || async { queue.stats().await.unwrap().done == 0 },
+    )
+    .await;
+    purger.abort();
+    assert_eq!(
+        state(&queue, "doomed").await,
+        Some(JobState::Dead),
+        "dead jobs stay"
+    );
+    assert_eq!(
+        queue.enqueue(job("old:0", json!(0))).await.unwrap(),
+        Enqueued::Queued,
+        "a purged key is new work"
+    );
+}

@@ -278,6 +278,34 @@ impl Queue {
             .rows_affected())
     }
 
+    /// Every `every`, deletes jobs finished more than `older_than` ago, `batch` at a time, on
+    /// the current Tokio runtime until the returned handle is aborted. Failures are logged and
+    /// retried at the next tick. Dead jobs are kept.
+    pub fn spawn_purger(
+        &self,
+        every: Duration,
+        older_than: Duration,
+        batch: usize,
+    ) -> tokio::task::JoinHandle<()> {
+        let queue = self.clone();
+        let batch = batch.max(1);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                loop {
+                    match queue.purge_done(older_than, batch).await {
+                        Ok(n) if n == batch as u64 => continue,
+                        Ok(0) => {}
+                        Ok(n) => tracing::debug!(purged = n, "purged finished idem jobs"),
+                        Err(e) => tracing::warn!(error = %e, "purging finished idem jobs failed"),
+                    }
+                    break;
+                }
+            }
+        })
+    }
+
     /// Wakes this queue's idle workers in every process.
     async fn wake_workers(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT pg_notify($1, $2)")

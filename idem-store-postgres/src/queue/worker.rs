@@ -45,6 +45,7 @@ pub struct WorkerBuilder {
     poll_interval: Duration,
     backoff: Backoff,
     listen: bool,
+    timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -56,6 +57,7 @@ impl std::fmt::Debug for WorkerBuilder {
             .field("poll_interval", &self.poll_interval)
             .field("backoff", &self.backoff)
             .field("listen", &self.listen)
+            .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
@@ -80,6 +82,7 @@ impl WorkerBuilder {
             poll_interval: DEFAULT_POLL_INTERVAL,
             backoff: Backoff::default(),
             listen: true,
+            timeout: None,
         }
     }
 
@@ -124,6 +127,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// Stops a job that runs longer than `limit` and counts it as a failed attempt (retried
+    /// after a backoff, dead-lettered after the last), with the error `timed out after ..`.
+    /// Without it (the default) a job runs as long as it takes, its lease renewed meanwhile.
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+
     /// Starts the workers on the current Tokio runtime.
     ///
     /// # Panics
@@ -136,6 +147,7 @@ impl WorkerBuilder {
             handler: self.handler,
             lease: self.lease,
             backoff: self.backoff,
+            timeout: self.timeout,
             held: Mutex::new(HashMap::new()),
             worker,
             queue: self.queue,
@@ -215,6 +227,7 @@ struct Shared {
     handler: Handler,
     lease: Duration,
     backoff: Backoff,
+    timeout: Option<Duration>,
     /// The claims this process holds: key to attempt (the fence), and the fence of the record
     /// the claim took, if it took one.
     held: Mutex<HashMap<String, (i32, Option<i64>)>>,
@@ -451,7 +464,16 @@ impl Shared {
             .lease(self.lease)
             .run(work);
         // idem-core's own panic catcher: the call releases its claim on a panic and resumes it.
-        Some(match idem_core::__private::catch_unwind(call).await {
+        let caught = idem_core::__private::catch_unwind(call);
+        let result = match self.timeout {
+            None => caught.await,
+            // Dropping the call on timeout abandons its claim, so the retry can take it.
+            Some(limit) => match tokio::time::timeout(limit, caught).await {
+                Ok(result) => result,
+                Err(_) => return Some(self.failure(job, format!("timed out after {limit:?}"))),
+            },
+        };
+        Some(match result {
             // The completion marked the job done in the same statement, unless the job's claim
             // was taken over meanwhile; then the newer claim finds the call completed.
             Ok(Ok(Outcome::Executed(()))) => {
