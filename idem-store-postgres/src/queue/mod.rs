@@ -25,6 +25,8 @@
 //!   polling as the fallback for retries that come due and for missed notifications.
 //! - **Graceful shutdown** ([`Workers::shutdown`]) stops claiming, lets running jobs finish until
 //!   a deadline, and gives the rest back to the queue.
+//! - **Timeouts** ([`WorkerBuilder::timeout`]) count a job that runs too long as a failed attempt;
+//!   finished jobs are deleted by [`Queue::purge_done`] or [`Queue::spawn_purger`].
 //!
 //! ```no_run
 //! use idem_store_postgres::queue::{NewJob, Job};
