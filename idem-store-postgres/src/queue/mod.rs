@@ -15,7 +15,7 @@
 //!   slow worker that is alive keeps its jobs; a crashed one's jobs return once the lease lapses.
 //! - **Each job runs as an idempotent call** keyed by the job's key ([`idem_core::Call`]), so a
 //!   job whose worker died after finishing it is recognised as done and not run again, and
-//!   [`idem_core::context`], keyed clients and the [`idem_core::Journal`] work in handlers
+//!   [`idem_core::context`], keyed clients and the [`idem_core::journal::Journal`] work in handlers
 //!   unchanged.
 //! - **Failures retry** with exponential backoff and jitter ([`Backoff`]) up to the job's
 //!   [`max_attempts`](NewJob::max_attempts); then the job is dead-lettered with its last error,
