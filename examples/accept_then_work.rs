@@ -209,6 +209,8 @@ async fn main() {
         .expect("connect to --database-url");
     let store = PgStore::builder(pool)
         .schema(flag("--schema").unwrap_or_else(|| "public".into()))
+        // One statement per round trip for the workers' claims and completions.
+        .dedicated_connections(workers + 2)
         .build()
         .expect("--schema must be a plain lowercase name");
     store.migrate().await.expect("migrate");
