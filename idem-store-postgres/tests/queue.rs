@@ -650,3 +650,60 @@ async fn purging_deletes_finished_jobs_only() {
         "a purged key is new work"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_skips_a_done_effect_when_a_job_is_retried() {
+    use idem_core::journal::{Effect, Journal};
+
+    let test = TestStore::new("q_journal", 20).await;
+    let queue = test.store.queue();
+    let _ = queue
+        .enqueue(job("order:7", json!({"cents": 900})))
+        .await
+        .unwrap();
+    let charges = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (store, handler_charges, handler_seen) =
+        (test.store.clone(), charges.clone(), seen.clone());
+    let workers = queue
+        .worker(move |job: Job| {
+            let (store, charges, seen) =
+                (store.clone(), handler_charges.clone(), handler_seen.clone());
+            async move {
+                // A provider with no idempotency key, journaled under the job's call.
+                let charge = Journal::new(&store)
+                    .at_least_once("charge", async {
+                        charges.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, std::io::Error>(format!("ch_{}", job.payload()["cents"]))
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                seen.lock().unwrap().push(match &charge {
+                    Effect::Ran(id) => format!("ran {id}"),
+                    Effect::Skipped(id) => format!("skipped {id}"),
+                    Effect::Unknown => "unknown".to_owned(),
+                });
+                if job.attempt() == 1 {
+                    return Err("the receipt API timed out".to_owned());
+                }
+                Ok(())
+            }
+        })
+        .backoff(Backoff::new(
+            Duration::from_millis(20),
+            Duration::from_secs(1),
+        ))
+        .poll_interval(Duration::from_millis(10))
+        .start();
+    eventually("the job is done", Duration::from_secs(20), || async {
+        state(&queue, "order:7").await == Some(JobState::Done)
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(
+        charges.load(Ordering::SeqCst),
+        1,
+        "charged once across two attempts"
+    );
+    assert_eq!(*seen.lock().unwrap(), ["ran ch_900", "skipped ch_900"]);
+}
