@@ -22,3 +22,32 @@ impl Random {
         x % below.max(1)
     }
 }
+
+/// `--name value` pairs as a map from `name` to `value`.
+pub fn flags(args: &[String]) -> std::collections::HashMap<String, String> {
+    args.chunks(2)
+        .map(|pair| {
+            let value = pair.get(1).cloned().unwrap_or_default();
+            (pair[0].trim_start_matches("--").to_owned(), value)
+        })
+        .collect()
+}
+
+/// A store in `schema` on a pool of `connections` to `DATABASE_URL`, as the test workers use.
+///
+/// # Panics
+///
+/// Without `DATABASE_URL`, or when the server cannot be reached.
+pub async fn worker_store(schema: &str, connections: u32) -> idem_store_postgres::PgStore {
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let pool = idem_store_postgres::sqlx::postgres::PgPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(std::time::Duration::from_secs(30))
+        .connect(&url)
+        .await
+        .expect("connect");
+    idem_store_postgres::PgStore::builder(pool)
+        .schema(schema.to_owned())
+        .build()
+        .expect("store")
+}

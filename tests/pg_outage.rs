@@ -67,6 +67,21 @@ async fn dedicated_connections_recover_from_an_outage() {
     outage(Some(4)).await;
 }
 
+/// Stops the server, keeps it down 3 s, starts it again. Returns when it stopped and when its
+/// restart began (from then on it may accept statements again), as time since `epoch`.
+async fn down_for_3s(cluster: Cluster, epoch: Instant) -> (Duration, Duration, Cluster) {
+    tokio::task::spawn_blocking(move || {
+        cluster.stop().expect("stop");
+        let stopped_at = epoch.elapsed();
+        std::thread::sleep(Duration::from_secs(3));
+        let restarting_at = epoch.elapsed();
+        cluster.start_again().expect("restart");
+        (stopped_at, restarting_at, cluster)
+    })
+    .await
+    .unwrap()
+}
+
 async fn outage(dedicated: Option<usize>) {
     let cluster = Cluster::start().expect("a throwaway PostgreSQL for the outage test");
     let pool = PgPoolOptions::new()
@@ -111,19 +126,8 @@ async fn outage(dedicated: Option<usize>) {
     while app.completed.load(Ordering::SeqCst) < u64::from(KEYS) / 3 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // Stop the server, keep it down 3s, start it again. `restarting_at` is taken before the
-    // start begins: from then on the server may accept claims again.
     let epoch = app.epoch;
-    let (stopped_at, restarting_at, cluster) = tokio::task::spawn_blocking(move || {
-        cluster.stop().expect("stop");
-        let stopped_at = epoch.elapsed();
-        std::thread::sleep(Duration::from_secs(3));
-        let restarting_at = epoch.elapsed();
-        cluster.start_again().expect("restart");
-        (stopped_at, restarting_at, cluster)
-    })
-    .await
-    .unwrap();
+    let (stopped_at, restarting_at, cluster) = down_for_3s(cluster, epoch).await;
     let errors_while_down = app.claim_errors.load(Ordering::SeqCst);
 
     for runner in runners {
@@ -235,16 +239,7 @@ async fn queue_workers_ride_out_an_outage() {
     while (runs.lock().unwrap().len() as u64) < JOBS / 3 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let (stopped_at, restarting_at, cluster) = tokio::task::spawn_blocking(move || {
-        cluster.stop().expect("stop");
-        let stopped_at = epoch.elapsed();
-        std::thread::sleep(Duration::from_secs(3));
-        let restarting_at = epoch.elapsed();
-        cluster.start_again().expect("restart");
-        (stopped_at, restarting_at, cluster)
-    })
-    .await
-    .unwrap();
+    let (stopped_at, restarting_at, cluster) = down_for_3s(cluster, epoch).await;
 
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -16,10 +16,9 @@
 //! `executed=N duplicate=N in_progress=N errors=N lost=N`.
 
 use idem_core::{idempotent, Error, Outcome};
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool};
 use idem_store_postgres::PgStore;
-use idem_suite::Random;
+use idem_suite::{flags, worker_store, Random};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -94,24 +93,12 @@ fn num(args: &HashMap<String, String>, name: &str) -> u64 {
 async fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mode = argv.first().cloned().expect("mode: storm | crash | sweep");
-    let args: HashMap<String, String> = argv[1..]
-        .chunks(2)
-        .map(|pair| (pair[0].trim_start_matches("--").to_owned(), pair[1].clone()))
-        .collect();
+    let args = flags(&argv[1..]);
     let schema = arg(&args, "schema").to_owned();
     let tasks = num(&args, "tasks") as usize;
     let keys = num(&args, "keys") as u32;
-    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let pool = PgPoolOptions::new()
-        .max_connections(tasks as u32 + 2)
-        .acquire_timeout(Duration::from_secs(30))
-        .connect(&url)
-        .await
-        .expect("connect");
-    let store = PgStore::builder(pool.clone())
-        .schema(schema.clone())
-        .build()
-        .expect("store");
+    let store = worker_store(&schema, tasks as u32 + 2).await;
+    let pool = store.pool().clone();
     let ctx = Arc::new(Ctx {
         store,
         pool,

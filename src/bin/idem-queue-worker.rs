@@ -12,10 +12,8 @@
 //! `--shutdown-ms` deadline. It prints `runs=N finished=N released=N`.
 
 use idem_store_postgres::queue::Job;
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool};
-use idem_store_postgres::PgStore;
-use idem_suite::Random;
+use idem_suite::{flags, worker_store, Random};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -64,24 +62,12 @@ fn num(args: &HashMap<String, String>, name: &str, default: Option<u64>) -> u64 
 #[tokio::main]
 async fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    let args: HashMap<String, String> = argv
-        .chunks(2)
-        .map(|pair| (pair[0].trim_start_matches("--").to_owned(), pair[1].clone()))
-        .collect();
+    let args = flags(&argv);
     let schema = args.get("schema").expect("missing --schema").clone();
     let concurrency = num(&args, "concurrency", Some(8)) as usize;
     let until_done = num(&args, "until-done", None);
-    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let pool = PgPoolOptions::new()
-        .max_connections(concurrency as u32 + 4)
-        .acquire_timeout(Duration::from_secs(30))
-        .connect(&url)
-        .await
-        .expect("connect");
-    let store = PgStore::builder(pool.clone())
-        .schema(schema.clone())
-        .build()
-        .expect("store");
+    let store = worker_store(&schema, concurrency as u32 + 4).await;
+    let pool = store.pool().clone();
     let queue = store.queue();
     let ctx = Arc::new(Ctx {
         pool,
