@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::direct::{on_conn, Direct};
 use crate::error::store_error;
 use crate::ident::validate_ident;
+use crate::queue::QueueSql;
 use crate::sql::Statements;
 use crate::time::{duration_micros, from_micros};
 
@@ -61,6 +62,8 @@ struct Shared {
     schema: String,
     table: String,
     sql: Statements,
+    /// The work queue's statements, written once with the store's.
+    queue_sql: Arc<QueueSql>,
     direct: Option<Direct>,
 }
 
@@ -115,10 +118,12 @@ impl PgStoreBuilder {
         let direct = self
             .dedicated
             .map(|n| Direct::new((*self.pool.connect_options()).clone(), n));
+        let sql = Statements::new(&self.schema, &self.table);
         Ok(PgStore {
             pool: self.pool,
             shared: Arc::new(Shared {
-                sql: Statements::new(&self.schema, &self.table),
+                queue_sql: Arc::new(QueueSql::new(&self.schema, &self.table, &sql.complete)),
+                sql,
                 schema: self.schema,
                 table: self.table,
                 direct,
@@ -192,7 +197,7 @@ impl PgStore {
     /// The store's work queue (table `<table>_queue`, created by [`migrate`](PgStore::migrate)),
     /// whose jobs run as idempotent calls on this store. See [`crate::queue`].
     pub fn queue(&self) -> crate::queue::Queue {
-        crate::queue::Queue::new(self.clone(), &self.shared.schema, &self.shared.table)
+        crate::queue::Queue::new(self.clone(), self.shared.queue_sql.clone())
     }
 
     /// The pool the store uses.

@@ -90,7 +90,7 @@ pub use job::{
 pub use worker::{ShutdownReport, WorkerBuilder, Workers, DEFAULT_POLL_INTERVAL};
 
 use job::parse_payload;
-use sql::QueueSql;
+pub(crate) use sql::QueueSql;
 
 /// The work queue of a [`PgStore`]: table `<table>_queue` next to its records, created by
 /// [`PgStore::migrate`]. Cheap to clone. See the [module docs](self).
@@ -105,8 +105,7 @@ fn failed(operation: Operation) -> impl FnOnce(sqlx::Error) -> StoreError {
 }
 
 impl Queue {
-    pub(crate) fn new(store: PgStore, schema: &str, table: &str) -> Queue {
-        let sql = Arc::new(QueueSql::new(schema, table, store.complete_sql()));
+    pub(crate) fn new(store: PgStore, sql: Arc<QueueSql>) -> Queue {
         Queue { store, sql }
     }
 
