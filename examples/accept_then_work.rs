@@ -215,7 +215,7 @@ async fn main() {
         .expect("--schema must be a plain lowercase name");
     store.migrate().await.expect("migrate");
     let app = Arc::new(App {
-        queue: store.queue(),
+        queue: Queue::new(&store),
         max_attempts: number("--max-attempts", 5) as u32,
         runs: AtomicU64::new(0),
     });

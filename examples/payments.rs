@@ -118,7 +118,7 @@ async fn invoice_run(
             tokio::time::sleep(Duration::from_secs(600)).await;
         }
     }
-    let receipt = Journal::new(store)
+    let receipt = Journal::new()
         .at_least_once("send-receipt", async {
             http.post(format!("{provider}/receipts"), "receipt")
                 .send()

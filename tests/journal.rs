@@ -30,7 +30,7 @@ async fn fulfil(
     sent: &AtomicU32,
     fail_after: &AtomicU32,
 ) -> Result<Effect<String>, JobError> {
-    let receipt = Journal::new(store)
+    let receipt = Journal::new()
         .at_least_once("send-receipt", async {
             let n = sent.fetch_add(1, Ordering::SeqCst) + 1;
             Ok::<_, std::io::Error>(format!("receipt #{n}"))
@@ -85,7 +85,7 @@ async fn payout(
     paid: &AtomicU32,
     hang: bool,
 ) -> Result<Effect<u32>, JobError> {
-    let paid_now = Journal::new(store)
+    let paid_now = Journal::new()
         .at_most_once("transfer", async {
             paid.fetch_add(1, Ordering::SeqCst);
             if hang {
@@ -116,8 +116,7 @@ async fn at_most_once_never_repeats_and_reports_the_unknown() {
 
 #[tokio::test]
 async fn outside_a_call_the_journal_refuses() {
-    let store = MemoryStore::new();
-    let result = Journal::new(&store)
+    let result = Journal::new()
         .at_least_once("x", async { Ok::<_, std::io::Error>(1u8) })
         .await;
     assert!(matches!(result, Err(JournalError::NotInCall)));
@@ -136,7 +135,7 @@ async fn stalls_then_records(
         gate.notified().await;
     }
     // An effect only this run has (were it shared, the stale run would find it done and skip).
-    let done = Journal::new(store)
+    let done = Journal::new()
         .at_least_once(&format!("notify-{run}"), async {
             Ok::<_, std::io::Error>(id)
         })

@@ -23,11 +23,12 @@ async fn enqueue(schema: &Schema, jobs: u32) -> Queue {
         .connect(&database_url())
         .await
         .unwrap();
-    let queue = PgStore::builder(pool)
-        .schema(schema.name.clone())
-        .build()
-        .unwrap()
-        .queue();
+    let queue = Queue::new(
+        &PgStore::builder(pool)
+            .schema(schema.name.clone())
+            .build()
+            .unwrap(),
+    );
     let tasks: Vec<_> = (0..8)
         .map(|t| {
             let queue = queue.clone();

@@ -76,7 +76,7 @@ fn overhead(c: &mut Criterion) {
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
-            black_box(idem_core::__private::render_key(format_args!(
+            black_box(idem_core::__private_v1::render_key(format_args!(
                 "bench:{}",
                 black_box(i)
             )))

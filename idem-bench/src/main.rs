@@ -587,7 +587,7 @@ async fn main() {
     let mut purged = 0;
     loop {
         let t0 = Instant::now();
-        let n = idem_core::Store::purge_expired(&store, 10_000)
+        let n = idem_core::Purge::purge_expired(&store, 10_000)
             .await
             .unwrap();
         longest = longest.max(t0.elapsed());

@@ -171,7 +171,7 @@ async fn call(mode: Mode, store: &PgStore, pool: &PgPool, hand_sql: &str, key: S
         }
         Mode::Transactional => {
             let outcome = Call::new(store, key)
-                .run_in_transaction(store, |_tx| Box::pin(async { Ok::<_, Infallible>(()) }))
+                .run_in_transaction(|_tx| Box::pin(async { Ok::<_, Infallible>(()) }))
                 .await
                 .expect("transactional call");
             matches!(outcome, Outcome::Executed(()))

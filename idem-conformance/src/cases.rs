@@ -1,5 +1,7 @@
-//! The rules, one function each. Every function takes a fresh harness and panics on a
-//! violation with a message that names the rule.
+//! The rules of [`Store`] and [`Purge`](idem_core::Purge), one function each, declared once in
+//! the [`declare_cases!`](crate::declare_cases) block below (which also lists them for
+//! [`store_conformance!`](crate::store_conformance)). Every function takes a fresh harness and
+//! panics on a violation with a message that names the rule.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -65,344 +67,6 @@ fn past(lease: Duration) -> Duration {
     lease + lease / 4 + Duration::from_millis(50)
 }
 
-/// A fresh key is acquired, with a lease in the future.
-pub async fn first_claim_acquires(h: &impl Harness) {
-    let store = h.store();
-    let before = SystemTime::now() - Duration::from_secs(5);
-    match claim(&*store, &key("first"), LONG_LEASE).await {
-        Claim::Acquired {
-            lease_expires_at,
-            taken_over,
-            ..
-        } => {
-            assert!(!taken_over, "a fresh key is not a takeover");
-            assert!(
-                lease_expires_at > before + LONG_LEASE / 2,
-                "lease lies ahead"
-            );
-        }
-        other => panic!("first claim must acquire, got {other:?}"),
-    }
-}
-
-/// After completion, a claim reports the completion with the stored output.
-pub async fn completed_key_is_a_duplicate_with_its_output(h: &impl Harness) {
-    let store = h.store();
-    let k = key("dup");
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    assert_eq!(
-        complete(&*store, &k, fence, Some(b"42")).await,
-        Fenced::Applied
-    );
-    match claim(&*store, &k, LONG_LEASE).await {
-        Claim::Completed { output, .. } => assert_eq!(output.as_deref(), Some(&b"42"[..])),
-        other => panic!("a completed key must be a duplicate, got {other:?}"),
-    }
-}
-
-/// While the first claim is live, a second claim reports it in progress with its expiry.
-pub async fn live_claim_is_in_progress(h: &impl Harness) {
-    let store = h.store();
-    let k = key("busy");
-    let Claim::Acquired {
-        lease_expires_at, ..
-    } = claim(&*store, &k, LONG_LEASE).await
-    else {
-        panic!("first claim must acquire");
-    };
-    match claim(&*store, &k, LONG_LEASE).await {
-        Claim::InProgress {
-            lease_expires_at: seen,
-        } => assert_eq!(seen, lease_expires_at, "reports the holder's expiry"),
-        other => panic!("a live claim must be in progress, got {other:?}"),
-    }
-}
-
-/// Once a lease lapses the key is taken over, with a greater fence.
-pub async fn lapsed_lease_is_taken_over_with_a_higher_fence(h: &impl Harness) {
-    let store = h.store();
-    let k = key("lapse");
-    let lease = h.short_lease();
-    let first = acquire(&*store, &k, lease).await;
-    h.advance(past(lease)).await;
-    match claim(&*store, &k, LONG_LEASE).await {
-        Claim::Acquired {
-            fence, taken_over, ..
-        } => {
-            assert!(taken_over, "a lapsed claim is a takeover");
-            assert!(fence > first, "takeover fence {fence} must exceed {first}");
-        }
-        other => panic!("a lapsed lease must be taken over, got {other:?}"),
-    }
-}
-
-/// The run that lost its claim cannot complete over the newer run's record.
-pub async fn stale_completion_is_fenced_out(h: &impl Harness) {
-    let store = h.store();
-    let k = key("stale");
-    let lease = h.short_lease();
-    let stale = acquire(&*store, &k, lease).await;
-    h.advance(past(lease)).await;
-    let fresh = acquire(&*store, &k, LONG_LEASE).await;
-    assert_eq!(
-        complete(&*store, &k, stale, Some(b"stale")).await,
-        Fenced::Lost,
-        "a stale fence must not complete"
-    );
-    let record = store.get(&k).await.unwrap().expect("record exists");
-    assert_eq!(record.fence, fresh);
-    assert!(matches!(record.state, RecordState::InProgress { .. }));
-    assert_eq!(complete(&*store, &k, fresh, None).await, Fenced::Applied);
-}
-
-/// Release and renew with a stale fence change nothing.
-pub async fn stale_release_and_renew_are_fenced_out(h: &impl Harness) {
-    let store = h.store();
-    let k = key("stale-ops");
-    let lease = h.short_lease();
-    let stale = acquire(&*store, &k, lease).await;
-    h.advance(past(lease)).await;
-    let fresh = acquire(&*store, &k, LONG_LEASE).await;
-    assert_eq!(store.release(&k, stale).await.unwrap(), Fenced::Lost);
-    assert_eq!(
-        store.renew(&k, stale, LONG_LEASE).await.unwrap(),
-        Fenced::Lost
-    );
-    assert!(
-        matches!(
-            claim(&*store, &k, LONG_LEASE).await,
-            Claim::InProgress { .. }
-        ),
-        "the fresh claim still holds"
-    );
-    assert_eq!(store.get(&k).await.unwrap().unwrap().fence, fresh);
-}
-
-/// Release frees the key at once; the next claim's fence is still greater.
-pub async fn release_frees_the_key_and_fences_keep_growing(h: &impl Harness) {
-    let store = h.store();
-    let k = key("release");
-    let first = acquire(&*store, &k, LONG_LEASE).await;
-    assert_eq!(store.release(&k, first).await.unwrap(), Fenced::Applied);
-    let second = acquire(&*store, &k, LONG_LEASE).await;
-    assert!(
-        second > first,
-        "fence after release {second} must exceed {first}"
-    );
-    assert_eq!(
-        complete(&*store, &k, first, None).await,
-        Fenced::Lost,
-        "the released run cannot complete the new claim"
-    );
-}
-
-/// Releasing a completed record (a late release) leaves it completed.
-pub async fn release_of_a_completed_record_keeps_it(h: &impl Harness) {
-    let store = h.store();
-    let k = key("release-done");
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
-    assert_eq!(
-        store.release(&k, fence).await.unwrap(),
-        Fenced::Lost,
-        "nothing unfinished to release"
-    );
-    assert!(matches!(
-        claim(&*store, &k, LONG_LEASE).await,
-        Claim::Completed { .. }
-    ));
-}
-
-/// Another fingerprint on a live or completed key is a mismatch.
-pub async fn fingerprint_mismatch_is_reported(h: &impl Harness) {
-    let store = h.store();
-    let k = key("fp");
-    let (one, two) = (fp(1), fp(2));
-    let Claim::Acquired { fence, .. } = claim_fp(&*store, &k, LONG_LEASE, Some(&one)).await else {
-        panic!("first claim must acquire");
-    };
-    assert_eq!(
-        claim_fp(&*store, &k, LONG_LEASE, Some(&two)).await,
-        Claim::Mismatch,
-        "in progress with another fingerprint"
-    );
-    assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
-    assert_eq!(
-        claim_fp(&*store, &k, LONG_LEASE, Some(&two)).await,
-        Claim::Mismatch,
-        "completed with another fingerprint"
-    );
-    let record = store.get(&k).await.unwrap().unwrap();
-    assert_eq!(record.fingerprint.as_ref(), Some(&one));
-}
-
-/// The same fingerprint, or a missing one on either side, is not a mismatch.
-pub async fn matching_or_absent_fingerprints_are_not_a_mismatch(h: &impl Harness) {
-    let store = h.store();
-    let k = key("fp-same");
-    let one = fp(1);
-    let Claim::Acquired { fence, .. } = claim_fp(&*store, &k, LONG_LEASE, Some(&one)).await else {
-        panic!("first claim must acquire");
-    };
-    assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
-    assert!(matches!(
-        claim_fp(&*store, &k, LONG_LEASE, Some(&one)).await,
-        Claim::Completed { .. }
-    ));
-    assert!(matches!(
-        claim_fp(&*store, &k, LONG_LEASE, None).await,
-        Claim::Completed { .. }
-    ));
-}
-
-/// A lapsed claim is free, whatever its fingerprint was: the new claim's fingerprint is kept.
-pub async fn lapsed_claim_is_taken_over_even_with_another_fingerprint(h: &impl Harness) {
-    let store = h.store();
-    let k = key("fp-lapse");
-    let lease = h.short_lease();
-    let _ = claim_fp(&*store, &k, lease, Some(&fp(1))).await;
-    h.advance(past(lease)).await;
-    assert!(matches!(
-        claim_fp(&*store, &k, LONG_LEASE, Some(&fp(2))).await,
-        Claim::Acquired {
-            taken_over: true,
-            ..
-        }
-    ));
-    let record = store.get(&k).await.unwrap().unwrap();
-    assert_eq!(record.fingerprint, Some(fp(2)));
-}
-
-/// A completed record counts for `keep`, then the key is free again.
-pub async fn keep_expiry_frees_the_key(h: &impl Harness) {
-    let store = h.store();
-    let k = key("keep");
-    let keep = h.short_lease();
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    let done = store
-        .complete(&k, fence, Completion { output: None, keep })
-        .await
-        .unwrap();
-    assert_eq!(done, Fenced::Applied);
-    assert!(matches!(
-        claim(&*store, &k, LONG_LEASE).await,
-        Claim::Completed { .. }
-    ));
-    h.advance(past(keep)).await;
-    match claim(&*store, &k, LONG_LEASE).await {
-        Claim::Acquired {
-            fence: next,
-            taken_over,
-            ..
-        } => {
-            assert!(taken_over);
-            assert!(next > fence);
-        }
-        other => panic!("after keep the key must be free, got {other:?}"),
-    }
-}
-
-/// Renewing moves the lease forward, so a renewed claim outlives its first lease.
-pub async fn renew_extends_a_live_lease(h: &impl Harness) {
-    let store = h.store();
-    let k = key("renew");
-    let lease = h.short_lease();
-    let fence = acquire(&*store, &k, lease).await;
-    h.advance(lease * 6 / 10).await;
-    assert_eq!(
-        store.renew(&k, fence, lease).await.unwrap(),
-        Fenced::Applied
-    );
-    h.advance(lease * 6 / 10).await;
-    assert!(
-        matches!(claim(&*store, &k, lease).await, Claim::InProgress { .. }),
-        "1.2 leases after the claim, the renewed claim must still hold"
-    );
-}
-
-/// A completed record cannot be renewed back into progress.
-pub async fn renew_of_a_completed_record_is_refused(h: &impl Harness) {
-    let store = h.store();
-    let k = key("renew-done");
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
-    assert_eq!(
-        store.renew(&k, fence, LONG_LEASE).await.unwrap(),
-        Fenced::Lost
-    );
-    assert!(matches!(
-        claim(&*store, &k, LONG_LEASE).await,
-        Claim::Completed { .. }
-    ));
-}
-
-/// Completing twice with the same fence (a retried completion) applies and keeps the first
-/// completion time.
-pub async fn repeated_completion_with_the_same_fence_applies(h: &impl Harness) {
-    let store = h.store();
-    let k = key("complete-twice");
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    assert_eq!(
-        complete(&*store, &k, fence, Some(b"1")).await,
-        Fenced::Applied
-    );
-    let Claim::Completed {
-        completed_at: first,
-        ..
-    } = claim(&*store, &k, LONG_LEASE).await
-    else {
-        panic!("completed");
-    };
-    assert_eq!(
-        complete(&*store, &k, fence, Some(b"1")).await,
-        Fenced::Applied
-    );
-    let Claim::Completed {
-        completed_at: second,
-        ..
-    } = claim(&*store, &k, LONG_LEASE).await
-    else {
-        panic!("completed");
-    };
-    assert_eq!(first, second);
-}
-
-/// Outputs come back exactly, including empty ones and ones that look "falsy".
-pub async fn outputs_round_trip_byte_for_byte(h: &impl Harness) {
-    let store = h.store();
-    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
-    let cases: [(&str, &[u8]); 7] = [
-        ("empty", b""),
-        ("null", b"null"),
-        ("zero", b"0"),
-        ("false", b"false"),
-        ("nul-byte", b"\0"),
-        ("non-utf8", &[0xff, 0xfe, 0x00, 0x80]),
-        ("big", &big),
-    ];
-    for (name, bytes) in cases {
-        let k = key(&format!("bytes-{name}"));
-        let fence = acquire(&*store, &k, LONG_LEASE).await;
-        assert_eq!(
-            complete(&*store, &k, fence, Some(bytes)).await,
-            Fenced::Applied
-        );
-        match claim(&*store, &k, LONG_LEASE).await {
-            Claim::Completed { output, .. } => {
-                assert_eq!(output.as_deref(), Some(bytes), "output {name} round-trips")
-            }
-            other => panic!("expected completed, got {other:?}"),
-        }
-    }
-    let k = key("bytes-none");
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
-    assert!(matches!(
-        claim(&*store, &k, LONG_LEASE).await,
-        Claim::Completed { output: None, .. }
-    ));
-}
-
 async fn replay_twice<T>(store: &dyn Store, name: &str, value: T)
 where
     T: serde::Serialize + serde::de::DeserializeOwned + Clone + PartialEq + std::fmt::Debug,
@@ -425,168 +89,6 @@ where
             assert_eq!(got, Some(value), "replayed {name} must equal the original")
         }
         other => panic!("expected a duplicate for {name}, got {other:?}"),
-    }
-}
-
-/// Replay through the store hands duplicates the very value, including `()`, `0`, `""`,
-/// `None`, `false` and empty collections (the values an earlier tool replayed as null).
-pub async fn replay_round_trips_edge_values(h: &impl Harness) {
-    let store = h.store();
-    let store = &*store;
-    replay_twice(store, "unit", ()).await;
-    replay_twice(store, "zero", 0u64).await;
-    replay_twice(store, "negative", -1i64).await;
-    replay_twice(store, "max", u64::MAX).await;
-    replay_twice(store, "empty-string", String::new()).await;
-    replay_twice(store, "none", None::<u32>).await;
-    replay_twice(store, "some-zero", Some(0u32)).await;
-    replay_twice(store, "false", false).await;
-    replay_twice(store, "empty-vec", Vec::<u8>::new()).await;
-    replay_twice(store, "empty-map", BTreeMap::<String, u32>::new()).await;
-    replay_twice(store, "float", 0.1f64 + 0.2).await;
-    replay_twice(store, "unicode", "é\u{1F600}\0".to_owned()).await;
-    replay_twice(store, "tuple", (0u8, String::new(), false)).await;
-    replay_twice(store, "result-err", Err::<u8, String>(String::new())).await;
-}
-
-/// `get` reads a record's fence, fingerprint and state.
-pub async fn get_reads_the_record(h: &impl Harness) {
-    let store = h.store();
-    let k = key("get");
-    assert_eq!(store.get(&k).await.unwrap(), None);
-    let one = fp(1);
-    let Claim::Acquired { fence, .. } = claim_fp(&*store, &k, LONG_LEASE, Some(&one)).await else {
-        panic!("acquire");
-    };
-    let record = store.get(&k).await.unwrap().expect("record");
-    assert_eq!(record.key, k);
-    assert_eq!(record.fence, fence);
-    assert_eq!(record.fingerprint, Some(one));
-    assert!(matches!(record.state, RecordState::InProgress { .. }));
-    assert_eq!(
-        complete(&*store, &k, fence, Some(b"x")).await,
-        Fenced::Applied
-    );
-    match store.get(&k).await.unwrap().expect("record").state {
-        RecordState::Completed {
-            completed_at,
-            expires_at,
-            output,
-        } => {
-            assert_eq!(output.as_deref(), Some(&b"x"[..]));
-            let kept = expires_at.duration_since(completed_at).unwrap();
-            assert!(
-                kept.abs_diff(KEEP) < Duration::from_millis(10),
-                "kept {kept:?}"
-            );
-        }
-        other => panic!("expected completed, got {other:?}"),
-    }
-}
-
-/// Purge deletes lapsed claims and completions past `keep`, and nothing live.
-pub async fn purge_removes_only_expired_records(h: &impl Harness) {
-    let store = h.store();
-    let short = h.short_lease();
-    let lapsed = key("purge-lapsed");
-    let live = key("purge-live");
-    let done_old = key("purge-done-old");
-    let done_new = key("purge-done-new");
-    let _ = acquire(&*store, &lapsed, short).await;
-    let _ = acquire(&*store, &live, LONG_LEASE).await;
-    let f = acquire(&*store, &done_old, LONG_LEASE).await;
-    let _ = store
-        .complete(
-            &done_old,
-            f,
-            Completion {
-                output: None,
-                keep: short,
-            },
-        )
-        .await
-        .unwrap();
-    let f = acquire(&*store, &done_new, LONG_LEASE).await;
-    let _ = complete(&*store, &done_new, f, None).await;
-    h.advance(past(short)).await;
-    let purged = store.purge_expired(10_000).await.unwrap();
-    assert!(purged >= 2, "purged {purged}");
-    assert_eq!(store.get(&lapsed).await.unwrap(), None);
-    assert_eq!(store.get(&done_old).await.unwrap(), None);
-    assert!(store.get(&live).await.unwrap().is_some());
-    assert!(store.get(&done_new).await.unwrap().is_some());
-}
-
-/// Purge deletes at most `limit` records per call.
-pub async fn purge_respects_its_limit(h: &impl Harness) {
-    let store = h.store();
-    let short = h.short_lease();
-    for i in 0..10 {
-        let _ = acquire(&*store, &key(&format!("purge-limit-{i}")), short).await;
-    }
-    h.advance(past(short)).await;
-    assert_eq!(store.purge_expired(4).await.unwrap(), 4);
-    let mut left = 0;
-    for i in 0..10 {
-        if store
-            .get(&key(&format!("purge-limit-{i}")))
-            .await
-            .unwrap()
-            .is_some()
-        {
-            left += 1;
-        }
-    }
-    assert_eq!(left, 6);
-}
-
-/// An abandoned claim (its caller went away) is freed without waiting for its lease.
-pub async fn abandon_frees_the_key(h: &impl Harness) {
-    let store = h.store();
-    let k = key("abandon");
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    store.abandon(&k, fence);
-    for _ in 0..200 {
-        if store.get(&k).await.unwrap().is_none() {
-            assert!(matches!(
-                claim(&*store, &k, LONG_LEASE).await,
-                Claim::Acquired { .. }
-            ));
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("an abandoned claim must be freed promptly, not after its {LONG_LEASE:?} lease");
-}
-
-/// 64 concurrent claims of one key: exactly one acquires, the rest see it in progress.
-pub async fn concurrent_claims_acquire_exactly_once(h: &impl Harness) {
-    let store: Arc<dyn Store> = h.store();
-    for round in 0..5 {
-        let k = key(&format!("race-{round}"));
-        let barrier = Arc::new(tokio::sync::Barrier::new(64));
-        let tasks: Vec<_> = (0..64)
-            .map(|_| {
-                let (store, k, barrier) = (store.clone(), k.clone(), barrier.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    claim(&*store, &k, LONG_LEASE).await
-                })
-            })
-            .collect();
-        let mut fences = HashSet::new();
-        let mut in_progress = 0;
-        for task in tasks {
-            match task.await.expect("task") {
-                Claim::Acquired { fence, .. } => {
-                    fences.insert(fence);
-                }
-                Claim::InProgress { .. } => in_progress += 1,
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        assert_eq!(fences.len(), 1, "exactly one of 64 claims acquires");
-        assert_eq!(in_progress, 63);
     }
 }
 
@@ -634,97 +136,599 @@ async fn record_done(
     .await
 }
 
-/// The journal stores an intent, then the completion with its output, per named effect.
-pub async fn effect_journal_records_intent_then_completion(h: &impl Harness) {
-    let store = h.store();
-    let k = key("journal");
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    assert_eq!(store.effect(&k, "send").await.unwrap(), None);
-    let started = record(&*store, &k, fence, "send", EffectState::Started, None, KEEP).await;
-    assert_eq!(started, Fenced::Applied);
-    let entry = store.effect(&k, "send").await.unwrap().expect("entry");
-    assert_eq!((entry.state, entry.fence), (EffectState::Started, fence));
-    let done = record_done(&*store, &k, fence, "send", b"\"ok\"").await;
-    assert_eq!(done, Fenced::Applied);
-    let entry = store.effect(&k, "send").await.unwrap().expect("entry");
-    assert_eq!(entry.state, EffectState::Done);
-    assert_eq!(entry.output.as_deref(), Some(&b"\"ok\""[..]));
-    assert_eq!(
-        store.effect(&k, "other").await.unwrap(),
-        None,
-        "entries are per effect"
-    );
-}
+crate::declare_cases! { $ __store_cases:
+    /// A fresh key is acquired, with a lease in the future.
+    pub async fn first_claim_acquires(h: &impl Harness) {
+        let store = h.store();
+        let before = SystemTime::now() - Duration::from_secs(5);
+        match claim(&*store, &key("first"), LONG_LEASE).await {
+            Claim::Acquired {
+                lease_expires_at,
+                taken_over,
+                ..
+            } => {
+                assert!(!taken_over, "a fresh key is not a takeover");
+                assert!(
+                    lease_expires_at > before + LONG_LEASE / 2,
+                    "lease lies ahead"
+                );
+            }
+            other => panic!("first claim must acquire, got {other:?}"),
+        }
+    }
 
-/// A done entry is final: nothing overwrites it.
-pub async fn a_done_effect_is_final(h: &impl Harness) {
-    let store = h.store();
-    let k = key("journal-final");
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    let _ = record_done(&*store, &k, fence, "send", b"1").await;
-    let again = record(&*store, &k, fence, "send", EffectState::Started, None, KEEP).await;
-    assert_eq!(again, Fenced::Lost);
-    let entry = store.effect(&k, "send").await.unwrap().unwrap();
-    assert_eq!(
-        (entry.state, entry.output.as_deref()),
-        (EffectState::Done, Some(&b"1"[..]))
-    );
-}
+    /// After completion, a claim reports the completion with the stored output.
+    pub async fn completed_key_is_a_duplicate_with_its_output(h: &impl Harness) {
+        let store = h.store();
+        let k = key("dup");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        assert_eq!(
+            complete(&*store, &k, fence, Some(b"42")).await,
+            Fenced::Applied
+        );
+        match claim(&*store, &k, LONG_LEASE).await {
+            Claim::Completed { output, .. } => assert_eq!(output.as_deref(), Some(&b"42"[..])),
+            other => panic!("a completed key must be a duplicate, got {other:?}"),
+        }
+    }
 
-/// A run that lost its claim cannot write to the journal; the newer run can.
-pub async fn effect_records_are_fenced(h: &impl Harness) {
-    let store = h.store();
-    let k = key("journal-fence");
-    let lease = h.short_lease();
-    let stale = acquire(&*store, &k, lease).await;
-    h.advance(past(lease)).await;
-    let fresh = acquire(&*store, &k, LONG_LEASE).await;
-    let late = record_done(&*store, &k, stale, "send", b"1").await;
-    assert_eq!(
-        late,
-        Fenced::Lost,
-        "a stale fence must not record an effect"
-    );
-    let now = record_done(&*store, &k, fresh, "send", b"2").await;
-    assert_eq!(now, Fenced::Applied);
-    assert_eq!(complete(&*store, &k, fresh, None).await, Fenced::Applied);
-    let after = record(&*store, &k, fresh, "other", EffectState::Done, None, KEEP).await;
-    assert_eq!(after, Fenced::Lost, "no journal writes after completion");
-}
+    /// While the first claim is live, a second claim reports it in progress with its expiry.
+    pub async fn live_claim_is_in_progress(h: &impl Harness) {
+        let store = h.store();
+        let k = key("busy");
+        let Claim::Acquired {
+            lease_expires_at, ..
+        } = claim(&*store, &k, LONG_LEASE).await
+        else {
+            panic!("first claim must acquire");
+        };
+        match claim(&*store, &k, LONG_LEASE).await {
+            Claim::InProgress {
+                lease_expires_at: seen,
+            } => assert_eq!(seen, lease_expires_at, "reports the holder's expiry"),
+            other => panic!("a live claim must be in progress, got {other:?}"),
+        }
+    }
 
-/// The journal outlives a release: the retry of failed work sees what the failed run did.
-pub async fn effects_outlive_a_release(h: &impl Harness) {
-    let store = h.store();
-    let k = key("journal-release");
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    let _ = record_done(&*store, &k, fence, "send", b"1").await;
-    assert_eq!(store.release(&k, fence).await.unwrap(), Fenced::Applied);
-    let _ = acquire(&*store, &k, LONG_LEASE).await;
-    let entry = store
-        .effect(&k, "send")
-        .await
-        .unwrap()
-        .expect("kept across the release");
-    assert_eq!(entry.state, EffectState::Done);
-}
+    /// Once a lease lapses the key is taken over, with a greater fence.
+    pub async fn lapsed_lease_is_taken_over_with_a_higher_fence(h: &impl Harness) {
+        let store = h.store();
+        let k = key("lapse");
+        let lease = h.short_lease();
+        let first = acquire(&*store, &k, lease).await;
+        h.advance(past(lease)).await;
+        match claim(&*store, &k, LONG_LEASE).await {
+            Claim::Acquired {
+                fence, taken_over, ..
+            } => {
+                assert!(taken_over, "a lapsed claim is a takeover");
+                assert!(fence > first, "takeover fence {fence} must exceed {first}");
+            }
+            other => panic!("a lapsed lease must be taken over, got {other:?}"),
+        }
+    }
 
-/// Journal entries expire after their own `keep`, and purge deletes them.
-pub async fn expired_effects_are_purged(h: &impl Harness) {
-    let store = h.store();
-    let k = key("journal-expiry");
-    let keep = h.short_lease();
-    let fence = acquire(&*store, &k, LONG_LEASE).await;
-    let _ = record(
-        &*store,
-        &k,
-        fence,
-        "send",
-        EffectState::Done,
-        Some(b"1"),
-        keep,
-    )
-    .await;
-    h.advance(past(keep)).await;
-    assert_eq!(store.effect(&k, "send").await.unwrap(), None, "expired");
-    assert!(store.purge_expired(100).await.unwrap() >= 1);
+    /// The run that lost its claim cannot complete over the newer run's record.
+    pub async fn stale_completion_is_fenced_out(h: &impl Harness) {
+        let store = h.store();
+        let k = key("stale");
+        let lease = h.short_lease();
+        let stale = acquire(&*store, &k, lease).await;
+        h.advance(past(lease)).await;
+        let fresh = acquire(&*store, &k, LONG_LEASE).await;
+        assert_eq!(
+            complete(&*store, &k, stale, Some(b"stale")).await,
+            Fenced::Lost,
+            "a stale fence must not complete"
+        );
+        let record = store.get(&k).await.unwrap().expect("record exists");
+        assert_eq!(record.fence, fresh);
+        assert!(matches!(record.state, RecordState::InProgress { .. }));
+        assert_eq!(complete(&*store, &k, fresh, None).await, Fenced::Applied);
+    }
+
+    /// Release and renew with a stale fence change nothing.
+    pub async fn stale_release_and_renew_are_fenced_out(h: &impl Harness) {
+        let store = h.store();
+        let k = key("stale-ops");
+        let lease = h.short_lease();
+        let stale = acquire(&*store, &k, lease).await;
+        h.advance(past(lease)).await;
+        let fresh = acquire(&*store, &k, LONG_LEASE).await;
+        assert_eq!(store.release(&k, stale).await.unwrap(), Fenced::Lost);
+        assert_eq!(
+            store.renew(&k, stale, LONG_LEASE).await.unwrap(),
+            Fenced::Lost
+        );
+        assert!(
+            matches!(
+                claim(&*store, &k, LONG_LEASE).await,
+                Claim::InProgress { .. }
+            ),
+            "the fresh claim still holds"
+        );
+        assert_eq!(store.get(&k).await.unwrap().unwrap().fence, fresh);
+    }
+
+    /// Release frees the key at once; the next claim's fence is still greater.
+    pub async fn release_frees_the_key_and_fences_keep_growing(h: &impl Harness) {
+        let store = h.store();
+        let k = key("release");
+        let first = acquire(&*store, &k, LONG_LEASE).await;
+        assert_eq!(store.release(&k, first).await.unwrap(), Fenced::Applied);
+        let second = acquire(&*store, &k, LONG_LEASE).await;
+        assert!(
+            second > first,
+            "fence after release {second} must exceed {first}"
+        );
+        assert_eq!(
+            complete(&*store, &k, first, None).await,
+            Fenced::Lost,
+            "the released run cannot complete the new claim"
+        );
+    }
+
+    /// Releasing a completed record (a late release) leaves it completed.
+    pub async fn release_of_a_completed_record_keeps_it(h: &impl Harness) {
+        let store = h.store();
+        let k = key("release-done");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
+        assert_eq!(
+            store.release(&k, fence).await.unwrap(),
+            Fenced::Lost,
+            "nothing unfinished to release"
+        );
+        assert!(matches!(
+            claim(&*store, &k, LONG_LEASE).await,
+            Claim::Completed { .. }
+        ));
+    }
+
+    /// Another fingerprint on a live or completed key is a mismatch.
+    pub async fn fingerprint_mismatch_is_reported(h: &impl Harness) {
+        let store = h.store();
+        let k = key("fp");
+        let (one, two) = (fp(1), fp(2));
+        let Claim::Acquired { fence, .. } = claim_fp(&*store, &k, LONG_LEASE, Some(&one)).await else {
+            panic!("first claim must acquire");
+        };
+        assert_eq!(
+            claim_fp(&*store, &k, LONG_LEASE, Some(&two)).await,
+            Claim::Mismatch,
+            "in progress with another fingerprint"
+        );
+        assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
+        assert_eq!(
+            claim_fp(&*store, &k, LONG_LEASE, Some(&two)).await,
+            Claim::Mismatch,
+            "completed with another fingerprint"
+        );
+        let record = store.get(&k).await.unwrap().unwrap();
+        assert_eq!(record.fingerprint.as_ref(), Some(&one));
+    }
+
+    /// The same fingerprint, or a missing one on either side, is not a mismatch.
+    pub async fn matching_or_absent_fingerprints_are_not_a_mismatch(h: &impl Harness) {
+        let store = h.store();
+        let k = key("fp-same");
+        let one = fp(1);
+        let Claim::Acquired { fence, .. } = claim_fp(&*store, &k, LONG_LEASE, Some(&one)).await else {
+            panic!("first claim must acquire");
+        };
+        assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
+        assert!(matches!(
+            claim_fp(&*store, &k, LONG_LEASE, Some(&one)).await,
+            Claim::Completed { .. }
+        ));
+        assert!(matches!(
+            claim_fp(&*store, &k, LONG_LEASE, None).await,
+            Claim::Completed { .. }
+        ));
+    }
+
+    /// A lapsed claim is free, whatever its fingerprint was: the new claim's fingerprint is kept.
+    pub async fn lapsed_claim_is_taken_over_even_with_another_fingerprint(h: &impl Harness) {
+        let store = h.store();
+        let k = key("fp-lapse");
+        let lease = h.short_lease();
+        let _ = claim_fp(&*store, &k, lease, Some(&fp(1))).await;
+        h.advance(past(lease)).await;
+        assert!(matches!(
+            claim_fp(&*store, &k, LONG_LEASE, Some(&fp(2))).await,
+            Claim::Acquired {
+                taken_over: true,
+                ..
+            }
+        ));
+        let record = store.get(&k).await.unwrap().unwrap();
+        assert_eq!(record.fingerprint, Some(fp(2)));
+    }
+
+    /// A completed record counts for `keep`, then the key is free again.
+    pub async fn keep_expiry_frees_the_key(h: &impl Harness) {
+        let store = h.store();
+        let k = key("keep");
+        let keep = h.short_lease();
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        let done = store
+            .complete(&k, fence, Completion { output: None, keep })
+            .await
+            .unwrap();
+        assert_eq!(done, Fenced::Applied);
+        assert!(matches!(
+            claim(&*store, &k, LONG_LEASE).await,
+            Claim::Completed { .. }
+        ));
+        h.advance(past(keep)).await;
+        match claim(&*store, &k, LONG_LEASE).await {
+            Claim::Acquired {
+                fence: next,
+                taken_over,
+                ..
+            } => {
+                assert!(taken_over);
+                assert!(next > fence);
+            }
+            other => panic!("after keep the key must be free, got {other:?}"),
+        }
+    }
+
+    /// Renewing moves the lease forward, so a renewed claim outlives its first lease.
+    pub async fn renew_extends_a_live_lease(h: &impl Harness) {
+        let store = h.store();
+        let k = key("renew");
+        let lease = h.short_lease();
+        let fence = acquire(&*store, &k, lease).await;
+        h.advance(lease * 6 / 10).await;
+        assert_eq!(
+            store.renew(&k, fence, lease).await.unwrap(),
+            Fenced::Applied
+        );
+        h.advance(lease * 6 / 10).await;
+        assert!(
+            matches!(claim(&*store, &k, lease).await, Claim::InProgress { .. }),
+            "1.2 leases after the claim, the renewed claim must still hold"
+        );
+    }
+
+    /// A completed record cannot be renewed back into progress.
+    pub async fn renew_of_a_completed_record_is_refused(h: &impl Harness) {
+        let store = h.store();
+        let k = key("renew-done");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
+        assert_eq!(
+            store.renew(&k, fence, LONG_LEASE).await.unwrap(),
+            Fenced::Lost
+        );
+        assert!(matches!(
+            claim(&*store, &k, LONG_LEASE).await,
+            Claim::Completed { .. }
+        ));
+    }
+
+    /// Completing twice with the same fence (a retried completion) applies and keeps the first
+    /// completion time.
+    pub async fn repeated_completion_with_the_same_fence_applies(h: &impl Harness) {
+        let store = h.store();
+        let k = key("complete-twice");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        assert_eq!(
+            complete(&*store, &k, fence, Some(b"1")).await,
+            Fenced::Applied
+        );
+        let Claim::Completed {
+            completed_at: first,
+            ..
+        } = claim(&*store, &k, LONG_LEASE).await
+        else {
+            panic!("completed");
+        };
+        assert_eq!(
+            complete(&*store, &k, fence, Some(b"1")).await,
+            Fenced::Applied
+        );
+        let Claim::Completed {
+            completed_at: second,
+            ..
+        } = claim(&*store, &k, LONG_LEASE).await
+        else {
+            panic!("completed");
+        };
+        assert_eq!(first, second);
+    }
+
+    /// Outputs come back exactly, including empty ones and ones that look "falsy".
+    pub async fn outputs_round_trip_byte_for_byte(h: &impl Harness) {
+        let store = h.store();
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let cases: [(&str, &[u8]); 7] = [
+            ("empty", b""),
+            ("null", b"null"),
+            ("zero", b"0"),
+            ("false", b"false"),
+            ("nul-byte", b"\0"),
+            ("non-utf8", &[0xff, 0xfe, 0x00, 0x80]),
+            ("big", &big),
+        ];
+        for (name, bytes) in cases {
+            let k = key(&format!("bytes-{name}"));
+            let fence = acquire(&*store, &k, LONG_LEASE).await;
+            assert_eq!(
+                complete(&*store, &k, fence, Some(bytes)).await,
+                Fenced::Applied
+            );
+            match claim(&*store, &k, LONG_LEASE).await {
+                Claim::Completed { output, .. } => {
+                    assert_eq!(output.as_deref(), Some(bytes), "output {name} round-trips")
+                }
+                other => panic!("expected completed, got {other:?}"),
+            }
+        }
+        let k = key("bytes-none");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
+        assert!(matches!(
+            claim(&*store, &k, LONG_LEASE).await,
+            Claim::Completed { output: None, .. }
+        ));
+    }
+
+    /// Replay through the store hands duplicates the very value, including `()`, `0`, `""`,
+    /// `None`, `false` and empty collections (the values an earlier tool replayed as null).
+    pub async fn replay_round_trips_edge_values(h: &impl Harness) {
+        let store = h.store();
+        let store = &*store;
+        replay_twice(store, "unit", ()).await;
+        replay_twice(store, "zero", 0u64).await;
+        replay_twice(store, "negative", -1i64).await;
+        replay_twice(store, "max", u64::MAX).await;
+        replay_twice(store, "empty-string", String::new()).await;
+        replay_twice(store, "none", None::<u32>).await;
+        replay_twice(store, "some-zero", Some(0u32)).await;
+        replay_twice(store, "false", false).await;
+        replay_twice(store, "empty-vec", Vec::<u8>::new()).await;
+        replay_twice(store, "empty-map", BTreeMap::<String, u32>::new()).await;
+        replay_twice(store, "float", 0.1f64 + 0.2).await;
+        replay_twice(store, "unicode", "é\u{1F600}\0".to_owned()).await;
+        replay_twice(store, "tuple", (0u8, String::new(), false)).await;
+        replay_twice(store, "result-err", Err::<u8, String>(String::new())).await;
+    }
+
+    /// `get` reads a record's fence, fingerprint and state.
+    pub async fn get_reads_the_record(h: &impl Harness) {
+        let store = h.store();
+        let k = key("get");
+        assert_eq!(store.get(&k).await.unwrap(), None);
+        let one = fp(1);
+        let Claim::Acquired { fence, .. } = claim_fp(&*store, &k, LONG_LEASE, Some(&one)).await else {
+            panic!("acquire");
+        };
+        let record = store.get(&k).await.unwrap().expect("record");
+        assert_eq!(record.key, k);
+        assert_eq!(record.fence, fence);
+        assert_eq!(record.fingerprint, Some(one));
+        assert!(matches!(record.state, RecordState::InProgress { .. }));
+        assert_eq!(
+            complete(&*store, &k, fence, Some(b"x")).await,
+            Fenced::Applied
+        );
+        match store.get(&k).await.unwrap().expect("record").state {
+            RecordState::Completed {
+                completed_at,
+                expires_at,
+                output,
+            } => {
+                assert_eq!(output.as_deref(), Some(&b"x"[..]));
+                let kept = expires_at.duration_since(completed_at).unwrap();
+                assert!(
+                    kept.abs_diff(KEEP) < Duration::from_millis(10),
+                    "kept {kept:?}"
+                );
+            }
+            other => panic!("expected completed, got {other:?}"),
+        }
+    }
+
+    /// Purge deletes lapsed claims and completions past `keep`, and nothing live.
+    pub async fn purge_removes_only_expired_records(h: &impl Harness) {
+        let store = h.store();
+        let short = h.short_lease();
+        let lapsed = key("purge-lapsed");
+        let live = key("purge-live");
+        let done_old = key("purge-done-old");
+        let done_new = key("purge-done-new");
+        let _ = acquire(&*store, &lapsed, short).await;
+        let _ = acquire(&*store, &live, LONG_LEASE).await;
+        let f = acquire(&*store, &done_old, LONG_LEASE).await;
+        let _ = store
+            .complete(
+                &done_old,
+                f,
+                Completion {
+                    output: None,
+                    keep: short,
+                },
+            )
+            .await
+            .unwrap();
+        let f = acquire(&*store, &done_new, LONG_LEASE).await;
+        let _ = complete(&*store, &done_new, f, None).await;
+        h.advance(past(short)).await;
+        let purged = store.purge_expired(10_000).await.unwrap();
+        assert!(purged >= 2, "purged {purged}");
+        assert_eq!(store.get(&lapsed).await.unwrap(), None);
+        assert_eq!(store.get(&done_old).await.unwrap(), None);
+        assert!(store.get(&live).await.unwrap().is_some());
+        assert!(store.get(&done_new).await.unwrap().is_some());
+    }
+
+    /// Purge deletes at most `limit` records per call.
+    pub async fn purge_respects_its_limit(h: &impl Harness) {
+        let store = h.store();
+        let short = h.short_lease();
+        for i in 0..10 {
+            let _ = acquire(&*store, &key(&format!("purge-limit-{i}")), short).await;
+        }
+        h.advance(past(short)).await;
+        assert_eq!(store.purge_expired(4).await.unwrap(), 4);
+        let mut left = 0;
+        for i in 0..10 {
+            if store
+                .get(&key(&format!("purge-limit-{i}")))
+                .await
+                .unwrap()
+                .is_some()
+            {
+                left += 1;
+            }
+        }
+        assert_eq!(left, 6);
+    }
+
+    /// An abandoned claim (its caller went away) is freed without waiting for its lease.
+    pub async fn abandon_frees_the_key(h: &impl Harness) {
+        let store = h.store();
+        let k = key("abandon");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        store.abandon(&k, fence);
+        for _ in 0..200 {
+            if store.get(&k).await.unwrap().is_none() {
+                assert!(matches!(
+                    claim(&*store, &k, LONG_LEASE).await,
+                    Claim::Acquired { .. }
+                ));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("an abandoned claim must be freed promptly, not after its {LONG_LEASE:?} lease");
+    }
+
+    /// 64 concurrent claims of one key: exactly one acquires, the rest see it in progress.
+    pub async fn concurrent_claims_acquire_exactly_once(h: &impl Harness) {
+        let store: Arc<dyn Store> = h.store();
+        for round in 0..5 {
+            let k = key(&format!("race-{round}"));
+            let barrier = Arc::new(tokio::sync::Barrier::new(64));
+            let tasks: Vec<_> = (0..64)
+                .map(|_| {
+                    let (store, k, barrier) = (store.clone(), k.clone(), barrier.clone());
+                    tokio::spawn(async move {
+                        barrier.wait().await;
+                        claim(&*store, &k, LONG_LEASE).await
+                    })
+                })
+                .collect();
+            let mut fences = HashSet::new();
+            let mut in_progress = 0;
+            for task in tasks {
+                match task.await.expect("task") {
+                    Claim::Acquired { fence, .. } => {
+                        fences.insert(fence);
+                    }
+                    Claim::InProgress { .. } => in_progress += 1,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            assert_eq!(fences.len(), 1, "exactly one of 64 claims acquires");
+            assert_eq!(in_progress, 63);
+        }
+    }
+
+    /// The journal stores an intent, then the completion with its output, per named effect.
+    pub async fn effect_journal_records_intent_then_completion(h: &impl Harness) {
+        let store = h.store();
+        let k = key("journal");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        assert_eq!(store.effect(&k, "send").await.unwrap(), None);
+        let started = record(&*store, &k, fence, "send", EffectState::Started, None, KEEP).await;
+        assert_eq!(started, Fenced::Applied);
+        let entry = store.effect(&k, "send").await.unwrap().expect("entry");
+        assert_eq!((entry.state, entry.fence), (EffectState::Started, fence));
+        let done = record_done(&*store, &k, fence, "send", b"\"ok\"").await;
+        assert_eq!(done, Fenced::Applied);
+        let entry = store.effect(&k, "send").await.unwrap().expect("entry");
+        assert_eq!(entry.state, EffectState::Done);
+        assert_eq!(entry.output.as_deref(), Some(&b"\"ok\""[..]));
+        assert_eq!(
+            store.effect(&k, "other").await.unwrap(),
+            None,
+            "entries are per effect"
+        );
+    }
+
+    /// A done entry is final: nothing overwrites it.
+    pub async fn a_done_effect_is_final(h: &impl Harness) {
+        let store = h.store();
+        let k = key("journal-final");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        let _ = record_done(&*store, &k, fence, "send", b"1").await;
+        let again = record(&*store, &k, fence, "send", EffectState::Started, None, KEEP).await;
+        assert_eq!(again, Fenced::Lost);
+        let entry = store.effect(&k, "send").await.unwrap().unwrap();
+        assert_eq!(
+            (entry.state, entry.output.as_deref()),
+            (EffectState::Done, Some(&b"1"[..]))
+        );
+    }
+
+    /// A run that lost its claim cannot write to the journal; the newer run can.
+    pub async fn effect_records_are_fenced(h: &impl Harness) {
+        let store = h.store();
+        let k = key("journal-fence");
+        let lease = h.short_lease();
+        let stale = acquire(&*store, &k, lease).await;
+        h.advance(past(lease)).await;
+        let fresh = acquire(&*store, &k, LONG_LEASE).await;
+        let late = record_done(&*store, &k, stale, "send", b"1").await;
+        assert_eq!(
+            late,
+            Fenced::Lost,
+            "a stale fence must not record an effect"
+        );
+        let now = record_done(&*store, &k, fresh, "send", b"2").await;
+        assert_eq!(now, Fenced::Applied);
+        assert_eq!(complete(&*store, &k, fresh, None).await, Fenced::Applied);
+        let after = record(&*store, &k, fresh, "other", EffectState::Done, None, KEEP).await;
+        assert_eq!(after, Fenced::Lost, "no journal writes after completion");
+    }
+
+    /// The journal outlives a release: the retry of failed work sees what the failed run did.
+    pub async fn effects_outlive_a_release(h: &impl Harness) {
+        let store = h.store();
+        let k = key("journal-release");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        let _ = record_done(&*store, &k, fence, "send", b"1").await;
+        assert_eq!(store.release(&k, fence).await.unwrap(), Fenced::Applied);
+        let _ = acquire(&*store, &k, LONG_LEASE).await;
+        let entry = store
+            .effect(&k, "send")
+            .await
+            .unwrap()
+            .expect("kept across the release");
+        assert_eq!(entry.state, EffectState::Done);
+    }
+
+    /// Journal entries expire after their own `keep`, and purge deletes them.
+    pub async fn expired_effects_are_purged(h: &impl Harness) {
+        let store = h.store();
+        let k = key("journal-expiry");
+        let keep = h.short_lease();
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        let _ = record(
+            &*store,
+            &k,
+            fence,
+            "send",
+            EffectState::Done,
+            Some(b"1"),
+            keep,
+        )
+        .await;
+        h.advance(past(keep)).await;
+        assert_eq!(store.effect(&k, "send").await.unwrap(), None, "expired");
+        assert!(store.purge_expired(100).await.unwrap() >= 1);
+    }
 }

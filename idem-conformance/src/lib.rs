@@ -8,17 +8,48 @@
 //! idem_conformance::store_conformance!(harness);
 //! ```
 //!
-//! Each rule of [`idem_core::Store`] becomes one `#[tokio::test]`, named for the behaviour it
-//! proves, so a failing rule is reported by name. The suite is written once here and never
-//! copied into a backend, so backends cannot drift apart.
+//! A store with transactions also calls [`transactional_conformance!`] with a
+//! [`TransactionalHarness`].
+//!
+//! Each rule becomes one `#[tokio::test]`, named for the behaviour it proves, so a failing rule
+//! is reported by name. Each rule is declared once, in [`cases`] or [`transactional`], by
+//! [`declare_cases!`], which also writes the list the macros expand: a case cannot be written
+//! and then left out of the run. The suite is written once here and never copied into a
+//! backend, so backends cannot drift apart.
 
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_core::Store;
+use idem_core::{Purge, TransactionalStore};
+
+/// Declares conformance cases once. Each `pub async fn name(h: &impl Trait) { .. }` becomes a
+/// public function, and the block also defines the exported macro `$list!`, which hands every
+/// case's name to a callback (the test generator): the list cannot leave a case out.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! declare_cases {
+    ($d:tt $list:ident: $(
+        $(#[$meta:meta])*
+        pub async fn $name:ident($h:ident: &impl $harness:ident) $body:block
+    )*) => {
+        $(
+            $(#[$meta])*
+            pub async fn $name($h: &impl $harness) $body
+        )*
+
+        #[doc(hidden)]
+        #[macro_export]
+        macro_rules! $list {
+            ($d callback:path; $d module:ident; $d make:path) => {
+                $d callback!($d module; $d make; $($name),*);
+            };
+        }
+    };
+}
 
 pub mod cases;
+pub mod transactional;
 
 #[doc(hidden)]
 pub use tokio as __tokio;
@@ -27,7 +58,7 @@ pub use tokio as __tokio;
 #[async_trait]
 pub trait Harness: Send + Sync + 'static {
     /// The store under test, isolated from every other test's.
-    fn store(&self) -> Arc<dyn Store>;
+    fn store(&self) -> Arc<dyn Purge>;
 
     /// A lease that [`advance`](Harness::advance) can outlast: short for stores that keep real
     /// time (their tests sleep), anything for stores on a manual clock.
@@ -37,53 +68,42 @@ pub trait Harness: Send + Sync + 'static {
     async fn advance(&self, by: Duration);
 }
 
-/// Generates one `#[tokio::test]` per rule, each on a fresh harness from `$make` (an async fn
-/// returning a [`Harness`]).
+/// What the transactional cases need from a backend with transactions.
+pub trait TransactionalHarness: Send + Sync + 'static {
+    /// The store under test.
+    type Store: TransactionalStore + Clone + 'static;
+
+    /// The store under test, isolated from every other test's.
+    fn store(&self) -> Self::Store;
+}
+
+/// Generates one `#[tokio::test]` per rule of [`cases`], each on a fresh harness from `$make`
+/// (an async fn returning a [`Harness`]).
 #[macro_export]
 macro_rules! store_conformance {
     ($make:path) => {
-        $crate::__conformance_tests!(
-            $make;
-            first_claim_acquires,
-            completed_key_is_a_duplicate_with_its_output,
-            live_claim_is_in_progress,
-            lapsed_lease_is_taken_over_with_a_higher_fence,
-            stale_completion_is_fenced_out,
-            stale_release_and_renew_are_fenced_out,
-            release_frees_the_key_and_fences_keep_growing,
-            release_of_a_completed_record_keeps_it,
-            fingerprint_mismatch_is_reported,
-            matching_or_absent_fingerprints_are_not_a_mismatch,
-            lapsed_claim_is_taken_over_even_with_another_fingerprint,
-            keep_expiry_frees_the_key,
-            renew_extends_a_live_lease,
-            renew_of_a_completed_record_is_refused,
-            repeated_completion_with_the_same_fence_applies,
-            outputs_round_trip_byte_for_byte,
-            replay_round_trips_edge_values,
-            get_reads_the_record,
-            purge_removes_only_expired_records,
-            purge_respects_its_limit,
-            abandon_frees_the_key,
-            concurrent_claims_acquire_exactly_once,
-            effect_journal_records_intent_then_completion,
-            a_done_effect_is_final,
-            effect_records_are_fenced,
-            effects_outlive_a_release,
-            expired_effects_are_purged,
-        );
+        $crate::__store_cases!($crate::__conformance_tests; cases; $make);
+    };
+}
+
+/// Generates one `#[tokio::test]` per rule of [`transactional`], each on a fresh harness from
+/// `$make` (an async fn returning a [`TransactionalHarness`]).
+#[macro_export]
+macro_rules! transactional_conformance {
+    ($make:path) => {
+        $crate::__transactional_cases!($crate::__conformance_tests; transactional; $make);
     };
 }
 
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_tests {
-    ($make:path; $($case:ident),* $(,)?) => {
+    ($module:ident; $make:path; $($case:ident),* $(,)?) => {
         $(
             #[$crate::__tokio::test(flavor = "multi_thread", worker_threads = 4, crate = "::idem_conformance::__tokio")]
             async fn $case() {
                 let harness = $make().await;
-                $crate::cases::$case(&harness).await;
+                $crate::$module::$case(&harness).await;
             }
         )*
     };

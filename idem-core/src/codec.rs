@@ -1,4 +1,5 @@
-//! How `replay` outputs are stored: JSON, or nothing.
+//! How outputs are stored for duplicates: JSON (`replay`), nothing (the default), or a codec of
+//! your own.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -6,11 +7,46 @@ use serde::Serialize;
 use crate::error::CodecError;
 
 /// Encodes a handler's `Ok` value for the store and decodes it for duplicates.
+///
+/// [`Call::run_with`](crate::Call::run_with) takes one. A crate that stores values of its own
+/// shape supplies its own, for example raw bytes:
+///
+/// ```
+/// use idem_core::{Call, Codec, CodecError, MemoryStore};
+///
+/// struct Bytes;
+///
+/// impl Codec<Vec<u8>> for Bytes {
+///     fn encode(&self, value: &Vec<u8>) -> Result<Option<Vec<u8>>, CodecError> {
+///         Ok(Some(value.clone()))
+///     }
+///     fn decode(&self, stored: Option<Vec<u8>>) -> Result<Option<Vec<u8>>, CodecError> {
+///         Ok(stored)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let store = MemoryStore::new();
+/// let work = || async { Ok::<_, std::io::Error>(b"body".to_vec()) };
+/// Call::new(&store, "k").run_with(Bytes, work()).await.unwrap();
+/// let again = Call::new(&store, "k").run_with(Bytes, work()).await.unwrap();
+/// assert_eq!(again.into_value().as_deref(), Some(&b"body"[..]));
+/// # }
+/// ```
 pub trait Codec<T> {
     /// The bytes to store with the completion, if any.
     fn encode(&self, value: &T) -> Result<Option<Vec<u8>>, CodecError>;
     /// The value to hand a duplicate, if any.
     fn decode(&self, stored: Option<Vec<u8>>) -> Result<Option<T>, CodecError>;
+}
+
+impl<T, C: Codec<T> + ?Sized> Codec<T> for &C {
+    fn encode(&self, value: &T) -> Result<Option<Vec<u8>>, CodecError> {
+        (**self).encode(value)
+    }
+    fn decode(&self, stored: Option<Vec<u8>>) -> Result<Option<T>, CodecError> {
+        (**self).decode(stored)
+    }
 }
 
 /// No replay: nothing stored, duplicates carry no value.
@@ -63,4 +99,5 @@ impl<T: Replayable> Codec<T> for JsonReplay {
 )]
 pub trait Replayable: Serialize + DeserializeOwned {}
 
+#[diagnostic::do_not_recommend]
 impl<T: Serialize + DeserializeOwned> Replayable for T {}

@@ -25,27 +25,45 @@
 //! spawned future with [`propagate`] to carry it along:
 //! `tokio::spawn(context::propagate(async { .. }))`.
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::key::{InvalidKey, Key};
-use crate::store::Fence;
+use crate::store::{Fence, Store};
 
 tokio::task_local! {
     static CURRENT: CallContext;
 }
 
 /// The idempotent call whose body the current task is running.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct CallContext {
     key: Key,
     fence: Fence,
+    /// The store the call claimed its key in, for the [journal](crate::journal).
+    store: Arc<dyn Store>,
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("key", &self.key)
+            .field("fence", &self.fence)
+            .finish_non_exhaustive()
+    }
 }
 
 impl CallContext {
-    pub(crate) fn new(key: Key, fence: Fence) -> CallContext {
-        CallContext { key, fence }
+    pub(crate) fn new(key: Key, fence: Fence, store: Arc<dyn Store>) -> CallContext {
+        CallContext { key, fence, store }
+    }
+
+    /// The store the call claimed its key in.
+    pub(crate) fn store(&self) -> &dyn Store {
+        &*self.store
     }
 
     /// The call's key.

@@ -132,10 +132,22 @@ pub enum Operation {
     Renew,
     /// Reading a record.
     Get,
-    /// Purging expired records.
+    /// Purging expired records (or finished queue jobs).
     Purge,
     /// Setting up the store (connecting, migrating).
     Setup,
+    /// Reading an effect journal entry. The effect did not run.
+    JournalRead,
+    /// Writing an effect journal entry (an intent, or an effect done).
+    JournalWrite,
+    /// Storing a job in a work queue.
+    Enqueue,
+    /// Putting a dead-lettered job back in its queue.
+    RetryDead,
+    /// Deleting a dead-lettered job.
+    Discard,
+    /// Waking a queue's idle workers.
+    Notify,
 }
 
 impl Operation {
@@ -151,6 +163,16 @@ impl Operation {
             Operation::Get => "reading the record failed",
             Operation::Purge => "purging expired records failed",
             Operation::Setup => "setting up the store failed",
+            Operation::JournalRead => {
+                "reading the effect journal failed, so the effect did not run; retry later"
+            }
+            Operation::JournalWrite => "writing the effect journal failed",
+            Operation::Enqueue => "storing the job failed; nothing was enqueued, retry later",
+            Operation::RetryDead => "reviving the dead job failed; it is still dead",
+            Operation::Discard => "discarding the dead job failed; it is still stored",
+            Operation::Notify => {
+                "waking the queue's workers failed; they find the work at their next poll"
+            }
         }
     }
 }
@@ -220,18 +242,20 @@ impl StdError for StoreError {
     }
 }
 
-/// A value that could not be encoded or decoded as JSON.
+/// A value that could not be encoded or decoded: a fingerprinted parameter, or an output by its
+/// [`Codec`](crate::Codec).
 #[derive(Debug)]
 pub struct CodecError {
     context: String,
-    source: serde_json::Error,
+    source: BoxError,
 }
 
 impl CodecError {
-    pub(crate) fn new(context: impl Into<String>, source: serde_json::Error) -> CodecError {
+    /// What could not be encoded or decoded (`context`), and why (`source`).
+    pub fn new(context: impl Into<String>, source: impl Into<BoxError>) -> CodecError {
         CodecError {
             context: context.into(),
-            source,
+            source: source.into(),
         }
     }
 }
@@ -244,6 +268,6 @@ impl fmt::Display for CodecError {
 
 impl StdError for CodecError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        Some(&self.source)
+        Some(&*self.source)
     }
 }

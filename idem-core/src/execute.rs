@@ -1,29 +1,27 @@
 //! The runtime contract, in order: validate the key, claim (waiting if asked), then run the
 //! body and settle the claim: complete, release, or report the duplicate.
 //!
-//! Two modes share the claim loop and the settling rules: lease mode (claim committed at once,
-//! renewed while the body runs, completion fenced) and transactional mode (claim, body writes and
-//! completion in one transaction).
+//! Two modes share the claim loop ([`Prepared::claim`]) and the settling rules: lease mode, here
+//! (claim committed at once, renewed while the body runs, completion fenced), and transactional
+//! mode in [`crate::transactional`] (claim, body writes and completion in one transaction).
 
 use std::any::Any;
-use std::convert::Infallible;
 use std::future::Future;
 use std::panic::{resume_unwind, AssertUnwindSafe};
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tracing::Span;
+use tracing::{Instrument, Span};
 
-use crate::call::Call;
 use crate::codec::Codec;
 use crate::context::CallContext;
-use crate::error::{Error, Operation, StoreError};
+use crate::error::{CodecError, Error, Operation, StoreError};
 use crate::fingerprint::Fingerprint;
-use crate::key::Key;
+use crate::key::{InvalidKey, Key};
+use crate::lease::Lease;
 use crate::outcome::Outcome;
 use crate::store::{Claim, ClaimRequest, Completion, Fence, Fenced, Store};
-use crate::transactional::{TransactionalStore, TxClaim};
 
 /// First and longest pause between looks while `wait`ing for another run.
 const WAIT_POLL_FIRST: Duration = Duration::from_millis(5);
@@ -36,12 +34,59 @@ const COMPLETE_RETRIES: [Duration; 3] = [
     Duration::from_millis(400),
 ];
 
-fn record_outcome(kind: &'static str) {
+/// The lease used when none is given: how long a claim holds without renewal. It is renewed
+/// every third of a lease while the work runs (see [`crate::lease`]).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a completed record is kept when no `keep` is given.
+pub const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
+
+pub(crate) fn record_outcome(kind: &'static str) {
     Span::current().record("outcome", kind);
 }
 
+/// What a [`Call`](crate::Call) was told, before validation.
+#[derive(Debug)]
+pub(crate) struct Spec {
+    pub name: &'static str,
+    pub key: Result<Key, InvalidKey>,
+    pub fingerprint: Result<Option<Fingerprint>, CodecError>,
+    pub lease: Duration,
+    pub keep: Duration,
+    pub wait: Option<Duration>,
+}
+
+impl Spec {
+    pub fn new(key: Result<Key, InvalidKey>) -> Spec {
+        Spec {
+            name: "idem::call",
+            key,
+            fingerprint: Ok(None),
+            lease: DEFAULT_LEASE,
+            keep: DEFAULT_KEEP,
+            wait: None,
+        }
+    }
+
+    /// The call's span: one per call, named `idem`, carrying the key and (later) the outcome.
+    pub fn span(&self) -> Span {
+        let span = tracing::info_span!(
+            "idem",
+            handler = self.name,
+            key = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            fence = tracing::field::Empty,
+        );
+        match &self.key {
+            Ok(key) => span.record("key", key.as_str()),
+            Err(invalid) => span.record("key", tracing::field::debug(invalid)),
+        };
+        span
+    }
+}
+
 /// A call's validated inputs.
-struct Prepared {
+pub(crate) struct Prepared {
     key: Key,
     fingerprint: Option<Fingerprint>,
     lease: Duration,
@@ -50,7 +95,7 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new<E>(call: Call<'_>) -> Result<Prepared, Error<E>> {
+    pub fn new<E>(call: Spec) -> Result<Prepared, Error<E>> {
         let key = call.key.map_err(|e| {
             record_outcome("invalid_key");
             tracing::warn!(error = %e, "refused an invalid idempotency key");
@@ -69,7 +114,15 @@ impl Prepared {
         })
     }
 
-    fn request(&self) -> ClaimRequest<'_> {
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    pub fn keep(&self) -> Duration {
+        self.keep
+    }
+
+    pub fn request(&self) -> ClaimRequest<'_> {
         ClaimRequest {
             key: &self.key,
             fingerprint: self.fingerprint.as_ref(),
@@ -80,7 +133,7 @@ impl Prepared {
     /// Claims until acquired or settled: a duplicate, a mismatch, or (past `wait`) a run in
     /// progress elsewhere. `attempt` makes one claim and may carry something (a transaction)
     /// along with an acquisition.
-    async fn claim<T, E, X, C, Fut>(
+    pub async fn claim<T, E, X, C, Fut>(
         &self,
         codec: &C,
         mut attempt: impl FnMut() -> Fut,
@@ -148,176 +201,44 @@ impl Prepared {
     }
 }
 
-/// Lease mode.
-pub(crate) async fn execute<T, E, F, C>(
-    call: Call<'_>,
+/// Lease mode: claim, run the body while the lease is renewed, settle.
+pub(crate) async fn execute<S, T, E, F, C>(
+    store: &S,
+    spec: Spec,
     codec: C,
     work: F,
 ) -> Result<Outcome<T>, Error<E>>
 where
+    S: Store + ?Sized,
     F: Future<Output = Result<T, E>>,
     C: Codec<T>,
 {
-    let store = call.store;
-    let prepared = Prepared::new(call)?;
-    let request = prepared.request();
-    let fence = match prepared
-        .claim(
-            &codec,
-            || async move { Ok((store.claim(request).await?, ())) },
-        )
-        .await?
-    {
-        Ok((fence, ())) => fence,
-        Err(settled) => return Ok(settled),
-    };
-    let claimed = Claimed {
-        store,
-        key: &prepared.key,
-        fence,
-        lease: prepared.lease,
-    };
-    claimed.run(&codec, prepared.keep, work).await
-}
-
-/// Transactional mode, first half: claim inside a new transaction. The body then runs with the
-/// transaction, and [`TxPending::finish`] settles it.
-pub(crate) async fn begin_in_transaction<'s, S, T, E, C>(
-    call: Call<'_>,
-    store: &'s S,
-    codec: C,
-) -> Result<TxBegun<'s, S, T, C>, Error<E>>
-where
-    S: TransactionalStore + ?Sized,
-    C: Codec<T>,
-{
-    let prepared = Prepared::new(call)?;
-    let request = prepared.request();
-    let claimed = prepared
-        .claim(&codec, || async move {
-            let TxClaim { claim, transaction } = store.claim_in_transaction(request).await?;
-            Ok((claim, transaction))
-        })
-        .await?;
-    let (fence, transaction) = match claimed {
-        Ok(acquired) => acquired,
-        Err(settled) => return Ok(TxBegun::Settled(settled)),
-    };
-    let Some(transaction) = transaction else {
-        record_outcome("store_error");
-        return Err(Error::Store(
-            StoreError::msg("the store acquired a claim without an open transaction")
-                .during(Operation::Claim),
-        ));
-    };
-    // No lease renewal: the open transaction holds the claimed row, and if the call is dropped
-    // or the process dies, the transaction (claim and writes) rolls back.
-    Ok(TxBegun::Claimed(
-        transaction,
-        TxPending {
-            store,
-            key: prepared.key,
-            fence,
-            keep: prepared.keep,
-            codec,
-        },
-    ))
-}
-
-/// The result of claiming inside a transaction.
-#[doc(hidden)]
-pub enum TxBegun<'s, S: TransactionalStore + ?Sized, T, C> {
-    /// Claimed: run the body with the transaction, then [`TxPending::finish`].
-    Claimed(S::Transaction, TxPending<'s, S, C>),
-    /// Not claimed: the outcome to return (duplicate, in progress).
-    Settled(Outcome<T>),
-}
-
-/// A claim held inside an open transaction, waiting for the body's result.
-#[doc(hidden)]
-pub struct TxPending<'s, S: ?Sized, C> {
-    store: &'s S,
-    key: Key,
-    fence: Fence,
-    keep: Duration,
-    codec: C,
-}
-
-impl<S: ?Sized, C> TxPending<'_, S, C> {
-    /// Runs the body as the current call (see [`crate::context`]).
-    pub fn scope<F: Future>(&self, work: F) -> impl Future<Output = F::Output> {
-        CallContext::new(self.key.clone(), self.fence).scope(work)
-    }
-}
-
-/// What the body produced: its result, or the payload of its panic.
-#[doc(hidden)]
-pub type Caught<T, E> = Result<Result<T, E>, Box<dyn Any + Send>>;
-
-impl<S: ?Sized, C> TxPending<'_, S, C> {
-    /// Commits the completion with the body's writes on `Ok`; rolls everything back on `Err`
-    /// or a panic (then resumes the panic).
-    pub async fn finish<T, E>(
-        self,
-        transaction: S::Transaction,
-        result: Caught<T, E>,
-    ) -> Result<Outcome<T>, Error<E>>
-    where
-        S: TransactionalStore,
-        C: Codec<T>,
-    {
-        let roll_back = |transaction| async {
-            if let Err(e) = self.store.roll_back(transaction).await {
-                tracing::warn!(error = %e, "rolling back failed; the connection drops it");
-            }
-        };
-        let value = match result {
-            Err(panic) => {
-                roll_back(transaction).await;
-                record_outcome("panicked");
-                resume_unwind(panic);
-            }
-            Ok(Err(e)) => {
-                roll_back(transaction).await;
-                record_outcome("handler_error");
-                return Err(Error::Handler(e));
-            }
-            Ok(Ok(value)) => value,
-        };
-        let output = match self.codec.encode(&value) {
-            Ok(output) => output,
-            Err(e) => {
-                roll_back(transaction).await;
-                record_outcome("codec_error");
-                return Err(Error::Codec(e));
-            }
-        };
-        let completion = Completion {
-            output: output.as_deref(),
-            keep: self.keep,
-        };
-        match self
-            .store
-            .commit_completion(transaction, &self.key, self.fence, completion)
-            .await
+    let span = spec.span();
+    async move {
+        let prepared = Prepared::new(spec)?;
+        let request = prepared.request();
+        let fence = match prepared
+            .claim(
+                &codec,
+                || async move { Ok((store.claim(request).await?, ())) },
+            )
+            .await?
         {
-            Ok(Fenced::Applied) => {
-                record_outcome("executed");
-                Ok(Outcome::Executed(value))
-            }
-            Ok(Fenced::Lost) => {
-                record_outcome("lost_claim");
-                Err(Error::LostClaim {
-                    key: self.key.as_str().to_owned(),
-                })
-            }
-            Err(e) => {
-                record_outcome("store_error");
-                tracing::error!(error = %e, "commit failed; the handler's writes rolled back");
-                Err(Error::Store(e.during(Operation::Complete)))
-            }
-        }
+            Ok((fence, ())) => fence,
+            Err(settled) => return Ok(settled),
+        };
+        let claimed = Claimed {
+            lease: Lease {
+                store,
+                key: &prepared.key,
+                fence,
+                lease: prepared.lease,
+            },
+        };
+        claimed.run(&codec, prepared.keep, work).await
     }
+    .instrument(span)
+    .await
 }
 
 /// Runs `work`, turning a panic into `Err(payload)`.
@@ -326,14 +247,11 @@ pub(crate) async fn catch_unwind<F: Future>(work: F) -> Result<F::Output, Box<dy
 }
 
 /// A claim this call holds in lease mode.
-struct Claimed<'a> {
-    store: &'a dyn Store,
-    key: &'a Key,
-    fence: Fence,
-    lease: Duration,
+struct Claimed<'a, S: ?Sized> {
+    lease: Lease<'a, S>,
 }
 
-impl Claimed<'_> {
+impl<S: Store + ?Sized> Claimed<'_, S> {
     async fn run<T, E, F, C>(
         self,
         codec: &C,
@@ -346,10 +264,11 @@ impl Claimed<'_> {
     {
         // Until the claim is settled (completed or released), dropping this future abandons it.
         let guard = AbandonGuard { claim: &self };
-        let context = CallContext::new(self.key.clone(), self.fence);
+        let lease = &self.lease;
+        let context = CallContext::new(lease.key.clone(), lease.fence, lease.store.shared());
         let result = {
             let mut work = pin!(CatchUnwind(context.scope(work)));
-            let mut renew = pin!(self.renew_forever());
+            let mut renew = pin!(lease.keep_renewed());
             tokio::select! {
                 biased;
                 result = &mut work => result,
@@ -384,36 +303,20 @@ impl Claimed<'_> {
         settled
     }
 
-    /// Renews the lease every third of a lease, for as long as it is polled.
-    async fn renew_forever(&self) -> Infallible {
-        let every = (self.lease / 3).max(Duration::from_millis(1));
-        loop {
-            tokio::time::sleep(every).await;
-            match self.store.renew(self.key, self.fence, self.lease).await {
-                Ok(Fenced::Applied) => tracing::trace!("lease renewed"),
-                Ok(Fenced::Lost) => {
-                    tracing::warn!(
-                        "claim lost while the handler runs (a newer run took the key over); \
-                         its completion will be refused"
-                    );
-                    return std::future::pending().await;
-                }
-                Err(e) => tracing::warn!(error = %e, "lease renewal failed; will retry"),
-            }
-        }
-    }
-
     async fn complete<E>(&self, output: Option<&[u8]>, keep: Duration) -> Result<(), Error<E>> {
         let completion = Completion { output, keep };
         let mut retries = COMPLETE_RETRIES.iter();
         loop {
-            match self.store.complete(self.key, self.fence, completion).await {
+            let Lease {
+                store, key, fence, ..
+            } = &self.lease;
+            match store.complete(key, *fence, completion).await {
                 Ok(Fenced::Applied) => return Ok(()),
                 Ok(Fenced::Lost) => {
                     record_outcome("lost_claim");
                     tracing::warn!("completion refused: a newer run took the key over");
                     return Err(Error::LostClaim {
-                        key: self.key.as_str().to_owned(),
+                        key: key.as_str().to_owned(),
                     });
                 }
                 Err(e) => match retries.next() {
@@ -437,7 +340,12 @@ impl Claimed<'_> {
     /// Frees the key after a handler error or panic. A failure only delays the next run by one
     /// lease, so it is logged rather than returned in place of the handler's own error.
     async fn release(&self) {
-        match self.store.release(self.key, self.fence).await {
+        match self
+            .lease
+            .store
+            .release(self.lease.key, self.lease.fence)
+            .await
+        {
             Ok(Fenced::Applied) => {}
             Ok(Fenced::Lost) => tracing::debug!("nothing to release: a newer run holds the key"),
             Err(e) => tracing::warn!(
@@ -449,14 +357,15 @@ impl Claimed<'_> {
 }
 
 /// Abandons the claim if the call's future is dropped before the claim was settled.
-struct AbandonGuard<'a, 'b> {
-    claim: &'a Claimed<'b>,
+struct AbandonGuard<'a, 'b, S: Store + ?Sized> {
+    claim: &'a Claimed<'b, S>,
 }
 
-impl Drop for AbandonGuard<'_, '_> {
+impl<S: Store + ?Sized> Drop for AbandonGuard<'_, '_, S> {
     fn drop(&mut self) {
-        tracing::info!(key = %self.claim.key, "call dropped mid-run; abandoning its claim");
-        self.claim.store.abandon(self.claim.key, self.claim.fence);
+        let lease = &self.claim.lease;
+        tracing::info!(key = %lease.key, "call dropped mid-run; abandoning its claim");
+        lease.store.abandon(lease.key, lease.fence);
     }
 }
 

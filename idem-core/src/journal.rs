@@ -12,9 +12,14 @@
 //!   can reconcile. An effect that returned `Err` also stays unknown: its provider may have
 //!   acted before failing.
 //!
-//! Both work only inside a claimed run (they find it through [`crate::context`]), are fenced by
-//! the claim's token (a run that lost its claim cannot record), and hand a retry the recorded
-//! output (JSON, as with `replay`).
+//! Both work only inside a claimed run, which they find through [`crate::context`] together
+//! with the store the run claimed its key in (so there is no store to pass, and no way to pass
+//! the wrong one). They are fenced by the claim's token (a run that lost its claim cannot
+//! record), and hand a retry the recorded output (JSON, as with `replay`).
+//!
+//! In transactional mode the journal is not available: the claim is not committed until the
+//! body's transaction is, so a journal write (on another connection) cannot see it and reports
+//! [`JournalError::LostClaim`]. Write the effect's record in the transaction instead.
 //!
 //! ```
 //! use idem_core::journal::{Effect, Journal};
@@ -22,7 +27,7 @@
 //!
 //! #[idempotent(key = "order:{id}", store = store)]
 //! async fn fulfil(store: &MemoryStore, id: u64) -> Result<u32, std::io::Error> {
-//!     let journal = Journal::new(store);
+//!     let journal = Journal::new();
 //!     // An email API with no idempotency key: journaled.
 //!     let receipt = journal
 //!         .at_least_once("send-receipt", async { Ok::<_, std::io::Error>(7u32) })
@@ -42,16 +47,21 @@ use std::time::Duration;
 use crate::codec::{Codec, JsonReplay, Replayable};
 use crate::context::{self, CallContext};
 use crate::error::{CodecError, Operation, StoreError};
-use crate::store::{EffectRecord, EffectState, Fenced, Store};
+use crate::store::{EffectRecord, EffectState, Fenced};
 
 /// How long journal entries are kept by default: a week, longer than any retry window.
 pub const DEFAULT_JOURNAL_KEEP: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
-/// Journals effects of the current call in `store` (the store the call claimed its key in).
+/// Journals effects of the current call, in the store the call claimed its key in.
 #[derive(Debug, Clone, Copy)]
-pub struct Journal<'s> {
-    store: &'s dyn Store,
+pub struct Journal {
     keep: Duration,
+}
+
+impl Default for Journal {
+    fn default() -> Journal {
+        Journal::new()
+    }
 }
 
 /// What happened to a journaled effect.
@@ -145,11 +155,10 @@ impl<E: std::error::Error + 'static> std::error::Error for JournalError<E> {
     }
 }
 
-impl<'s> Journal<'s> {
-    /// A journal in `store`, keeping entries for [`DEFAULT_JOURNAL_KEEP`].
-    pub fn new(store: &'s dyn Store) -> Journal<'s> {
+impl Journal {
+    /// The current call's journal, keeping entries for [`DEFAULT_JOURNAL_KEEP`].
+    pub fn new() -> Journal {
         Journal {
-            store,
             keep: DEFAULT_JOURNAL_KEEP,
         }
     }
@@ -178,15 +187,15 @@ impl<'s> Journal<'s> {
             output,
             keep: self.keep,
         };
-        match self
-            .store
+        match call
+            .store()
             .record_effect(call.key(), call.fence(), record)
             .await
         {
             Ok(Fenced::Applied) => Ok(()),
             Ok(Fenced::Lost) => Err(JournalError::LostClaim { effect_ran }),
             Err(e) => Err(JournalError::Store {
-                source: e.during(Operation::Complete),
+                source: e.during(Operation::JournalWrite),
                 effect_ran,
             }),
         }
@@ -197,14 +206,14 @@ impl<'s> Journal<'s> {
         call: &CallContext,
         name: &str,
     ) -> Result<Option<(EffectState, Option<T>)>, JournalError<E>> {
-        let entry = self
-            .store
-            .effect(call.key(), name)
-            .await
-            .map_err(|e| JournalError::Store {
-                source: e.during(Operation::Get),
-                effect_ran: false,
-            })?;
+        let entry =
+            call.store()
+                .effect(call.key(), name)
+                .await
+                .map_err(|e| JournalError::Store {
+                    source: e.during(Operation::JournalRead),
+                    effect_ran: false,
+                })?;
         match entry {
             None => Ok(None),
             Some(entry) => {

@@ -42,9 +42,18 @@
 //!     fingerprint(amount, currency),    // inputs that must match when the key is reused
 //!     replay,                           // store the Ok value and hand it to duplicates
 //!     wait = "10s",                     // on an in-flight duplicate, wait for its outcome
+//!     transaction = tx,                 // claim, body and completion in one transaction
+//!     clients(mailer, payments),        // inside the body, these are keyed by the call
 //!     crate = "my_idem",                // path to a renamed idem-core dependency
 //! )]
 //! ```
+//!
+//! - `transaction = tx` needs a [`TransactionalStore`] (such as `PgStore`): the body gets the
+//!   open transaction as `tx` (`&mut` it), and its writes commit with the completion or roll
+//!   back with the claim. No lease is renewed: the open transaction holds the claim.
+//! - `clients(..)` names parameters whose types implement [`keyed::KeyedClient`]; inside the
+//!   body each is rebound to its keyed view, which hands the call's key (a sub-key per effect)
+//!   to the provider as its idempotency key.
 //!
 //! The annotated function must be `async` and return `Result<T, E>`; it then returns
 //! [`Idempotent<T, E>`], that is `Result<Outcome<T>, Error<E>>`. Placeholders are `{param}` or
@@ -56,7 +65,8 @@
 //! 1. The key is rendered and validated ([`Key`]); an invalid key is [`Error::InvalidKey`].
 //! 2. One atomic claim in the store. If the store fails the body does not run
 //!    ([`Error::Store`]): idem fails closed.
-//! 3. Claimed: the body runs while the lease is renewed every third of a lease. `Ok(v)` is
+//! 3. Claimed: the body runs while the lease is renewed every third of a lease
+//!    ([`lease`], the one renewal policy). `Ok(v)` is
 //!    recorded as completed, fenced by the claim's token, and returned as
 //!    [`Outcome::Executed`]; if a newer run took the key over meanwhile, the completion is
 //!    refused and the call returns [`Error::LostClaim`]. `Err(e)` releases the claim (a retry
@@ -85,26 +95,30 @@ mod fingerprint;
 pub mod journal;
 mod key;
 pub mod keyed;
+pub mod lease;
 mod memory;
 mod outcome;
 pub mod period;
+pub mod purge;
 mod store;
 mod transactional;
 
 #[doc(hidden)]
-pub mod __private;
+#[path = "private.rs"]
+pub mod __private_v1;
 
-pub use call::{BoxFuture, Call, DEFAULT_KEEP, DEFAULT_LEASE};
-pub use codec::Replayable;
+pub use call::{BoxFuture, Call};
+pub use codec::{Codec, JsonReplay, NoReplay, Replayable};
 pub use error::{BoxError, CodecError, Error, Operation, StoreError};
+pub use execute::{DEFAULT_KEEP, DEFAULT_LEASE};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use idem_macros::idempotent;
 pub use key::{InvalidKey, InvalidKeyReason, Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
 pub use outcome::Outcome;
 pub use store::{
-    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Record,
-    RecordState, Store,
+    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Purge,
+    Record, RecordState, Store,
 };
 pub use transactional::{TransactionalStore, TxClaim};
 

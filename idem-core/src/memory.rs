@@ -11,8 +11,8 @@ use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::store::{
-    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Record,
-    RecordState, Store,
+    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Purge,
+    Record, RecordState, Store,
 };
 
 /// Fences come from one counter for the whole process, so a key that is released (its record
@@ -30,7 +30,7 @@ const AUTO_PURGE_FLOOR: usize = 1024;
 /// claims. Use a database-backed store (`idem-store-postgres`) when several processes or
 /// servers handle the same work.
 ///
-/// Expired records and journal entries are purged by [`Store::purge_expired`], and
+/// Expired records and journal entries are purged by [`Purge::purge_expired`], and
 /// automatically whenever the store has doubled in size since the last purge, so memory stays
 /// bounded by the live entries without a background task.
 ///
@@ -337,11 +337,6 @@ impl Store for MemoryStore {
         }))
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-        let now = self.now();
-        Ok(self.map().purge(now, limit))
-    }
-
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
         let now = self.now();
         let map = self.map();
@@ -387,9 +382,21 @@ impl Store for MemoryStore {
         Ok(Fenced::Applied)
     }
 
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+
     fn abandon(&self, key: &Key, fence: Fence) {
         // Synchronous and cheap here, so the key is free at once.
         let _ = self.fenced(key, fence, free_unfinished);
+    }
+}
+
+#[async_trait]
+impl Purge for MemoryStore {
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let now = self.now();
+        Ok(self.map().purge(now, limit))
     }
 }
 

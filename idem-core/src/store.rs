@@ -1,11 +1,12 @@
-//! The storage contract: one trait, six atomic steps, any backend.
+//! The storage contract: the claim lifecycle in one small trait, and the capabilities layered
+//! on it (the effect journal as provided methods, [`Purge`] as a trait of its own).
 
 use async_trait::async_trait;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::error::StoreError;
+use crate::error::{Operation, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 
@@ -148,7 +149,7 @@ pub struct EffectRecord<'a> {
     pub keep: Duration,
 }
 
-/// Where idempotency records live.
+/// Where idempotency records live: the claim lifecycle.
 ///
 /// Each method is one atomic step for the backend: a single statement or a single critical
 /// section, never a read followed by a separate write. The rules every store follows (and that
@@ -165,11 +166,14 @@ pub struct EffectRecord<'a> {
 ///   fence applies again (so a retried completion is safe).
 /// - `release` deletes an unfinished claim so the key is free at once; a completed record is
 ///   left as it is (and the release reports [`Fenced::Lost`]).
-/// - `purge_expired` deletes records past their lease (in progress) or `keep` (completed), and
-///   journal entries past their own `keep`.
-/// - The effect journal: `record_effect` writes an entry for `(key, effect)` only while the
-///   key's record holds the caller's fence and is not completed, never overwrites a `Done`
-///   entry, and outlives a release of the key (so a retry sees what the failed run did).
+/// - The effect journal (the provided methods [`effect`](Store::effect) and
+///   [`record_effect`](Store::record_effect), which a store with a journal overrides):
+///   `record_effect` writes an entry for `(key, effect)` only while the key's record holds the
+///   caller's fence and is not completed, never overwrites a `Done` entry, and outlives a
+///   release of the key (so a retry sees what the failed run did).
+///
+/// Deleting expired records is a separate capability, [`Purge`]; running a handler inside a
+/// database transaction another, [`TransactionalStore`](crate::TransactionalStore).
 ///
 /// The trait is object safe: handlers take `&dyn Store` or `Arc<dyn Store>`, so backends swap
 /// at run time without touching handlers.
@@ -201,20 +205,10 @@ pub trait Store: fmt::Debug + Send + Sync {
     /// Reads the record for `key`, expired or not.
     async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError>;
 
-    /// Deletes up to `limit` expired records and returns how many it deleted.
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError>;
-
-    /// Reads the journal entry of `effect` under `key`, unless it expired.
-    async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError>;
-
-    /// Writes a journal entry for `key`, if the key's record still holds `fence` and is in
-    /// progress, and the entry is not already `Done`. One atomic step.
-    async fn record_effect(
-        &self,
-        key: &Key,
-        fence: Fence,
-        record: EffectRecord<'_>,
-    ) -> Result<Fenced, StoreError>;
+    /// A handle to this same store that the runtime may keep beyond the borrow it was given:
+    /// the current call's [journal](crate::journal) reaches the store through it. Stores are
+    /// cheap handles, so this is `Arc::new(self.clone())`.
+    fn shared(&self) -> Arc<dyn Store>;
 
     /// Called, without waiting, when a claimed run's future is dropped before it finished (the
     /// caller timed out or went away). A store should free the key promptly if it can do so
@@ -222,6 +216,69 @@ pub trait Store: fmt::Debug + Send + Sync {
     /// does nothing: the key is then free when the lease lapses, at most one lease later.
     fn abandon(&self, key: &Key, fence: Fence) {
         let _ = (key, fence);
+    }
+
+    /// Reads the journal entry of `effect` under `key`, unless it expired. The default says the
+    /// store keeps no journal.
+    async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
+        let _ = (key, effect);
+        Err(no_journal(self))
+    }
+
+    /// Writes a journal entry for `key`, if the key's record still holds `fence` and is in
+    /// progress, and the entry is not already `Done`. One atomic step. The default says the
+    /// store keeps no journal.
+    async fn record_effect(
+        &self,
+        key: &Key,
+        fence: Fence,
+        record: EffectRecord<'_>,
+    ) -> Result<Fenced, StoreError> {
+        let _ = (key, fence, record);
+        Err(no_journal(self))
+    }
+}
+
+fn no_journal<S: fmt::Debug + ?Sized>(store: &S) -> StoreError {
+    StoreError::msg(format!(
+        "{store:?} keeps no effect journal; use a store that does (MemoryStore, PgStore)"
+    ))
+    .during(Operation::JournalRead)
+}
+
+/// Deleting expired records: a capability of stores that keep them until told otherwise.
+///
+/// Written once for every store: [`purge_all_expired`](Purge::purge_all_expired) loops over
+/// bounded batches, and [`spawn_purger`](Purge::spawn_purger) runs it periodically (with the
+/// loops of [`crate::purge`], which the work queue's purger uses too).
+#[async_trait]
+pub trait Purge: Store {
+    /// Deletes up to `limit` expired records (lapsed claims, completions past their `keep`) and
+    /// up to `limit` expired journal entries, and returns how many it deleted.
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError>;
+
+    /// Deletes every expired record, `batch` at a time (each batch one short step, so no long
+    /// lock), and returns how many it deleted.
+    async fn purge_all_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        crate::purge::drain(batch, |limit| self.purge_expired(limit)).await
+    }
+
+    /// Runs [`purge_all_expired`](Purge::purge_all_expired) every `every` on the current Tokio
+    /// runtime, until the returned handle is aborted. Failures are logged and retried at the
+    /// next tick.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    fn spawn_purger(&self, every: Duration, batch: usize) -> tokio::task::JoinHandle<()>
+    where
+        Self: Clone + Sized + 'static,
+    {
+        let store = self.clone();
+        crate::purge::spawn_every(every, "expired idem records", move || {
+            let store = store.clone();
+            async move { store.purge_all_expired(batch).await }
+        })
     }
 }
 
@@ -255,8 +312,11 @@ macro_rules! delegate_store {
             async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
                 (**self).get(key).await
             }
-            async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-                (**self).purge_expired(limit).await
+            fn shared(&self) -> Arc<dyn Store> {
+                (**self).shared()
+            }
+            fn abandon(&self, key: &Key, fence: Fence) {
+                (**self).abandon(key, fence)
             }
             async fn effect(
                 &self,
@@ -273,8 +333,12 @@ macro_rules! delegate_store {
             ) -> Result<Fenced, StoreError> {
                 (**self).record_effect(key, fence, record).await
             }
-            fn abandon(&self, key: &Key, fence: Fence) {
-                (**self).abandon(key, fence)
+        }
+
+        #[async_trait]
+        impl<S: Purge + ?Sized> Purge for $ty {
+            async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+                (**self).purge_expired(limit).await
             }
         }
     )*};

@@ -1,11 +1,23 @@
 //! The transactional capability: stores whose records live in the same database as the
-//! handler's writes can claim, run and complete inside one transaction.
+//! handler's writes can claim, run and complete inside one transaction. This file holds the
+//! capability ([`TransactionalStore`]) and the one flow that uses it
+//! ([`execute_in_transaction`]), which `Call::run_in_transaction` and
+//! `#[idempotent(transaction = ..)]` both call.
 
 use async_trait::async_trait;
+use std::future::Future;
+use std::panic::resume_unwind;
 use std::sync::Arc;
 
-use crate::error::StoreError;
+use tokio::sync::oneshot;
+use tracing::Instrument;
+
+use crate::codec::Codec;
+use crate::context::CallContext;
+use crate::error::{Error, Operation, StoreError};
+use crate::execute::{catch_unwind, record_outcome, Prepared, Spec};
 use crate::key::Key;
+use crate::outcome::Outcome;
 use crate::store::{Claim, ClaimRequest, Completion, Fence, Fenced, Store};
 
 /// The answer to a claim made inside a transaction.
@@ -26,6 +38,9 @@ pub struct TxClaim<Tx> {
 /// back together with the claim, and a concurrent duplicate waits on the claimed row and then
 /// finds it completed. Effects outside the database (emails, HTTP calls) get no such guarantee;
 /// use lease mode for those.
+///
+/// A `Transaction` that is dropped without being committed must roll back (sqlx's do): a body
+/// that panics, or a call whose future is dropped, drops its transaction.
 #[async_trait]
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot run handlers in a transaction",
@@ -90,3 +105,128 @@ macro_rules! delegate_transactional {
 }
 
 delegate_transactional!(&S, Arc<S>, Box<S>);
+
+/// Hands the open transaction to a body future that was built before the claim (so the body
+/// borrows the handler's parameters as in lease mode, and the future stays `Send`).
+#[derive(Debug)]
+pub struct TxSender<Tx>(oneshot::Sender<Tx>);
+
+/// The body's end of a [`TxSender`].
+#[derive(Debug)]
+pub struct TxReceiver<Tx>(oneshot::Receiver<Tx>);
+
+/// A sender and receiver of one transaction.
+pub fn handoff<Tx>() -> (TxSender<Tx>, TxReceiver<Tx>) {
+    let (sender, receiver) = oneshot::channel();
+    (TxSender(sender), TxReceiver(receiver))
+}
+
+impl<Tx> TxReceiver<Tx> {
+    /// The transaction. The runtime polls the body only after handing it over.
+    pub async fn recv(self) -> Tx {
+        self.0
+            .await
+            .expect("the runtime hands the transaction over before it runs the body")
+    }
+}
+
+/// Transactional mode: claims inside a new transaction of `store`, hands the transaction to
+/// `body` (which gives it back with its result), then commits the completion with the body's
+/// writes on `Ok`, or rolls everything back on `Err` or a panic (then resumes the panic).
+pub(crate) async fn execute_in_transaction<S, T, E, C, B>(
+    store: &S,
+    spec: Spec,
+    codec: C,
+    sender: TxSender<S::Transaction>,
+    body: B,
+) -> Result<Outcome<T>, Error<E>>
+where
+    S: TransactionalStore + ?Sized,
+    C: Codec<T>,
+    B: Future<Output = (S::Transaction, Result<T, E>)>,
+{
+    let span = spec.span();
+    async move {
+        let prepared = Prepared::new(spec)?;
+        let request = prepared.request();
+        let claimed = prepared
+            .claim(&codec, || async move {
+                let TxClaim { claim, transaction } = store.claim_in_transaction(request).await?;
+                Ok((claim, transaction))
+            })
+            .await?;
+        let (fence, transaction) = match claimed {
+            Ok(acquired) => acquired,
+            Err(settled) => return Ok(settled),
+        };
+        let Some(transaction) = transaction else {
+            record_outcome("store_error");
+            return Err(Error::Store(
+                StoreError::msg("the store acquired a claim without an open transaction")
+                    .during(Operation::Claim),
+            ));
+        };
+        // No lease renewal: the open transaction holds the claimed row, and if the call is
+        // dropped or the process dies, the transaction (claim and writes) rolls back.
+        if sender.0.send(transaction).is_err() {
+            unreachable!("the body, which holds the receiver, has not run yet");
+        }
+        let key = prepared.key();
+        let context = CallContext::new(key.clone(), fence, store.shared());
+        // A panic drops the body, and with it the transaction: it rolls back.
+        let (transaction, result) = match catch_unwind(context.scope(body)).await {
+            Ok(returned) => returned,
+            Err(panic) => {
+                record_outcome("panicked");
+                resume_unwind(panic);
+            }
+        };
+        let roll_back = |transaction| async {
+            if let Err(e) = store.roll_back(transaction).await {
+                tracing::warn!(error = %e, "rolling back failed; the connection drops it");
+            }
+        };
+        let value = match result {
+            Err(e) => {
+                roll_back(transaction).await;
+                record_outcome("handler_error");
+                return Err(Error::Handler(e));
+            }
+            Ok(value) => value,
+        };
+        let output = match codec.encode(&value) {
+            Ok(output) => output,
+            Err(e) => {
+                roll_back(transaction).await;
+                record_outcome("codec_error");
+                return Err(Error::Codec(e));
+            }
+        };
+        let completion = Completion {
+            output: output.as_deref(),
+            keep: prepared.keep(),
+        };
+        match store
+            .commit_completion(transaction, key, fence, completion)
+            .await
+        {
+            Ok(Fenced::Applied) => {
+                record_outcome("executed");
+                Ok(Outcome::Executed(value))
+            }
+            Ok(Fenced::Lost) => {
+                record_outcome("lost_claim");
+                Err(Error::LostClaim {
+                    key: key.as_str().to_owned(),
+                })
+            }
+            Err(e) => {
+                record_outcome("store_error");
+                tracing::error!(error = %e, "commit failed; the handler's writes rolled back");
+                Err(Error::Store(e.during(Operation::Complete)))
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use idem_conformance::Harness;
 use idem_core::clock::ManualClock;
-use idem_core::{MemoryStore, Store};
+use idem_core::{MemoryStore, Purge};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ struct MemoryHarness {
 
 #[async_trait]
 impl Harness for MemoryHarness {
-    fn store(&self) -> Arc<dyn Store> {
+    fn store(&self) -> Arc<dyn Purge> {
         self.store.clone()
     }
 

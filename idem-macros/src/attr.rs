@@ -20,9 +20,27 @@ mod kw {
     syn::custom_keyword!(clients);
 }
 
-/// Every option the attribute takes, in the order the docs list them.
-pub(crate) const OPTIONS: &str = "`key`, `store`, `lease`, `keep`, `fingerprint(..)`, `replay`, \
-     `wait`, `transaction`, `clients(..)` or `crate`";
+/// Every option the attribute takes, as written, in the order the docs list them: the one list
+/// that the error messages quote and the parser's tests check against (and against the docs).
+pub(crate) const OPTIONS: &[&str] = &[
+    "key",
+    "store",
+    "lease",
+    "keep",
+    "fingerprint(..)",
+    "replay",
+    "wait",
+    "transaction",
+    "clients(..)",
+    "crate",
+];
+
+/// "`key`, `store`, ... or `crate`", for messages.
+pub(crate) fn options_list() -> String {
+    let quoted: Vec<String> = OPTIONS.iter().map(|o| format!("`{o}`")).collect();
+    let (last, rest) = quoted.split_last().expect("options exist");
+    format!("{} or {last}", rest.join(", "))
+}
 
 /// The attribute's arguments, as written. Each is set at most once.
 #[derive(Default)]
@@ -155,10 +173,17 @@ impl Parse for Args {
                 let unknown: Ident = input.parse()?;
                 return Err(syn::Error::new(
                     unknown.span(),
-                    format!("unknown option `{unknown}`; expected one of {OPTIONS}"),
+                    format!(
+                        "unknown option `{unknown}`; expected one of {}",
+                        options_list()
+                    ),
                 ));
             } else {
-                return Err(lookahead.error());
+                // Not `lookahead.error()`: its list would be a second spelling of the options.
+                return Err(syn::Error::new(
+                    span,
+                    format!("expected an option, one of {}", options_list()),
+                ));
             }
             if input.is_empty() {
                 break;
@@ -199,5 +224,52 @@ impl ParseAnyParam for Ident {
             return Ok(Ident::new("self", token.span));
         }
         input.parse()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each listed option is one the parser takes (a value is supplied where it needs one), so
+    /// the list in the messages is the parser's list.
+    #[test]
+    fn every_listed_option_parses() {
+        for option in OPTIONS {
+            let written = match *option {
+                "key" => "key = \"k:{id}\"".to_owned(),
+                "store" => "store = app.store".to_owned(),
+                "lease" | "keep" | "wait" => format!("{option} = \"1s\""),
+                "fingerprint(..)" => "fingerprint(id)".to_owned(),
+                "clients(..)" => "clients(mailer)".to_owned(),
+                "replay" => "replay".to_owned(),
+                "transaction" => "transaction = tx".to_owned(),
+                "crate" => "crate = \"my_idem\"".to_owned(),
+                other => panic!("the test does not know how to write `{other}`"),
+            };
+            syn::parse_str::<Args>(&written)
+                .unwrap_or_else(|e| panic!("`{written}` does not parse: {e}"));
+        }
+    }
+
+    /// The crate docs that users read (idem-core's) list every option.
+    #[test]
+    fn the_docs_list_every_option() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../idem-core/src/lib.rs"
+        ))
+        .expect("idem-core's lib.rs");
+        for option in OPTIONS {
+            let name = option.trim_end_matches("(..)");
+            let listed = docs.lines().any(|line| {
+                let Some(text) = line.strip_prefix("//!     ") else {
+                    return false;
+                };
+                text.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with([' ', '(', ',']))
+            });
+            assert!(listed, "idem-core's crate docs do not list `{option}`");
+        }
     }
 }

@@ -1,19 +1,26 @@
 //! Writing the code: the original function, its body wrapped in one idempotent call.
 
-use proc_macro2::{Ident, Span, TokenStream};
+use proc_macro2::{Delimiter, Ident, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
-use syn::ItemFn;
+use syn::{ItemFn, Token};
 
 use crate::attr::Args;
 use crate::template::Segment;
-use crate::validate::{validate, Validated};
+use crate::validate::{result_types, validate, Validated};
 
-/// Parse, validate, expand. On any error the function is emitted unchanged next to the error,
-/// so the rest of the crate still type-checks and the user sees one message.
+/// The module of idem-core that generated code calls: the version of the contract between this
+/// macro and the runtime is in its name (see idem-core's `private.rs`).
+const PRIVATE: &str = "__private_v1";
+
+/// Parse, validate, expand. On an error in the attribute, the error is emitted next to a
+/// fallback of the function with the signature callers expect (see [`fallback`]), so the user
+/// sees the attribute's error and not a cascade in every caller.
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let func: ItemFn = match syn::parse2(item.clone()) {
         Ok(func) => func,
+        // A function whose body does not parse keeps syn's own error, which points into it.
+        Err(error) if is_fn(&item) => return with_error(item, error),
         Err(_) => {
             let span = item
                 .clone()
@@ -27,16 +34,52 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             return with_error(item, error);
         }
     };
-    let parsed = syn::parse2::<Args>(args).and_then(|args| validate(args, func));
-    match parsed {
+    let args = match syn::parse2::<Args>(args) {
+        Ok(args) => args,
+        Err(error) => return fallback(func, None, error),
+    };
+    let krate = args.krate.clone();
+    match validate(args, func.clone()) {
         Ok(validated) => expand(validated),
-        Err(error) => with_error(item, error),
+        Err(error) => fallback(func, krate, error),
     }
+}
+
+/// Whether `item` is a function (a `fn` token before its body), however malformed.
+fn is_fn(item: &TokenStream) -> bool {
+    item.clone()
+        .into_iter()
+        .take_while(|t| !matches!(t, TokenTree::Group(g) if g.delimiter() == Delimiter::Brace))
+        .any(|t| matches!(t, TokenTree::Ident(i) if i == "fn"))
 }
 
 fn with_error(item: TokenStream, error: syn::Error) -> TokenStream {
     let error = error.to_compile_error();
     quote!(#item #error)
+}
+
+/// The error, plus the function as callers expect it after expansion: `async`, returning
+/// `Idempotent<T, E>`, with a body that adds no errors of its own (as thiserror's fallback impls
+/// and tokio's default-config expansion do). A function whose return type is not `Result<T, E>`
+/// has no such signature, and is emitted as written.
+fn fallback(mut func: ItemFn, krate: Option<syn::Path>, error: syn::Error) -> TokenStream {
+    let error = error.to_compile_error();
+    let Ok((ok_ty, err_ty, output_span)) = result_types(&func.sig.output, &func.sig) else {
+        return quote!(#func #error);
+    };
+    let krate = krate.map_or_else(|| quote!(::idem_core), |path| path.to_token_stream());
+    func.sig.asyncness = Some(Token![async](func.sig.fn_token.span));
+    func.sig.output = syn::parse2(quote_spanned! {output_span=>
+        -> ::core::result::Result<#krate::Outcome<#ok_ty>, #krate::Error<#err_ty>>
+    })
+    .expect("generated return type parses");
+    func.block = syn::parse2(quote!({
+        ::core::unreachable!("`#[idempotent]` failed to expand; see the error on its attribute")
+    }))
+    .expect("generated body parses");
+    func.attrs
+        .push(syn::parse_quote!(#[allow(unused_variables, unused_mut)]));
+    quote!(#func #error)
 }
 
 fn expand(v: Validated) -> TokenStream {
@@ -57,7 +100,8 @@ fn expand(v: Validated) -> TokenStream {
         output_span,
     } = v;
     let krate = krate.map_or_else(|| quote!(::idem_core), |path| path.to_token_stream());
-    let private = quote!(#krate::__private);
+    let private = Ident::new(PRIVATE, Span::call_site());
+    let private = quote!(#krate::#private);
 
     // The key: one `format_args!` over the template, each placeholder an expression.
     let lit_span = template.lit.span();
@@ -86,10 +130,17 @@ fn expand(v: Validated) -> TokenStream {
 
     let store_span = store.span();
     // Two steps, so a temporary in the expression (`&app.store`, `app.store()`) lives for the
-    // whole call: `let x = &(expr);` extends it, a function argument would not.
+    // whole call: `let x = &(expr);` extends it, a function argument would not. Lease mode runs
+    // on `&dyn Store` (one instance of the runtime for every store type); transactional mode on
+    // the concrete store, whose transaction type the body names.
+    let as_store = if transaction.is_some() {
+        quote_spanned!(store_span=> #private::as_transactional(__idem_store_ref))
+    } else {
+        quote_spanned!(store_span=> #private::as_store(__idem_store_ref))
+    };
     let store = quote_spanned! {store_span=>
         let __idem_store_ref = &(#store);
-        let __idem_store: &dyn #private::Store = #private::as_store(__idem_store_ref);
+        let __idem_store = #as_store;
     };
 
     let millis = |arg: &Option<crate::duration::DurationArg>, method: &str| {
@@ -109,9 +160,12 @@ fn expand(v: Validated) -> TokenStream {
             quote_spanned!(ident.span()=> .field(#name, &#ident)?)
         });
         quote! {
-            .fingerprint_result((|| -> #private::Result<#private::Fingerprint, #private::CodecError> {
-                #private::Result::Ok(#private::Fingerprint::builder() #(#fields)* .finish())
-            })())
+            let __idem_call = #private::with_fingerprint(
+                __idem_call,
+                (|| -> #private::Result<#private::Fingerprint, #private::CodecError> {
+                    #private::Result::Ok(#private::Fingerprint::builder() #(#fields)* .finish())
+                })(),
+            );
         }
     });
 
@@ -136,63 +190,47 @@ fn expand(v: Validated) -> TokenStream {
             return __idem_unreachable;
         }
     };
-    // `replay` is spanned on `T`, so a non-serializable output is reported there; a store
-    // without transactions is reported on the `store` expression.
+    // `replay` is spanned on `T`, so a non-serializable output is reported there, once.
+    let codec = if replay {
+        quote_spanned!(ok_ty.span()=> #private::replay_codec::<#ok_ty>())
+    } else {
+        quote!(#private::NoReplay)
+    };
+    // The body, as an async block that borrows the parameters; the runtime runs it only once the
+    // key is claimed.
     let run = match &transaction {
-        None => {
-            let work = quote!(async { #fake_return #body });
-            if replay {
-                quote_spanned!(ok_ty.span()=> __idem_call.run_replay(#work).await)
-            } else {
-                quote!(__idem_call.run(#work).await)
-            }
-        }
-        Some(tx) => {
-            // Claim in a transaction, run the body with it, then commit or roll back; all in
-            // the call's span. (Spelled out rather than passing the body as a closure: a
-            // closure borrowing the transaction would make the future lose `Send`.)
-            let codec = if replay {
-                quote_spanned!(ok_ty.span()=> #private::JsonReplay)
-            } else {
-                quote!(#private::NoReplay)
-            };
-            let store = quote_spanned!(store_span=> #private::as_transactional(__idem_store_ref));
-            quote! {
-                let __idem_span = __idem_call.span();
-                #private::Instrument::instrument(
-                    async {
-                        match __idem_call.begin_in_transaction(#store, #codec).await {
-                            #private::Result::Err(__idem_error) => {
-                                #private::Result::Err(__idem_error)
-                            }
-                            #private::Result::Ok(#private::TxBegun::Settled(__idem_outcome)) => {
-                                #private::Result::Ok(__idem_outcome)
-                            }
-                            #private::Result::Ok(#private::TxBegun::Claimed(
-                                mut __idem_tx,
-                                __idem_pending,
-                            )) => {
-                                let __idem_result = {
-                                    let #tx = &mut __idem_tx;
-                                    #private::catch_unwind(__idem_pending.scope(async { #fake_return #body })).await
-                                };
-                                __idem_pending.finish(__idem_tx, __idem_result).await
-                            }
-                        }
-                    },
-                    __idem_span,
-                )
-                .await
-            }
-        }
+        None => quote! {
+            #private::run(__idem_call, #codec, async { #fake_return #body }).await
+        },
+        // Spanned on the store: a store without transactions is reported there, once (the
+        // compiler folds every use of it in this expansion into that error). The body keeps
+        // its own spans.
+        Some(tx) => quote_spanned! {store_span=>
+            // The runtime claims in a new transaction and hands it over; the body gives it back
+            // with its result, to be committed with the completion or rolled back.
+            let (__idem_tx_in, __idem_tx_out) = #private::handoff();
+            #private::run_in_transaction(__idem_call, #codec, __idem_tx_in, async {
+                let mut __idem_tx = __idem_tx_out.recv().await;
+                let __idem_result = {
+                    let #tx = &mut __idem_tx;
+                    async { #fake_return #body }.await
+                };
+                (__idem_tx, __idem_result)
+            })
+            .await
+        },
     };
     let new_body = quote! {{
         #store
         // Built in its own statement: the key's `format_args!` temporaries are not `Send` and
         // must not live across the `.await` below.
-        let __idem_call = #private::Call::from_rendered(__idem_store, #key)
-            .name(::core::concat!(::core::module_path!(), "::", #name))
-            #lease #keep #wait #fingerprint;
+        let __idem_call = #private::call(
+            __idem_store,
+            #key,
+            ::core::concat!(::core::module_path!(), "::", #name),
+        )
+        #lease #keep #wait;
+        #fingerprint
         #run
     }};
     func.block = syn::parse2(new_body).expect("generated body parses");

@@ -253,7 +253,10 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// `T` and `E` of a `Result<T, E>` return type.
-fn result_types(output: &ReturnType, sig: &syn::Signature) -> syn::Result<(Type, Type, Span)> {
+pub(crate) fn result_types(
+    output: &ReturnType,
+    sig: &syn::Signature,
+) -> syn::Result<(Type, Type, Span)> {
     let ty =
         match output {
             ReturnType::Type(_, ty) => ty,

@@ -21,7 +21,7 @@ mod error;
 mod ident;
 mod migrate;
 pub mod queue;
-mod sql;
+mod records;
 mod store;
 mod time;
 mod transaction;

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use idem_core::{
     Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced,
-    Fingerprint, Key, Operation, Record, RecordState, Store, StoreError,
+    Fingerprint, Key, Operation, Purge, Record, RecordState, Store, StoreError,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Row};
@@ -14,8 +14,7 @@ use std::time::Duration;
 use crate::direct::{on_conn, Direct};
 use crate::error::store_error;
 use crate::ident::validate_ident;
-use crate::queue::QueueSql;
-use crate::sql::Statements;
+use crate::records::RecordsSql;
 use crate::time::{duration_micros, from_micros};
 
 /// How often a claim is retried when its statement raced a concurrent insert or takeover. Each
@@ -61,9 +60,7 @@ pub struct PgStore {
 struct Shared {
     schema: String,
     table: String,
-    sql: Statements,
-    /// The work queue's statements, written once with the store's.
-    queue_sql: Arc<QueueSql>,
+    sql: RecordsSql,
     direct: Option<Direct>,
 }
 
@@ -118,11 +115,10 @@ impl PgStoreBuilder {
         let direct = self
             .dedicated
             .map(|n| Direct::new((*self.pool.connect_options()).clone(), n));
-        let sql = Statements::new(&self.schema, &self.table);
+        let sql = RecordsSql::new(&self.schema, &self.table);
         Ok(PgStore {
             pool: self.pool,
             shared: Arc::new(Shared {
-                queue_sql: Arc::new(QueueSql::new(&self.schema, &self.table, &sql.complete)),
                 sql,
                 schema: self.schema,
                 table: self.table,
@@ -194,12 +190,6 @@ impl PgStore {
         crate::migrate::migrate(&self.pool, &self.shared.schema, &self.shared.table).await
     }
 
-    /// The store's work queue (table `<table>_queue`, created by [`migrate`](PgStore::migrate)),
-    /// whose jobs run as idempotent calls on this store. See [`crate::queue`].
-    pub fn queue(&self) -> crate::queue::Queue {
-        crate::queue::Queue::new(self.clone(), self.shared.queue_sql.clone())
-    }
-
     /// The pool the store uses.
     pub fn pool(&self) -> &PgPool {
         &self.pool
@@ -207,6 +197,16 @@ impl PgStore {
 
     pub(crate) fn direct(&self) -> Option<&Direct> {
         self.shared.direct.as_ref()
+    }
+
+    /// The records table's SQL, for the work queue that runs on this store.
+    pub(crate) fn records(&self) -> &RecordsSql {
+        &self.shared.sql
+    }
+
+    /// The schema and table names the store was built with.
+    pub(crate) fn names(&self) -> (&str, &str) {
+        (&self.shared.schema, &self.shared.table)
     }
 
     /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs), for tools
@@ -226,37 +226,6 @@ impl PgStore {
     /// The quoted, schema-qualified table name, e.g. `"public"."idem_records"`.
     pub fn table(&self) -> &str {
         &self.shared.sql.table
-    }
-
-    /// Deletes every expired record, `batch` at a time (each batch one short statement, so no
-    /// long lock), and returns how many it deleted.
-    pub async fn purge_all_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        let batch = batch.max(1);
-        let mut total = 0;
-        loop {
-            let deleted = self.purge_expired(batch).await?;
-            total += deleted;
-            if deleted < batch as u64 {
-                return Ok(total);
-            }
-        }
-    }
-
-    /// Runs [`purge_all_expired`](PgStore::purge_all_expired) every `every` on the current
-    /// Tokio runtime, until the returned handle is aborted. Failures are logged and retried.
-    pub fn spawn_purger(&self, every: Duration, batch: usize) -> tokio::task::JoinHandle<()> {
-        let store = self.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                match store.purge_all_expired(batch).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::debug!(purged = n, "purged expired idem records"),
-                    Err(e) => tracing::warn!(error = %e, "purging expired idem records failed"),
-                }
-            }
-        })
     }
 
     /// Claims on `conn`: the one-statement claim, plus a takeover statement for a lapsed
@@ -507,15 +476,9 @@ impl Store for PgStore {
             .map_err(|e| store_error(e).during(Operation::Get))
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        on_conn!(self, conn => self.purge_on(conn, limit))
-            .map_err(|e| store_error(e).during(Operation::Purge))
-    }
-
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
         on_conn!(self, conn => self.effect_on(conn, key, effect))
-            .map_err(|e| store_error(e).during(Operation::Get))
+            .map_err(|e| store_error(e).during(Operation::JournalRead))
     }
 
     async fn record_effect(
@@ -525,7 +488,11 @@ impl Store for PgStore {
         record: EffectRecord<'_>,
     ) -> Result<Fenced, StoreError> {
         on_conn!(self, conn => self.record_effect_on(conn, key, fence, record))
-            .map_err(|e| store_error(e).during(Operation::Complete))
+            .map_err(|e| store_error(e).during(Operation::JournalWrite))
+    }
+
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
     }
 
     /// Releases the claim in a background task on the current Tokio runtime, so a cancelled
@@ -546,5 +513,16 @@ impl Store for PgStore {
                 );
             }
         });
+    }
+}
+
+/// Deletes expired records and journal entries in bounded batches, in index order; rows locked
+/// by a concurrent claim are skipped. `spawn_purger` (from [`Purge`]) runs it periodically.
+#[async_trait]
+impl Purge for PgStore {
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        on_conn!(self, conn => self.purge_on(conn, limit))
+            .map_err(|e| store_error(e).during(Operation::Purge))
     }
 }

@@ -17,7 +17,7 @@ async fn fulfil(
     sent: &AtomicU32,
     fail: bool,
 ) -> Result<Effect<u32>, String> {
-    let receipt = Journal::new(store)
+    let receipt = Journal::new()
         .at_least_once("send-receipt", async {
             Ok::<_, std::io::Error>(sent.fetch_add(1, Ordering::SeqCst) + 1)
         })
@@ -49,7 +49,7 @@ async fn payout(
     paid: &AtomicU32,
     hang: bool,
 ) -> Result<Effect<u32>, String> {
-    Journal::new(store)
+    Journal::new()
         .at_most_once("transfer", async {
             paid.fetch_add(1, Ordering::SeqCst);
             if hang {

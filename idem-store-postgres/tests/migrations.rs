@@ -3,7 +3,7 @@
 
 mod support;
 
-use idem_core::{Call, Store};
+use idem_core::{Call, Purge, Store};
 use idem_store_postgres::sqlx::{self, Row};
 use idem_store_postgres::PgStore;
 use support::{pool, unique_schema, TestStore};

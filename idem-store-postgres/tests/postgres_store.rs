@@ -4,8 +4,9 @@
 mod support;
 
 use async_trait::async_trait;
-use idem_conformance::Harness;
-use idem_core::Store;
+use idem_conformance::{Harness, TransactionalHarness};
+use idem_core::Purge;
+use idem_store_postgres::PgStore;
 use std::sync::Arc;
 use std::time::Duration;
 use support::TestStore;
@@ -16,7 +17,7 @@ struct PgHarness {
 
 #[async_trait]
 impl Harness for PgHarness {
-    fn store(&self) -> Arc<dyn Store> {
+    fn store(&self) -> Arc<dyn Purge> {
         Arc::new(self.test.store.clone())
     }
 
@@ -37,6 +38,22 @@ async fn pg_harness() -> PgHarness {
 }
 
 idem_conformance::store_conformance!(pg_harness);
+
+impl TransactionalHarness for PgHarness {
+    type Store = PgStore;
+
+    fn store(&self) -> PgStore {
+        self.test.store.clone()
+    }
+}
+
+async fn pg_tx_harness() -> PgHarness {
+    PgHarness {
+        test: TestStore::new("txconf", 8).await,
+    }
+}
+
+idem_conformance::transactional_conformance!(pg_tx_harness);
 
 /// The same rules with the store's statements on dedicated connections.
 mod dedicated_connections {

@@ -65,7 +65,7 @@ impl Runs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_is_idempotent_on_the_key_and_refuses_another_payload() {
     let test = TestStore::new("q_enqueue", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let first = queue
         .enqueue(job("welcome:1", json!({"user": 1, "lang": "en"})))
         .await
@@ -118,7 +118,7 @@ async fn enqueue_is_idempotent_on_the_key_and_refuses_another_payload() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_in_a_transaction_commits_or_rolls_back_with_it() {
     let test = TestStore::new("q_tx", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let orders = format!("\"{}\".orders", test.schema);
     sqlx::query(&format!("CREATE TABLE {orders} (id int PRIMARY KEY)"))
         .execute(test.store.pool())
@@ -166,7 +166,7 @@ async fn workers_on_dedicated_connections_run_each_job_once() {
 }
 
 async fn run_each_job_once(test: TestStore) {
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     for i in 0..300 {
         let _ = queue
             .enqueue(job(&format!("job:{i}"), json!({"i": i})))
@@ -221,7 +221,7 @@ async fn a_job_completed_before_its_claim_was_settled_does_not_run_again() {
     // A worker that died between finishing a job and settling its row: the job's idempotent
     // call is complete, the row is not. The next claim must see the completion.
     let test = TestStore::new("q_settle", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let outcome = Call::new(&test.store, "charge:9")
         .run(async { Ok::<_, std::io::Error>(()) })
         .await
@@ -246,7 +246,7 @@ async fn a_job_completed_before_its_claim_was_settled_does_not_run_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_jobs_back_off_more_each_time_then_dead_letter() {
     let test = TestStore::new("q_poison", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let poison = |key: &str| job(key, json!({"poison": true})).max_attempts(4);
     let _ = queue.enqueue(poison("poison:err")).await.unwrap();
     let _ = queue.enqueue(poison("poison:panic")).await.unwrap();
@@ -339,7 +339,7 @@ async fn failing_jobs_back_off_more_each_time_then_dead_letter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_after_holds_a_job_back() {
     let test = TestStore::new("q_later", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let later = job("later", json!(1)).delay(Duration::from_secs(3600));
     let _ = queue.enqueue(later).await.unwrap();
     let past = job("past", json!(2)).run_after(SystemTime::now() - Duration::from_secs(5));
@@ -364,7 +364,7 @@ async fn run_after_holds_a_job_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_job_keeps_its_claim_for_many_leases() {
     let test = TestStore::new("q_slow", 30).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let _ = queue.enqueue(job("slow", json!({}))).await.unwrap();
     let runs = Runs::default();
     let lease = Duration::from_millis(300);
@@ -401,7 +401,7 @@ async fn a_slow_job_keeps_its_claim_for_many_leases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_workers_wake_on_notification_not_polling() {
     let test = TestStore::new("q_wake", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let runs = Runs::default();
     // Polling once an hour: only a notification can get these jobs run within the test.
     let workers = recording(&queue, &runs, Duration::ZERO)
@@ -432,7 +432,7 @@ async fn idle_workers_wake_on_notification_not_polling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_notifications_polling_still_finds_the_work() {
     let test = TestStore::new("q_poll", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let runs = Runs::default();
     let workers = recording(&queue, &runs, Duration::ZERO)
         .listen(false)
@@ -473,7 +473,7 @@ fn recording(queue: &Queue, runs: &Runs, work: Duration) -> WorkerBuilder {
 /// Ten jobs `<prefix>:0..10` and four workers, once four of the jobs (each `work` long) run.
 async fn four_running(prefix: &str, work: Duration) -> (TestStore, Queue, Runs, Workers) {
     let test = TestStore::new(&format!("q_{prefix}"), 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     for i in 0..10 {
         let _ = queue
             .enqueue(job(&format!("{prefix}:{i}"), json!(i)))
@@ -545,7 +545,7 @@ async fn shutdown_past_its_deadline_gives_jobs_back_and_loses_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_over_its_timeout_is_a_failed_attempt() {
     let test = TestStore::new("q_timeout", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let _ = queue
         .enqueue(job("stuck", json!({})).max_attempts(2))
         .await
@@ -592,7 +592,7 @@ async fn a_job_over_its_timeout_is_a_failed_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purging_deletes_finished_jobs_only() {
     let test = TestStore::new("q_purge", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     for i in 0..3 {
         let _ = queue
             .enqueue(job(&format!("old:{i}"), json!(i)))
@@ -656,22 +656,20 @@ async fn the_journal_skips_a_done_effect_when_a_job_is_retried() {
     use idem_core::journal::{Effect, Journal};
 
     let test = TestStore::new("q_journal", 20).await;
-    let queue = test.store.queue();
+    let queue = Queue::new(&test.store);
     let _ = queue
         .enqueue(job("order:7", json!({"cents": 900})))
         .await
         .unwrap();
     let charges = Arc::new(AtomicUsize::new(0));
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let (store, handler_charges, handler_seen) =
-        (test.store.clone(), charges.clone(), seen.clone());
+    let (handler_charges, handler_seen) = (charges.clone(), seen.clone());
     let workers = queue
         .worker(move |job: Job| {
-            let (store, charges, seen) =
-                (store.clone(), handler_charges.clone(), handler_seen.clone());
+            let (charges, seen) = (handler_charges.clone(), handler_seen.clone());
             async move {
                 // A provider with no idempotency key, journaled under the job's call.
-                let charge = Journal::new(&store)
+                let charge = Journal::new()
                     .at_least_once("charge", async {
                         charges.fetch_add(1, Ordering::SeqCst);
                         Ok::<_, std::io::Error>(format!("ch_{}", job.payload()["cents"]))

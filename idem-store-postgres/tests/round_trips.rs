@@ -3,7 +3,9 @@
 
 mod support;
 
-use idem_core::{Call, Claim, ClaimRequest, Completion, Fenced, Key, Store, TransactionalStore};
+use idem_core::{
+    Call, Claim, ClaimRequest, Completion, Fenced, Key, Purge, Store, TransactionalStore,
+};
 use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use idem_store_postgres::sqlx::{self, Row};
 use idem_store_postgres::PgStore;
@@ -96,7 +98,7 @@ async fn exercise_every_statement(store: &PgStore, prefix: &str) {
     let _ = store.get(&b).await.unwrap();
     let _ = store.purge_expired(10).await.unwrap();
     let _ = Call::new(store, key(&format!("{prefix}-tx")))
-        .run_in_transaction(store, |_tx| Box::pin(work()))
+        .run_in_transaction(|_tx| Box::pin(work()))
         .await
         .unwrap();
 }
@@ -150,7 +152,7 @@ async fn every_operation_is_one_round_trip() {
     // handler's writes together.
     let (outcome, trips) = count(
         &proxy,
-        Call::new(&store, key("tx-fresh")).run_in_transaction(&store, |_tx| Box::pin(work())),
+        Call::new(&store, key("tx-fresh")).run_in_transaction(|_tx| Box::pin(work())),
     )
     .await;
     assert!(outcome.unwrap().is_executed());
@@ -160,7 +162,7 @@ async fn every_operation_is_one_round_trip() {
     );
     let (outcome, trips) = count(
         &proxy,
-        Call::new(&store, key("tx-fresh")).run_in_transaction(&store, |_tx| Box::pin(work())),
+        Call::new(&store, key("tx-fresh")).run_in_transaction(|_tx| Box::pin(work())),
     )
     .await;
     assert!(outcome.unwrap().is_duplicate());
@@ -289,11 +291,11 @@ async fn dedicated_connections_make_no_pings() {
 /// job done: counted on the wire with one worker, where every claim takes one job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_job_costs_one_claim_and_one_completion() {
-    use idem_store_postgres::queue::{Job, NewJob};
+    use idem_store_postgres::queue::{Job, NewJob, Queue};
 
     const JOBS: u64 = 40;
     let test = TestStore::new("rt_queue", 4).await;
-    let uncounted = test.store.queue();
+    let uncounted = Queue::new(&test.store);
     for i in 0..JOBS {
         let _ = uncounted
             .enqueue(NewJob::new(format!("job:{i}"), &i).unwrap())
@@ -302,8 +304,7 @@ async fn a_queued_job_costs_one_claim_and_one_completion() {
     }
     let (store, proxy) = counted_store_with(&test, Some(1)).await;
     let (statements_before, trips_before, pings_before) = proxy.counts();
-    let workers = store
-        .queue()
+    let workers = Queue::new(&store)
         .worker(|_job: Job| async { Ok::<_, std::io::Error>(()) })
         .concurrency(1)
         .lease(LEASE) // no renewal falls due during the test

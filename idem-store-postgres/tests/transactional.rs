@@ -202,7 +202,7 @@ async fn call_api_runs_in_a_transaction() {
     for expected_credits in [5, 5] {
         let accounts = accounts.clone();
         let outcome = idem_core::Call::new(store, "call-credit:1")
-            .run_in_transaction(store, move |tx| {
+            .run_in_transaction(move |tx| {
                 Box::pin(async move {
                     sqlx::query(&format!(
                         "UPDATE {accounts} SET credits = credits + 5 WHERE id = 42"

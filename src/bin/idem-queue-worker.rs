@@ -11,7 +11,7 @@
 //! `TOTAL` jobs are done or dead, or on SIGTERM, shutting its workers down with a
 //! `--shutdown-ms` deadline. It prints `runs=N finished=N released=N`.
 
-use idem_store_postgres::queue::Job;
+use idem_store_postgres::queue::{Job, Queue};
 use idem_store_postgres::sqlx::{self, PgPool};
 use idem_suite::{flags, worker_store, Random};
 use std::collections::HashMap;
@@ -68,7 +68,7 @@ async fn main() {
     let until_done = num(&args, "until-done", None);
     let store = worker_store(&schema, concurrency as u32 + 4).await;
     let pool = store.pool().clone();
-    let queue = store.queue();
+    let queue = Queue::new(&store);
     let ctx = Arc::new(Ctx {
         pool,
         schema,

@@ -8,11 +8,24 @@ use idem_core::{
     Record, Store, StoreError,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// A `MemoryStore` whose steps can be made to fail, counting the calls it gets.
+/// A `MemoryStore` whose steps can be made to fail, counting the calls it gets. Clones share
+/// the switches and counters (the runtime keeps a clone for the call's journal).
+#[derive(Debug, Default, Clone)]
+pub struct FlakyStore(Arc<Flaky>);
+
+impl std::ops::Deref for FlakyStore {
+    type Target = Flaky;
+    fn deref(&self) -> &Flaky {
+        &self.0
+    }
+}
+
+/// The switches and counters of a [`FlakyStore`].
 #[derive(Debug, Default)]
-pub struct FlakyStore {
+pub struct Flaky {
     pub inner: MemoryStore,
     pub fail_claim: AtomicBool,
     pub fail_complete: AtomicBool,
@@ -62,8 +75,8 @@ impl Store for FlakyStore {
     async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
     }
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-        self.inner.purge_expired(limit).await
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
     }
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
         self.inner.effect(key, effect).await

@@ -12,7 +12,7 @@
 //! one; the hand-written loop marks a row `sent` and nothing else. Without `--database-url` it
 //! starts a throwaway PostgreSQL.
 
-use idem_store_postgres::queue::{Job, NewJob};
+use idem_store_postgres::queue::{Job, NewJob, Queue};
 use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
@@ -68,7 +68,7 @@ async fn fresh_schema(pool: &PgPool, name: &str) {
 
 /// Enqueues `items` jobs through the API from 8 tasks; returns jobs/s.
 async fn enqueue_idem(store: &PgStore, items: u64) -> f64 {
-    let queue = store.queue();
+    let queue = Queue::new(store);
     let started = Instant::now();
     let tasks: Vec<_> = (0..8u64)
         .map(|t| {
@@ -93,8 +93,7 @@ async fn drain_idem(store: &PgStore, items: u64, workers: usize) -> f64 {
     let finished = Arc::new(tokio::sync::Notify::new());
     let (handler_done, handler_finished) = (done.clone(), finished.clone());
     let started = Instant::now();
-    let running = store
-        .queue()
+    let running = Queue::new(store)
         .worker(move |_job: Job| {
             let (done, finished) = (handler_done.clone(), handler_finished.clone());
             async move {
@@ -112,7 +111,7 @@ async fn drain_idem(store: &PgStore, items: u64, workers: usize) -> f64 {
     let report = running.shutdown(Duration::from_secs(60)).await;
     assert_eq!(report.released, 0);
     let elapsed = started.elapsed();
-    let stats = store.queue().stats().await.unwrap();
+    let stats = Queue::new(store).stats().await.unwrap();
     assert_eq!(stats.done, items, "every item done once");
     items as f64 / elapsed.as_secs_f64()
 }

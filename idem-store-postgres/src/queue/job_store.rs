@@ -1,8 +1,13 @@
-//! The store a job's idempotent call runs on: the queue's [`PgStore`], except that completing
-//! the call also marks the job done, in the same statement.
+//! One claimed job's view of the store its call runs on: the queue's [`PgStore`], except that
+//!
+//! - the call's first claim is answered with the record the queue's claim statement took for
+//!   the job (no statement of its own),
+//! - renewing the call's lease also extends the job's claim, in the same statement (so a
+//!   running job is renewed by one loop: idem-core's, on its one policy), and
+//! - completing the call also marks the job done, in the same statement.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,30 +23,37 @@ use crate::error::store_error;
 use crate::time::duration_micros;
 use crate::PgStore;
 
-/// One claimed job's view of the store.
-#[derive(Debug)]
-pub(crate) struct JobStore<'a> {
-    queue: &'a Queue,
+/// The store a job's call runs on. Clones share the job's state.
+#[derive(Debug, Clone)]
+pub(crate) struct JobStore {
+    queue: Queue,
     attempt: i32,
+    state: Arc<JobState>,
+}
+
+#[derive(Debug)]
+struct JobState {
     /// The record the queue's claim statement took for this job's key, if it had none: the
-    /// call's first claim is answered with it, without a statement.
+    /// call's first claim is answered with it.
     claimed: Mutex<Option<Claim>>,
     marked_done: AtomicBool,
 }
 
-impl<'a> JobStore<'a> {
-    pub(crate) fn new(queue: &'a Queue, attempt: i32, claimed: Option<Claim>) -> JobStore<'a> {
+impl JobStore {
+    pub(crate) fn new(queue: Queue, attempt: i32, claimed: Option<Claim>) -> JobStore {
         JobStore {
             queue,
             attempt,
-            claimed: Mutex::new(claimed),
-            marked_done: AtomicBool::new(false),
+            state: Arc::new(JobState {
+                claimed: Mutex::new(claimed),
+                marked_done: AtomicBool::new(false),
+            }),
         }
     }
 
     /// Whether the call's completion marked the job done.
     pub(crate) fn marked_done(&self) -> bool {
-        self.marked_done.load(Ordering::SeqCst)
+        self.state.marked_done.load(Ordering::SeqCst)
     }
 
     fn inner(&self) -> &PgStore {
@@ -49,10 +61,15 @@ impl<'a> JobStore<'a> {
     }
 }
 
+fn fence_param(fence: Fence) -> i64 {
+    i64::try_from(fence.0).unwrap_or(i64::MAX)
+}
+
 #[async_trait]
-impl Store for JobStore<'_> {
+impl Store for JobStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let claimed = self
+            .state
             .claimed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -73,15 +90,35 @@ impl Store for JobStore<'_> {
         let sql = &self.queue.sql.complete_and_done;
         let row = on_conn!(self.inner(), conn => sqlx::query(sql)
             .bind(key.as_str())
-            .bind(i64::try_from(fence.0).unwrap_or(i64::MAX))
+            .bind(fence_param(fence))
             .bind(completion.output)
             .bind(duration_micros(completion.keep))
             .bind(self.attempt)
             .fetch_one(&mut *conn))
         .map_err(|e| store_error(e).during(Operation::Complete))?;
         let (completed, done): (i64, i64) = (row.get(0), row.get(1));
-        self.marked_done.store(done == 1, Ordering::SeqCst);
+        self.state.marked_done.store(done == 1, Ordering::SeqCst);
         Ok(if completed == 1 {
+            Fenced::Applied
+        } else {
+            Fenced::Lost
+        })
+    }
+
+    async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
+        let sql = &self.queue.sql.renew;
+        let row = on_conn!(self.inner(), conn => sqlx::query(sql)
+            .bind(key.as_str())
+            .bind(fence_param(fence))
+            .bind(duration_micros(lease))
+            .bind(self.attempt)
+            .fetch_one(&mut *conn))
+        .map_err(|e| store_error(e).during(Operation::Renew))?;
+        let (renewed, job): (i64, i64) = (row.get(0), row.get(1));
+        if renewed == 1 && job == 0 {
+            tracing::debug!("the job's claim was settled or taken over before its renewal");
+        }
+        Ok(if renewed == 1 {
             Fenced::Applied
         } else {
             Fenced::Lost
@@ -92,16 +129,16 @@ impl Store for JobStore<'_> {
         self.inner().release(key, fence).await
     }
 
-    async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
-        self.inner().renew(key, fence, lease).await
-    }
-
     async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
         self.inner().get(key).await
     }
 
-    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-        self.inner().purge_expired(limit).await
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+
+    fn abandon(&self, key: &Key, fence: Fence) {
+        self.inner().abandon(key, fence)
     }
 
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
@@ -115,9 +152,5 @@ impl Store for JobStore<'_> {
         record: EffectRecord<'_>,
     ) -> Result<Fenced, StoreError> {
         self.inner().record_effect(key, fence, record).await
-    }
-
-    fn abandon(&self, key: &Key, fence: Fence) {
-        self.inner().abandon(key, fence)
     }
 }

@@ -1,6 +1,9 @@
-//! The queue's statements, written once per queue from its validated schema and table names.
+//! The queue's statements, written once per [`Queue`](super::Queue) from its store's validated
+//! names. Where a statement touches a job's idempotency record, it goes through the store's
+//! records interface ([`RecordsSql`]) rather than spelling the records SQL again.
 
-use crate::time::micros_sql;
+use crate::records::RecordsSql;
+use crate::PgStore;
 
 /// The channel idle workers LISTEN on; the payload names the queue (`schema.table`).
 pub(crate) const CHANNEL: &str = "idem_queue";
@@ -21,9 +24,9 @@ pub(crate) struct QueueSql {
     pub(crate) claim: String,
     /// `$1` keys, `$2` fences: deletes the records `claim` took for jobs that never ran.
     pub(crate) forget_records: String,
-    /// `$1` keys, `$2` attempts, `$3` lease (µs): extends the claims still held. Rows locked by
-    /// a statement settling them are skipped, so renewal never waits on (or deadlocks with) a
-    /// batch of acknowledgements.
+    /// The store's renewal of a job's call (`$1` key, `$2` fence, `$3` lease in µs) that also
+    /// extends the job's claim (`$4` attempt) when it applies: one renewal per job, on the
+    /// lease policy of idem-core's `lease` module. Returns how many records it renewed.
     pub(crate) renew: String,
     /// `$1` keys, `$2` attempts: marks finished jobs done, in one statement per batch.
     pub(crate) done: String,
@@ -51,13 +54,16 @@ pub(crate) struct QueueSql {
 }
 
 impl QueueSql {
-    /// `complete` is the store's completion statement, extended by `complete_and_done`.
-    pub(crate) fn new(schema: &str, table: &str, complete: &str) -> QueueSql {
+    pub(crate) fn new(store: &PgStore) -> QueueSql {
+        let (schema, table) = store.names();
+        let records: &RecordsSql = store.records();
         let q = format!("\"{schema}\".\"{table}_queue\"");
-        let records = format!("\"{schema}\".\"{table}\"");
-        let seq = format!("'\"{schema}\".\"{table}_fence\"'");
-        let expires = micros_sql("expires_at");
         let micros = "* interval '1 microsecond'";
+        let claim_records = records.claim_unheld(
+            "SELECT key FROM claimed WHERE attempts <= max_attempts",
+            &format!("$2::bigint {micros}"),
+        );
+        let (complete, renew) = (&records.complete, &records.renew);
         let fenced = "FROM unnest($1::text[], $2::int[]) AS held(key, attempts)
              WHERE q.key = held.key AND q.attempts = held.attempts AND q.state = 'running'";
         QueueSql {
@@ -87,30 +93,20 @@ impl QueueSql {
                          FOR UPDATE SKIP LOCKED
                      )
                      RETURNING key, payload, attempts, max_attempts
-                 ), records AS (
-                     INSERT INTO {records} (key, fence, expires_at)
-                     SELECT key, nextval({seq}), now() + $2::bigint {micros}
-                     FROM claimed WHERE attempts <= max_attempts
-                     ON CONFLICT (key) DO NOTHING
-                     RETURNING key, fence, {expires} AS expires_us
-                 )
+                 ), records AS ({claim_records})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, r.expires_us
                  FROM claimed c LEFT JOIN records r ON r.key = c.key"
             ),
-            forget_records: format!(
-                "DELETE FROM {records} AS t
-                 USING unnest($1::text[], $2::bigint[]) AS held(key, fence)
-                 WHERE t.key = held.key AND t.fence = held.fence AND t.completed_at IS NULL"
-            ),
+            forget_records: records.release_batch(),
             renew: format!(
-                "UPDATE {q} SET available_at = now() + $3::bigint {micros}
-                 WHERE key IN (
-                     SELECT q.key FROM {q} AS q
-                     JOIN unnest($1::text[], $2::int[]) AS held(key, attempts)
-                       ON q.key = held.key AND q.attempts = held.attempts
-                     WHERE q.state = 'running'
-                     FOR UPDATE OF q SKIP LOCKED
-                 )"
+                "WITH renewed AS ({renew} RETURNING 1),
+                 job AS (
+                     UPDATE {q} SET available_at = now() + $3::bigint {micros}
+                     WHERE key = $1 AND attempts = $4 AND state = 'running'
+                       AND EXISTS (SELECT 1 FROM renewed)
+                     RETURNING 1
+                 )
+                 SELECT (SELECT count(*) FROM renewed), (SELECT count(*) FROM job)"
             ),
             done: format!(
                 "UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL {fenced}"

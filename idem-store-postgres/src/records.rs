@@ -1,7 +1,14 @@
-//! The statements, written once per store from its validated schema and table names.
+//! The records table's SQL, in one home: written once per store from its validated schema and
+//! table names.
 //!
 //! Every `Store` operation is one statement and one round trip; only the takeover of a lapsed
 //! claim costs a second statement.
+//!
+//! This is also the narrow interface through which the work queue (which sits on top of the
+//! store) reaches the records of its jobs: it embeds [`RecordsSql::complete`] and
+//! [`RecordsSql::renew`] in its own statements, and asks for the two batch operations it needs
+//! ([`RecordsSql::claim_unheld`], [`RecordsSql::release_batch`]). No other file spells the
+//! records table's SQL.
 
 use crate::time::micros_sql;
 
@@ -11,8 +18,11 @@ use crate::time::micros_sql;
 /// release: $1 key, $2 fence; renew: $1 key, $2 fence, $3 lease (µs);
 /// get: $1 key; purge: $1 limit.
 #[derive(Debug)]
-pub(crate) struct Statements {
+pub(crate) struct RecordsSql {
+    /// The quoted, schema-qualified table name.
     pub table: String,
+    /// The quoted fence sequence name, as a `nextval` argument.
+    seq: String,
     pub claim: String,
     pub takeover: String,
     pub complete: String,
@@ -24,14 +34,14 @@ pub(crate) struct Statements {
     pub record_effect: String,
 }
 
-impl Statements {
-    pub fn new(schema: &str, table: &str) -> Statements {
+impl RecordsSql {
+    pub fn new(schema: &str, table: &str) -> RecordsSql {
         let t = format!("\"{schema}\".\"{table}\"");
         let e = format!("\"{schema}\".\"{table}_effects\"");
         let seq = format!("'\"{schema}\".\"{table}_fence\"'");
         let expires = micros_sql("expires_at");
         let completed = micros_sql("completed_at");
-        Statements {
+        RecordsSql {
             // A fresh key is inserted; an existing key is only read (no row lock, no WAL, unlike
             // `ON CONFLICT DO UPDATE`). `existing` sees the statement's snapshot, so a row that
             // another claim committed meanwhile yields no row at all, and the caller retries.
@@ -119,6 +129,34 @@ impl Statements {
                  RETURNING 1"
             ),
             table: t,
+            seq,
         }
+    }
+
+    /// An `INSERT` (for a CTE of the caller's statement) that claims, with a fresh fence and a
+    /// lease of `lease` (an SQL interval expression), the record of each key that `source` (a
+    /// query yielding a `key` column) names and that has no record yet. Keys with a record are
+    /// left alone: their call claims through the store as usual. Returns `key, fence,
+    /// expires_us` of each record it claimed.
+    pub fn claim_unheld(&self, source: &str, lease: &str) -> String {
+        let (t, seq) = (&self.table, &self.seq);
+        let expires = micros_sql("expires_at");
+        format!(
+            "INSERT INTO {t} (key, fence, expires_at)
+             SELECT key, nextval({seq}), now() + {lease} FROM ({source}) AS unheld
+             ON CONFLICT (key) DO NOTHING
+             RETURNING key, fence, {expires} AS expires_us"
+        )
+    }
+
+    /// `$1` keys, `$2` fences: releases many unfinished claims in one statement (as
+    /// [`release`](Self::release) does one).
+    pub fn release_batch(&self) -> String {
+        format!(
+            "DELETE FROM {} AS t
+             USING unnest($1::text[], $2::bigint[]) AS held(key, fence)
+             WHERE t.key = held.key AND t.fence = held.fence AND t.completed_at IS NULL",
+            self.table
+        )
     }
 }

@@ -1,0 +1,141 @@
+//! The operator's side: counts, one job's state, dead letters, purging finished jobs.
+
+use std::time::Duration;
+
+use idem_core::{Operation, StoreError};
+use sqlx::Row;
+
+use super::job::{parse_payload, DeadJob, JobState, JobStatus, QueueStats};
+use super::{failed, sql, Queue};
+use crate::time::{duration_micros, from_micros};
+
+impl Queue {
+    /// Counts of jobs by state (one statement, counting the table).
+    pub async fn stats(&self) -> Result<QueueStats, StoreError> {
+        let row = sqlx::query(&self.sql.stats)
+            .fetch_one(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        let count = |i: usize| row.get::<i64, _>(i).unsigned_abs();
+        Ok(QueueStats {
+            queued: count(0),
+            running: count(1),
+            done: count(2),
+            dead: count(3),
+        })
+    }
+
+    /// One job's state, or `None` if no job has this key (never enqueued, discarded or purged).
+    pub async fn status(&self, key: &str) -> Result<Option<JobStatus>, StoreError> {
+        let row = sqlx::query(&self.sql.status)
+            .bind(key)
+            .fetch_optional(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        Ok(row.map(|row| JobStatus {
+            state: JobState::parse(row.get(0)),
+            attempts: row.get::<i32, _>(1).unsigned_abs(),
+            max_attempts: row.get::<i32, _>(2).unsigned_abs(),
+            last_error: row.get(3),
+            payload: parse_payload(row.get(4)),
+        }))
+    }
+
+    /// Up to `limit` dead-lettered jobs, oldest first.
+    pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>, StoreError> {
+        let rows = sqlx::query(&self.sql.list_dead)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        Ok(rows
+            .iter()
+            .map(|row| DeadJob {
+                key: row.get(0),
+                payload: parse_payload(row.get(1)),
+                attempts: row.get::<i32, _>(2).unsigned_abs(),
+                last_error: row.get(3),
+                failed_at: from_micros(row.get(4)),
+            })
+            .collect())
+    }
+
+    /// Puts a dead-lettered job back in the queue with a fresh attempt count, to run now.
+    /// Returns whether the key named a dead job.
+    pub async fn retry_dead(&self, key: &str) -> Result<bool, StoreError> {
+        let revived = sqlx::query(&self.sql.retry_dead)
+            .bind(key)
+            .execute(self.store.pool())
+            .await
+            .map_err(failed(Operation::RetryDead))?
+            .rows_affected()
+            == 1;
+        if revived {
+            self.wake_workers().await?;
+        }
+        Ok(revived)
+    }
+
+    /// Deletes a dead-lettered job; its key can then be enqueued again. Returns whether the key
+    /// named a dead job.
+    pub async fn discard(&self, key: &str) -> Result<bool, StoreError> {
+        Ok(sqlx::query(&self.sql.discard)
+            .bind(key)
+            .execute(self.store.pool())
+            .await
+            .map_err(failed(Operation::Discard))?
+            .rows_affected()
+            == 1)
+    }
+
+    /// Deletes up to `limit` jobs that finished more than `older_than` ago, and returns how
+    /// many. Until then, enqueueing a finished job's key again is a duplicate. Dead jobs stay
+    /// until discarded.
+    pub async fn purge_done(&self, older_than: Duration, limit: usize) -> Result<u64, StoreError> {
+        Ok(sqlx::query(&self.sql.purge_done)
+            .bind(duration_micros(older_than))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(self.store.pool())
+            .await
+            .map_err(failed(Operation::Purge))?
+            .rows_affected())
+    }
+
+    /// Deletes every job that finished more than `older_than` ago, `batch` at a time, and
+    /// returns how many.
+    pub async fn purge_all_done(
+        &self,
+        older_than: Duration,
+        batch: usize,
+    ) -> Result<u64, StoreError> {
+        idem_core::purge::drain(batch, |limit| self.purge_done(older_than, limit)).await
+    }
+
+    /// Every `every`, deletes jobs finished more than `older_than` ago, `batch` at a time, on
+    /// the current Tokio runtime until the returned handle is aborted (idem-core's one purge
+    /// loop, [`idem_core::purge::spawn_every`]). Failures are logged and retried at the next
+    /// tick. Dead jobs are kept.
+    pub fn spawn_purger(
+        &self,
+        every: Duration,
+        older_than: Duration,
+        batch: usize,
+    ) -> tokio::task::JoinHandle<()> {
+        let queue = self.clone();
+        idem_core::purge::spawn_every(every, "finished idem jobs", move || {
+            let queue = queue.clone();
+            async move { queue.purge_all_done(older_than, batch).await }
+        })
+    }
+
+    /// Wakes this queue's idle workers in every process.
+    async fn wake_workers(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(sql::CHANNEL)
+            .bind(&self.sql.name)
+            .execute(self.store.pool())
+            .await
+            .map_err(failed(Operation::Notify))
+            .map(|_| ())
+    }
+}

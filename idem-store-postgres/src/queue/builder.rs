@@ -1,0 +1,163 @@
+//! Configuring workers: [`WorkerBuilder`], and the settings every role of a running set of
+//! workers shares.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::backoff::Backoff;
+use super::held::Held;
+use super::job::Job;
+use super::producer::ProducerConfig;
+use super::workers::Workers;
+use super::Queue;
+
+/// How often idle workers look for work that no notification announces (retries coming due,
+/// run-after times reached, crashed workers' leases lapsing), unless
+/// [`WorkerBuilder::poll_interval`] says otherwise.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+type BoxFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+pub(crate) type Handler = Arc<dyn Fn(Job) -> BoxFuture + Send + Sync>;
+
+/// Configures [`Workers`]; from [`Queue::worker`].
+pub struct WorkerBuilder {
+    queue: Queue,
+    handler: Handler,
+    concurrency: usize,
+    batch_size: Option<usize>,
+    lease: Duration,
+    poll_interval: Duration,
+    backoff: Backoff,
+    listen: bool,
+    timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("concurrency", &self.concurrency)
+            .field("batch_size", &self.batch_size)
+            .field("lease", &self.lease)
+            .field("poll_interval", &self.poll_interval)
+            .field("backoff", &self.backoff)
+            .field("listen", &self.listen)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerBuilder {
+    pub(crate) fn new<H, F, E>(queue: Queue, handler: H) -> WorkerBuilder
+    where
+        H: Fn(Job) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<(), E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |job| {
+            let work = handler(job);
+            Box::pin(async move { work.await.map_err(|e| e.to_string()) })
+        });
+        WorkerBuilder {
+            queue,
+            handler,
+            concurrency: 4,
+            batch_size: None,
+            lease: idem_core::DEFAULT_LEASE,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            backoff: Backoff::default(),
+            listen: true,
+            timeout: None,
+        }
+    }
+
+    /// How many jobs run at once in this process (default 4).
+    pub fn concurrency(mut self, jobs: usize) -> Self {
+        self.concurrency = jobs.max(1);
+        self
+    }
+
+    /// The most jobs claimed by one statement (default: the concurrency). Claims never take
+    /// more jobs than there are free slots, so no claimed job waits behind another.
+    pub fn batch_size(mut self, jobs: usize) -> Self {
+        self.batch_size = Some(jobs.max(1));
+        self
+    }
+
+    /// How long a claim holds without renewal (default `idem_core::DEFAULT_LEASE`, 30 s). It is
+    /// the lease of each job's idempotent call, renewed on idem-core's policy
+    /// ([`idem_core::lease`]) while the job runs, each renewal extending the job's claim too; a
+    /// crashed worker's jobs return to the queue once it lapses.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// How often idle workers look for work nobody announced (default
+    /// [`DEFAULT_POLL_INTERVAL`]).
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The wait between failed attempts (default [`Backoff::default`]).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Whether idle workers `LISTEN` for new work (default `true`; uses one connection). Without
+    /// it they only poll.
+    pub fn listen(mut self, listen: bool) -> Self {
+        self.listen = listen;
+        self
+    }
+
+    /// Stops a job that runs longer than `limit` and counts it as a failed attempt (retried
+    /// after a backoff, dead-lettered after the last), with the error `timed out after ..`.
+    /// Without it (the default) a job runs as long as it takes, its lease renewed meanwhile.
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+
+    /// Starts the workers on the current Tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime.
+    pub fn start(self) -> Workers {
+        let worker = format!("{}:{:x}", std::process::id(), super::backoff::random());
+        let shared = Arc::new(Shared {
+            handler: self.handler,
+            lease: self.lease,
+            backoff: self.backoff,
+            timeout: self.timeout,
+            held: Held::default(),
+            worker,
+            queue: self.queue,
+        });
+        let config = ProducerConfig {
+            concurrency: self.concurrency,
+            batch_size: self.batch_size.unwrap_or(self.concurrency),
+            poll_interval: self.poll_interval,
+            listen: self.listen,
+        };
+        Workers::start(shared, config)
+    }
+}
+
+/// What the roles of one set of workers share.
+pub(crate) struct Shared {
+    pub queue: Queue,
+    pub handler: Handler,
+    pub lease: Duration,
+    pub backoff: Backoff,
+    pub timeout: Option<Duration>,
+    /// The claims this process holds.
+    pub held: Held,
+    /// This set of workers' name in the queue table (`pid:random`).
+    pub worker: String,
+}

@@ -1,0 +1,97 @@
+//! The completer: records how each claim ended (done, retried, dead, or given back), fenced by
+//! the job's attempt, and gives every held claim back at shutdown. (A job whose call completed
+//! needs none of this: the call's completion marked it done in the same statement.)
+
+use std::time::Duration;
+
+use super::builder::Shared;
+use super::producer::Claimed;
+use crate::direct::on_conn;
+use crate::time::duration_micros;
+
+/// How a job's claim ends.
+pub(crate) enum Settle {
+    Done,
+    Retry {
+        delay: Duration,
+        error: String,
+    },
+    Dead {
+        error: String,
+    },
+    /// Back to the queue without counting the attempt.
+    Release {
+        delay: Duration,
+    },
+}
+
+/// Records how `job`'s claim ended, fenced by its attempt: a claim taken over meanwhile (its
+/// lease lapsed) is left to its new owner.
+pub(crate) async fn settle(shared: &Shared, job: &Claimed, settle: Settle) {
+    let sql = &shared.queue.sql;
+    let query = || match &settle {
+        Settle::Done => sqlx::query(&sql.done)
+            .bind(vec![job.key.clone()])
+            .bind(vec![job.attempt]),
+        Settle::Retry { delay, error } => sqlx::query(&sql.retry)
+            .bind(&job.key)
+            .bind(job.attempt)
+            .bind(duration_micros(*delay))
+            .bind(error),
+        Settle::Dead { error } => sqlx::query(&sql.dead)
+            .bind(&job.key)
+            .bind(job.attempt)
+            .bind(error),
+        Settle::Release { delay } => sqlx::query(&sql.release)
+            .bind(vec![job.key.clone()])
+            .bind(vec![job.attempt])
+            .bind(duration_micros(*delay)),
+    };
+    match on_conn!(shared.queue.store, conn => query().execute(&mut *conn)) {
+        Ok(done) if done.rows_affected() == 0 => tracing::warn!(
+            "the job's claim was taken over before it was settled (its lease lapsed)"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            error = %e,
+            "settling the job failed; it returns to the queue when its lease lapses, and a \
+             finished job is then recognised as done without running again"
+        ),
+    }
+}
+
+/// Gives every claim still held back to the queue, at once and without counting it, and
+/// frees the idempotency records the claims took for calls that did not complete.
+pub(crate) async fn release_held(shared: &Shared) -> usize {
+    let held = shared.held.snapshot();
+    if held.is_empty() {
+        return 0;
+    }
+    let (record_keys, fences): (Vec<&str>, Vec<i64>) = held
+        .iter()
+        .filter_map(|(key, claim)| claim.record_fence.map(|fence| (key.as_str(), fence)))
+        .unzip();
+    let (keys, attempts): (Vec<&str>, Vec<i32>) = held
+        .iter()
+        .map(|(key, claim)| (key.as_str(), claim.attempt))
+        .unzip();
+    let freed = on_conn!(shared.queue.store, conn => sqlx::query(&shared.queue.sql.forget_records)
+        .bind(&record_keys)
+        .bind(&fences)
+        .execute(&mut *conn));
+    if let Err(e) = freed {
+        tracing::warn!(error = %e, "freeing the records of released jobs failed; they lapse with their lease");
+    }
+    let result = on_conn!(shared.queue.store, conn => sqlx::query(&shared.queue.sql.release)
+        .bind(&keys)
+        .bind(&attempts)
+        .bind(0i64)
+        .execute(&mut *conn));
+    match result {
+        Ok(done) => usize::try_from(done.rows_affected()).unwrap_or(usize::MAX),
+        Err(e) => {
+            tracing::warn!(error = %e, held = keys.len(), "releasing jobs at shutdown failed; they return when their lease lapses");
+            0
+        }
+    }
+}

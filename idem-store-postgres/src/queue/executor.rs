@@ -1,0 +1,155 @@
+//! The executor: runs one claimed job as an idempotent call on the job's view of the store, and
+//! maps the call's outcome to how its claim ends (done already, retried after a backoff,
+//! dead-lettered, or given back).
+
+use std::any::Any;
+
+use idem_core::{Call, Claim, Error, Fence, Outcome};
+use tracing::Instrument;
+
+use super::builder::Shared;
+use super::completer::{settle, Settle};
+use super::job::{parse_payload, Job};
+use super::job_store::JobStore;
+use super::producer::{AbortOnDrop, Claimed};
+use super::rescuer::rescue;
+use crate::time::from_micros;
+
+/// The longest error text kept with a job.
+const MAX_ERROR_LEN: usize = 2000;
+
+/// Runs one claimed job and settles its claim.
+pub(crate) async fn run(shared: &Shared, job: Claimed) {
+    let settled = match rescue(&job) {
+        Some(settle) => Some(settle),
+        None => execute(shared, &job).await,
+    };
+    // `None`: settled already (with the call's completion), or another claim owns the job.
+    if let Some(how) = settled {
+        settle(shared, &job, how).await;
+    }
+    shared.held.forget(&job.key, job.attempt);
+}
+
+/// Runs the job's idempotent call; says how to settle its claim, or `None` when it is settled
+/// already or a newer claim owns it.
+async fn execute(shared: &Shared, job: &Claimed) -> Option<Settle> {
+    let work = (shared.handler)(Job {
+        key: job.key.clone(),
+        payload: parse_payload(&job.payload),
+        attempt: job.attempt.unsigned_abs(),
+        max_attempts: job.max_attempts.unsigned_abs(),
+    });
+    let claimed = job.record.map(|(fence, expires_us)| Claim::Acquired {
+        fence: Fence(fence.unsigned_abs()),
+        lease_expires_at: from_micros(expires_us),
+        taken_over: false,
+    });
+    let store = JobStore::new(shared.queue.clone(), job.attempt, claimed);
+    let (key, lease, call_store) = (job.key.clone(), shared.lease, store.clone());
+    // The call runs in a task of its own: a panicking handler (which the call resumes once it
+    // has released its claim) ends that task with the panic, instead of this one.
+    let mut call = AbortOnDrop(tokio::spawn(
+        async move {
+            Call::new(&call_store, key.as_str())
+                .name("idem::queue::run")
+                .lease(lease)
+                .run(work)
+                .await
+        }
+        .in_current_span(),
+    ));
+    let joined = match shared.timeout {
+        None => (&mut call.0).await,
+        Some(limit) => match tokio::time::timeout(limit, &mut call.0).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                // Dropping the call abandons its claim, so the retry can take it.
+                call.0.abort();
+                let _ = (&mut call.0).await;
+                return Some(failure(shared, job, format!("timed out after {limit:?}")));
+            }
+        },
+    };
+    Some(match joined {
+        // The completion marked the job done in the same statement, unless the job's claim
+        // was taken over meanwhile; then the newer claim finds the call completed.
+        Ok(Ok(Outcome::Executed(()))) => {
+            if !store.marked_done() {
+                tracing::warn!("the job ran and its call completed, but its claim was taken over meanwhile (this worker stalled past its lease)");
+            }
+            return None;
+        }
+        Ok(Ok(Outcome::Duplicate { .. })) => {
+            tracing::info!("the job's idempotent call was completed before; not running it again");
+            Settle::Done
+        }
+        Ok(Ok(Outcome::InProgress { lease_expires_at })) => {
+            let delay = lease_expires_at
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            tracing::info!(
+                ?delay,
+                "another run holds the job's key; trying again after its lease"
+            );
+            Settle::Release { delay }
+        }
+        Ok(Err(Error::Handler(error))) => failure(shared, job, error),
+        Err(joined) if joined.is_panic() => {
+            let panic = joined.into_panic();
+            failure(shared, job, format!("panicked: {}", panic_message(&*panic)))
+        }
+        Err(cancelled) => {
+            tracing::warn!(error = %cancelled, "the job's call was cancelled; it goes back to the queue");
+            Settle::Release {
+                delay: shared.backoff.delay(1),
+            }
+        }
+        Ok(Err(Error::LostClaim { .. })) => {
+            tracing::warn!("the job ran, but a newer run took it over meanwhile (this worker stalled past its lease)");
+            return None;
+        }
+        Ok(Err(Error::Store(e))) => {
+            tracing::warn!(error = %e, "the store failed around the job; it goes back to the queue");
+            Settle::Release {
+                delay: shared.backoff.delay(1),
+            }
+        }
+        Ok(Err(other)) => Settle::Dead {
+            error: other.to_string(),
+        },
+    })
+}
+
+/// A failed attempt: retried after a backoff, or dead-lettered after the last.
+fn failure(shared: &Shared, job: &Claimed, error: String) -> Settle {
+    let error = truncate(error);
+    if job.attempt >= job.max_attempts {
+        tracing::warn!(%error, "the job failed its last attempt; dead-lettered");
+        Settle::Dead { error }
+    } else {
+        let delay = shared.backoff.delay(job.attempt.unsigned_abs());
+        tracing::info!(%error, ?delay, "the job failed; retrying after a backoff");
+        Settle::Retry { delay, error }
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a non-string panic payload")
+}
+
+fn truncate(mut error: String) -> String {
+    if error.len() > MAX_ERROR_LEN {
+        let mut end = MAX_ERROR_LEN;
+        while !error.is_char_boundary(end) {
+            end -= 1;
+        }
+        error.truncate(end);
+        error.push('…');
+    }
+    error
+}

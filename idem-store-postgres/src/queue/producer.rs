@@ -1,0 +1,169 @@
+//! The producer: claims batches of jobs into this process's free slots (never more), starts
+//! each on the executor, sleeps until PostgreSQL notifies it of new work (or the poll interval
+//! passes), and on shutdown drains what runs until the deadline.
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::Row;
+use tokio::sync::{watch, Notify};
+use tokio::task::{JoinError, JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::builder::Shared;
+use super::completer::release_held;
+use super::executor::run;
+use super::held::HeldClaim;
+use super::listen::listen;
+use super::workers::ShutdownReport;
+use crate::direct::on_conn;
+use crate::time::duration_micros;
+
+pub(crate) struct ProducerConfig {
+    pub concurrency: usize,
+    pub batch_size: usize,
+    pub poll_interval: Duration,
+    pub listen: bool,
+}
+
+/// A claimed row.
+pub(crate) struct Claimed {
+    pub key: String,
+    pub payload: String,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    /// The idempotency record the claim took for the key, if it had none: (fence, lease end in
+    /// epoch µs).
+    pub record: Option<(i64, i64)>,
+}
+
+pub(crate) async fn produce(
+    shared: Arc<Shared>,
+    config: ProducerConfig,
+    mut stopping: watch::Receiver<Option<Instant>>,
+) -> ShutdownReport {
+    let wake = Arc::new(Notify::new());
+    // Stopped with the producer however it ends: a renewal outliving it would keep its jobs'
+    // leases alive for ever.
+    let _listener = config.listen.then(|| {
+        let pool = shared.queue.store.pool().clone();
+        AbortOnDrop(tokio::spawn(
+            listen(pool, shared.queue.sql.name.clone(), wake.clone()).in_current_span(),
+        ))
+    });
+    let mut tasks = JoinSet::new();
+    loop {
+        if stopping.borrow().is_some() {
+            break;
+        }
+        while let Some(joined) = tasks.try_join_next() {
+            log_join(joined);
+        }
+        let free = config.concurrency.saturating_sub(tasks.len());
+        if free == 0 {
+            tokio::select! {
+                Some(joined) = tasks.join_next() => log_join(joined),
+                changed = stopping.changed() => if changed.is_err() { break },
+            }
+            continue;
+        }
+        let want = free.min(config.batch_size);
+        let mut notified = pin!(wake.notified());
+        notified.as_mut().enable();
+        let idle = match claim(&shared, want).await {
+            Ok(jobs) => {
+                let got = jobs.len();
+                for job in jobs {
+                    let shared = shared.clone();
+                    let span = tracing::info_span!(
+                        "idem::queue::job",
+                        key = %job.key,
+                        attempt = job.attempt
+                    );
+                    tasks.spawn(async move { run(&shared, job).await }.instrument(span));
+                }
+                got < want
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "claiming queued jobs failed; trying again after the poll interval");
+                true
+            }
+        };
+        if idle {
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(config.poll_interval) => {}
+                changed = stopping.changed() => if changed.is_err() { break },
+            }
+        }
+    }
+
+    let deadline = stopping.borrow().unwrap_or_else(Instant::now);
+    while let Some(joined) = tasks.try_join_next() {
+        log_join(joined);
+    }
+    let running = tasks.len();
+    let _ = tokio::time::timeout_at(deadline, async {
+        while let Some(joined) = tasks.join_next().await {
+            log_join(joined);
+        }
+    })
+    .await;
+    let finished = running - tasks.len();
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+    let released = release_held(&shared).await;
+    tracing::info!(finished, released, "idem queue workers stopped");
+    ShutdownReport { finished, released }
+}
+
+/// A background task that stops when this is dropped.
+pub(crate) struct AbortOnDrop<T>(pub JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn log_join(joined: Result<(), JoinError>) {
+    if let Err(e) = joined {
+        if e.is_panic() {
+            tracing::error!(error = %e, "an idem queue job task panicked outside its handler");
+        }
+    }
+}
+
+/// Claims up to `limit` jobs in one statement, which also claims the idempotency record of each
+/// job whose key has none, and notes them as held.
+async fn claim(shared: &Shared, limit: usize) -> Result<Vec<Claimed>, sqlx::Error> {
+    let rows = on_conn!(shared.queue.store, conn => sqlx::query(&shared.queue.sql.claim)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(duration_micros(shared.lease))
+        .bind(&shared.worker)
+        .fetch_all(&mut *conn))?;
+    let claimed: Vec<Claimed> = rows
+        .iter()
+        .map(|row| Claimed {
+            key: row.get(0),
+            payload: row.get(1),
+            attempt: row.get(2),
+            max_attempts: row.get(3),
+            record: row
+                .get::<Option<i64>, _>(4)
+                .zip(row.get::<Option<i64>, _>(5)),
+        })
+        .collect();
+    for job in &claimed {
+        shared.held.insert(
+            job.key.clone(),
+            HeldClaim {
+                attempt: job.attempt,
+                record_fence: job.record.map(|(fence, _)| fence),
+            },
+        );
+    }
+    Ok(claimed)
+}
