@@ -1,9 +1,9 @@
-//! The compile-error catalogue of `#[idempotent]` (`tests/ui/fail/*.stderr`) and the forms it
-//! accepts (`tests/ui/pass`).
+//! The compile-error catalogue of `#[idempotent]` (`ui/fail/*.stderr`) and the forms it
+//! accepts (`ui/pass`).
 //!
 //! Compiler output changes between Rust releases, so the `.stderr` files are pinned to the
 //! toolchain they were recorded with. To re-record after a toolchain change, run
-//! `TRYBUILD=overwrite cargo test --test ui` and read every diff as a change to the error
+//! `TRYBUILD=overwrite cargo test -p idem-tests --test ui` and read every diff as a change to the error
 //! messages users see.
 
 #[rustversion::attr(
@@ -13,6 +13,6 @@
 #[test]
 fn ui() {
     let cases = trybuild::TestCases::new();
-    cases.compile_fail("tests/ui/fail/*.rs");
-    cases.pass("tests/ui/pass/*.rs");
+    cases.compile_fail("ui/fail/*.rs");
+    cases.pass("ui/pass/*.rs");
 }

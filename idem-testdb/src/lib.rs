@@ -7,6 +7,13 @@
 //! The server binaries are looked up on `PATH`, then under `/usr/lib/postgresql/*/bin` (newest
 //! version first). `initdb` refuses to run as root, so when run as root every server command
 //! runs as the `postgres` user if it exists, else as `nobody`, through `runuser`.
+//!
+//! It also builds every test `PgStore` ([`pg_store`], [`TestStore`]): the unit and conformance
+//! tests of `idem-store-postgres`, the worker processes and the multi-process tests share it.
+
+mod store;
+
+pub use store::{pg_store, pool, unique_schema, TestStore};
 
 use std::fmt;
 use std::net::{TcpListener, TcpStream};

@@ -9,26 +9,14 @@
 mod pg_support;
 
 use idem_store_postgres::queue::{NewJob, Queue};
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
-use idem_store_postgres::PgStore;
-use pg_support::{database_url, signal, spawn_queue_worker, summary, Schema};
+use pg_support::{signal, spawn_queue_worker, summary, Schema};
 use std::collections::HashSet;
 use std::process::Child;
 use std::time::Duration;
 
 /// Enqueues `jobs` jobs `job:0..` from 8 concurrent tasks, through the public API.
 async fn enqueue(schema: &Schema, jobs: u32) -> Queue {
-    let pool = PgPoolOptions::new()
-        .max_connections(8)
-        .connect(&database_url())
-        .await
-        .unwrap();
-    let queue = Queue::new(
-        &PgStore::builder(pool)
-            .schema(schema.name.clone())
-            .build()
-            .unwrap(),
-    );
+    let queue = Queue::new(&idem_testdb::pg_store(&schema.name, 8, None).await);
     let tasks: Vec<_> = (0..8)
         .map(|t| {
             let queue = queue.clone();

@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use std::process::{Child, Command, Stdio};
@@ -20,20 +19,12 @@ pub struct Schema {
 
 impl Schema {
     pub async fn new(prefix: &str) -> Schema {
-        let url = database_url();
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .connect(&url)
-            .await
-            .unwrap_or_else(|e| panic!("cannot connect to DATABASE_URL={url}: {e}"));
         let name = format!("idem_t_{prefix}_{}", std::process::id());
+        let store = idem_testdb::pg_store(&name, 4, None).await;
+        let pool = store.pool().clone();
         sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
             .execute(&pool)
             .await
-            .unwrap();
-        let store = PgStore::builder(pool.clone())
-            .schema(name.clone())
-            .build()
             .unwrap();
         store.migrate().await.unwrap();
         sqlx::raw_sql(&format!(

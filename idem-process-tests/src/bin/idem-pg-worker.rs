@@ -1,5 +1,5 @@
-//! A worker process for the multi-process PostgreSQL tests (`tests/pg_*.rs`). Not part of
-//! idem's API.
+//! A worker process for the multi-process PostgreSQL tests (`tests/pg_*.rs` of this crate).
+//! Not part of idem's API.
 //!
 //! ```text
 //! DATABASE_URL=.. idem-pg-worker storm --schema S --keys N --rounds R --tasks T --seed X
@@ -15,11 +15,11 @@
 //! a row to `<schema>.lost_claims`. Each mode prints one summary line:
 //! `executed=N duplicate=N in_progress=N errors=N lost=N`.
 
+use clap::{Parser, ValueEnum};
 use idem_core::{idempotent, Error, Outcome};
+use idem_process_tests::{Random, WorkerFlags};
 use idem_store_postgres::sqlx::{self, PgPool};
 use idem_store_postgres::PgStore;
-use idem_suite::{flags, worker_store, Random};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -77,40 +77,55 @@ struct Tally {
     lost: AtomicU64,
 }
 
-fn arg<'a>(args: &'a HashMap<String, String>, name: &str) -> &'a str {
-    args.get(name)
-        .unwrap_or_else(|| panic!("missing --{name}"))
-        .as_str()
+/// What the deliveries run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Every key `rounds` times, concurrently: each body must run once.
+    Storm,
+    /// Bodies that sleep up to `--work-ms`, to be killed mid-run; a key in progress is retried.
+    Crash,
+    /// Deliveries that wait for (or take over) keys left by crashed workers.
+    Sweep,
 }
 
-fn num(args: &HashMap<String, String>, name: &str) -> u64 {
-    arg(args, name)
-        .parse()
-        .unwrap_or_else(|_| panic!("--{name} must be a number"))
+#[derive(Debug, Parser)]
+#[command(about = "A worker process of idem's multi-process PostgreSQL tests")]
+struct Args {
+    #[arg(value_enum)]
+    mode: Mode,
+    #[command(flatten)]
+    worker: WorkerFlags,
+    /// Concurrent delivery tasks.
+    #[arg(long)]
+    tasks: usize,
+    /// How many keys.
+    #[arg(long)]
+    keys: u32,
+    /// The first key.
+    #[arg(long, default_value_t = 0)]
+    first: u32,
+    /// How many times each key is delivered.
+    #[arg(long, default_value_t = 1)]
+    rounds: u32,
 }
 
 #[tokio::main]
 async fn main() {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let mode = argv.first().cloned().expect("mode: storm | crash | sweep");
-    let args = flags(&argv[1..]);
-    let schema = arg(&args, "schema").to_owned();
-    let tasks = num(&args, "tasks") as usize;
-    let keys = num(&args, "keys") as u32;
-    let store = worker_store(&schema, tasks as u32 + 2).await;
+    let args = Args::parse();
+    let (mode, tasks, keys, first) = (args.mode, args.tasks, args.keys, args.first);
+    let store = args.worker.store(tasks as u32 + 2).await;
     let pool = store.pool().clone();
     let ctx = Arc::new(Ctx {
         store,
         pool,
-        schema,
-        work_ms: args.get("work-ms").map_or(1, |v| v.parse().unwrap()),
-        seed: Random::for_process(args.get("seed").map_or(1, |v| v.parse().unwrap())),
+        schema: args.worker.schema.clone(),
+        work_ms: args.worker.work_ms,
+        seed: Random::for_process(args.worker.seed),
     });
     let tally = Arc::new(Tally::default());
 
     // The deliveries: every key, `rounds` times, shuffled; shared by the tasks.
-    let rounds = args.get("rounds").map_or(1, |v| v.parse().unwrap());
-    let first: u32 = args.get("first").map_or(0, |v| v.parse().unwrap());
+    let rounds = args.rounds;
     let mut queue: Vec<u32> = (0..rounds).flat_map(|_| first..first + keys).collect();
     for i in (1..queue.len()).rev() {
         queue.swap(i, ctx.random(i as u64 + 1) as usize);
@@ -120,13 +135,8 @@ async fn main() {
 
     let workers: Vec<_> = (0..tasks)
         .map(|_| {
-            let (ctx, tally, queue, next, mode) = (
-                ctx.clone(),
-                tally.clone(),
-                queue.clone(),
-                next.clone(),
-                mode.clone(),
-            );
+            let (ctx, tally, queue, next) =
+                (ctx.clone(), tally.clone(), queue.clone(), next.clone());
             tokio::spawn(async move {
                 loop {
                     let k = {
@@ -137,7 +147,7 @@ async fn main() {
                             None => return,
                         }
                     };
-                    deliver(&ctx, &tally, &mode, k, &queue).await;
+                    deliver(&ctx, &tally, mode, k, &queue).await;
                 }
             })
         })
@@ -157,13 +167,12 @@ async fn main() {
 
 /// Delivers key `k` until it is executed or a duplicate. In `crash` mode a key found in
 /// progress goes back on the queue, as a scheduler's retry would.
-async fn deliver(ctx: &Ctx, tally: &Tally, mode: &str, k: u32, queue: &Mutex<Vec<u32>>) {
+async fn deliver(ctx: &Ctx, tally: &Tally, mode: Mode, k: u32, queue: &Mutex<Vec<u32>>) {
     for attempt in 0..20u64 {
         let result = match mode {
-            "storm" => storm_job(ctx, k).await,
-            "crash" => crash_job(ctx, k).await,
-            "sweep" => sweep_job(ctx, k).await,
-            other => panic!("unknown mode {other}"),
+            Mode::Storm => storm_job(ctx, k).await,
+            Mode::Crash => crash_job(ctx, k).await,
+            Mode::Sweep => sweep_job(ctx, k).await,
         };
         match result {
             Ok(Outcome::Executed(())) => {
@@ -176,7 +185,7 @@ async fn deliver(ctx: &Ctx, tally: &Tally, mode: &str, k: u32, queue: &Mutex<Vec
             }
             Ok(Outcome::InProgress { .. }) => {
                 tally.in_progress.fetch_add(1, Ordering::SeqCst);
-                if mode == "crash" {
+                if mode == Mode::Crash {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     queue.lock().unwrap().push(k);
                 }

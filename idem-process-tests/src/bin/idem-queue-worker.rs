@@ -11,10 +11,10 @@
 //! `TOTAL` jobs are done or dead, or on SIGTERM, shutting its workers down with a
 //! `--shutdown-ms` deadline. It prints `runs=N finished=N released=N`.
 
+use clap::Parser;
+use idem_process_tests::{Random, WorkerFlags};
 use idem_store_postgres::queue::{Job, Queue};
 use idem_store_postgres::sqlx::{self, PgPool};
-use idem_suite::{flags, worker_store, Random};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,30 +50,37 @@ impl Ctx {
     }
 }
 
-fn num(args: &HashMap<String, String>, name: &str, default: Option<u64>) -> u64 {
-    match args.get(name) {
-        Some(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("--{name} must be a number")),
-        None => default.unwrap_or_else(|| panic!("missing --{name}")),
-    }
+#[derive(Debug, Parser)]
+#[command(about = "A work-queue worker process of idem's multi-process PostgreSQL tests")]
+struct Args {
+    #[command(flatten)]
+    worker: WorkerFlags,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Stop once this many jobs are done or dead (in every process).
+    #[arg(long)]
+    until_done: u64,
+    /// The jobs' lease (ms).
+    #[arg(long, default_value_t = 30_000)]
+    lease_ms: u64,
+    /// How long a shutdown lets running jobs finish (ms).
+    #[arg(long, default_value_t = 10_000)]
+    shutdown_ms: u64,
 }
 
 #[tokio::main]
 async fn main() {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let args = flags(&argv);
-    let schema = args.get("schema").expect("missing --schema").clone();
-    let concurrency = num(&args, "concurrency", Some(8)) as usize;
-    let until_done = num(&args, "until-done", None);
-    let store = worker_store(&schema, concurrency as u32 + 4).await;
+    let args = Args::parse();
+    let (concurrency, until_done) = (args.concurrency, args.until_done);
+    let store = args.worker.store(concurrency as u32 + 4).await;
     let pool = store.pool().clone();
     let queue = Queue::new(&store);
     let ctx = Arc::new(Ctx {
         pool,
-        schema,
-        work_ms: num(&args, "work-ms", Some(0)),
-        seed: Random::for_process(num(&args, "seed", Some(1))),
+        schema: args.worker.schema.clone(),
+        work_ms: args.worker.work_ms,
+        seed: Random::for_process(args.worker.seed),
         runs: AtomicU64::new(0),
     });
     let handler_ctx = ctx.clone();
@@ -83,7 +90,7 @@ async fn main() {
             async move { ctx.run(job).await }
         })
         .concurrency(concurrency)
-        .lease(Duration::from_millis(num(&args, "lease-ms", Some(30_000))))
+        .lease(Duration::from_millis(args.lease_ms))
         .poll_interval(Duration::from_millis(100))
         .start();
 
@@ -100,11 +107,7 @@ async fn main() {
         }
     }
     let report = workers
-        .shutdown(Duration::from_millis(num(
-            &args,
-            "shutdown-ms",
-            Some(10_000),
-        )))
+        .shutdown(Duration::from_millis(args.shutdown_ms))
         .await;
     println!(
         "runs={} finished={} released={}",

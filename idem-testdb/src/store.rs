@@ -1,0 +1,108 @@
+//! Test stores: the one place that builds a `PgStore` for a test, a test worker process or a
+//! multi-process test, on the server [`database_url`](crate::database_url) names.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+use idem_store_postgres::sqlx::PgPool;
+use idem_store_postgres::PgStore;
+
+use crate::database_url;
+
+/// A pool of up to `max_connections` on `DATABASE_URL`.
+///
+/// # Panics
+///
+/// Without `DATABASE_URL`, or when the server cannot be reached: the message names the URL.
+pub async fn pool(max_connections: u32) -> PgPool {
+    let url = database_url();
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to DATABASE_URL={url}: {e}"))
+}
+
+/// A store in `schema` on a new pool of `connections`, with `dedicated` connections of its own
+/// when given. Not migrated: see [`TestStore`] for a migrated store in a schema of its own.
+pub async fn pg_store(schema: &str, connections: u32, dedicated: Option<usize>) -> PgStore {
+    let mut builder = PgStore::builder(pool(connections).await).schema(schema.to_owned());
+    if let Some(n) = dedicated {
+        builder = builder.dedicated_connections(n);
+    }
+    builder.build().expect("valid schema name")
+}
+
+/// A schema name no other test (or test process) uses.
+pub fn unique_schema(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "idem_t_{prefix}_{}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        nanos % 100_000
+    )
+}
+
+/// A migrated store in a schema of its own, dropped (with the schema) when this is dropped, so
+/// tests run in parallel without seeing each other's keys.
+#[derive(Debug)]
+pub struct TestStore {
+    /// The store.
+    pub store: PgStore,
+    /// Its schema.
+    pub schema: String,
+}
+
+impl TestStore {
+    /// A store on a pool of `max_connections`.
+    pub async fn new(prefix: &str, max_connections: u32) -> TestStore {
+        TestStore::with(prefix, max_connections, None).await
+    }
+
+    /// A store running its statements on `dedicated` connections of its own.
+    pub async fn dedicated(prefix: &str, max_connections: u32, dedicated: usize) -> TestStore {
+        TestStore::with(prefix, max_connections, Some(dedicated)).await
+    }
+
+    async fn with(prefix: &str, max_connections: u32, dedicated: Option<usize>) -> TestStore {
+        let schema = unique_schema(prefix);
+        let store = pg_store(&schema, max_connections, dedicated).await;
+        store.migrate().await.expect("migrate");
+        TestStore { store, schema }
+    }
+}
+
+impl Drop for TestStore {
+    fn drop(&mut self) {
+        // Dropping the schema needs a connection and an async runtime; the test's runtime may be
+        // shutting down, so use a thread of our own.
+        let schema = self.schema.clone();
+        let url = database_url();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                if let Ok(pool) = PgPoolOptions::new().max_connections(1).connect(&url).await {
+                    // Bounded: a test that left a transaction open must not hang the run.
+                    let sql = format!(
+                        "SET lock_timeout = '5s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                    );
+                    let _ = idem_store_postgres::sqlx::raw_sql(&sql)
+                        .execute(&pool)
+                        .await;
+                    pool.close().await;
+                }
+            })
+        })
+        .join();
+    }
+}
