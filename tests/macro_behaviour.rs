@@ -7,7 +7,7 @@ use idem_core::{idempotent, Error, Key, MemoryStore, Operation, Outcome, Store};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::FlakyStore;
+use support::{until, FlakyStore, Gate};
 use tokio::sync::Notify;
 
 #[derive(Debug, Default)]
@@ -262,21 +262,29 @@ async fn cancellation_frees_the_key() {
 }
 
 #[idempotent(key = "receipt:{order}", store = store, replay, wait = "5s")]
-async fn make_receipt(store: &MemoryStore, order: u32, delay_ms: u64) -> Result<String, MailError> {
-    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+async fn make_receipt(store: &FlakyStore, order: u32, first: &Gate) -> Result<String, MailError> {
+    first.pass().await;
     Ok(format!("receipt-{order}"))
 }
 
 /// A duplicate that arrives while the first run is in flight waits for it and gets its value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_returns_the_first_runs_outcome() {
-    let store = Arc::new(MemoryStore::new());
+    let (store, gate) = (FlakyStore::default(), Arc::new(Gate::default()));
     let first = tokio::spawn({
-        let store = store.clone();
-        async move { make_receipt(&store, 9, 300).await }
+        let (store, gate) = (store.clone(), gate.clone());
+        async move { make_receipt(&store, 9, &gate).await }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    match make_receipt(&store, 9, 0).await.unwrap() {
+    gate.entered().await; // the first run holds the key
+    let second = tokio::spawn({
+        let (store, gate) = (store.clone(), gate.clone());
+        async move { make_receipt(&store, 9, &gate).await }
+    });
+    // The second delivery found the run in progress (its claim was the store's second)...
+    until(|| store.claims.load(Ordering::SeqCst) >= 2).await;
+    // ...and waits for it: once the first run finishes, it gets the first run's value.
+    gate.open();
+    match second.await.unwrap().unwrap() {
         Outcome::Duplicate { value, .. } => assert_eq!(value.as_deref(), Some("receipt-9")),
         other => panic!("expected the first run's outcome, got {other:?}"),
     }
@@ -284,35 +292,35 @@ async fn wait_returns_the_first_runs_outcome() {
         first.await.unwrap().unwrap(),
         Outcome::Executed("receipt-9".to_owned())
     );
+    assert_eq!(gate.passes(), 1, "the body ran once");
 }
 
 #[idempotent(key = "short-wait:{id}", store = store, wait = "100ms")]
-async fn short_wait(store: &MemoryStore, id: u32, delay_ms: u64) -> Result<(), MailError> {
+async fn short_wait(store: &MemoryStore, id: u32, first: &Gate) -> Result<(), MailError> {
     let _ = id;
-    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+    first.pass().await;
     Ok(())
 }
 
 /// `wait` is bounded: past it, the delivery reports the run in progress.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_gives_up_with_in_progress() {
-    let store = Arc::new(MemoryStore::new());
+    let (store, gate) = (Arc::new(MemoryStore::new()), Arc::new(Gate::default()));
     let first = tokio::spawn({
-        let store = store.clone();
-        async move { short_wait(&store, 1, 1500).await }
+        let (store, gate) = (store.clone(), gate.clone());
+        async move { short_wait(&store, 1, &gate).await }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.entered().await; // the first run holds the key, and keeps it until the gate opens
     let started = std::time::Instant::now();
-    assert!(short_wait(&store, 1, 0).await.unwrap().is_in_progress());
+    assert!(short_wait(&store, 1, &gate).await.unwrap().is_in_progress());
     assert!(started.elapsed() < Duration::from_millis(1000));
+    gate.open();
     assert!(first.await.unwrap().unwrap().is_executed());
 }
 
 #[idempotent(key = "takeover:{id}", store = store, wait = "5s")]
-async fn fails_slowly(store: &MemoryStore, id: u32, runs: &AtomicU32) -> Result<u32, MailError> {
-    let run = runs.fetch_add(1, Ordering::SeqCst);
-    if run == 0 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+async fn fails_slowly(store: &FlakyStore, id: u32, first: &Gate) -> Result<u32, MailError> {
+    if first.pass().await == 0 {
         return Err(MailError("first run failed"));
     }
     Ok(id)
@@ -321,18 +329,20 @@ async fn fails_slowly(store: &MemoryStore, id: u32, runs: &AtomicU32) -> Result<
 /// A waiting delivery takes the key over when the run it waits for fails and releases it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_takes_over_a_released_key() {
-    let store = Arc::new(MemoryStore::new());
-    let runs = Arc::new(AtomicU32::new(0));
+    let (store, gate) = (FlakyStore::default(), Arc::new(Gate::default()));
     let first = tokio::spawn({
-        let (store, runs) = (store.clone(), runs.clone());
-        async move { fails_slowly(&store, 4, &runs).await }
+        let (store, gate) = (store.clone(), gate.clone());
+        async move { fails_slowly(&store, 4, &gate).await }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(
-        fails_slowly(&store, 4, &runs).await.unwrap(),
-        Outcome::Executed(4)
-    );
+    gate.entered().await;
+    let second = tokio::spawn({
+        let (store, gate) = (store.clone(), gate.clone());
+        async move { fails_slowly(&store, 4, &gate).await }
+    });
+    until(|| store.claims.load(Ordering::SeqCst) >= 2).await; // the second one is waiting
+    gate.open();
     assert!(matches!(first.await.unwrap(), Err(Error::Handler(_))));
+    assert_eq!(second.await.unwrap().unwrap(), Outcome::Executed(4));
 }
 
 #[idempotent(key = "user:{name}", store = store)]

@@ -353,8 +353,8 @@ async fn run_after_holds_a_job_back() {
         queue.stats().await.unwrap().done == 2
     })
     .await;
-    // Several more polls find nothing due.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A later poll found nothing due.
+    workers.wait_idle().await;
     workers.shutdown(Duration::from_secs(5)).await;
     assert_eq!(state(&queue, "later").await, Some(JobState::Queued));
     assert_eq!(runs.count("later"), 0);
@@ -407,15 +407,15 @@ async fn idle_workers_wake_on_notification_not_polling() {
     let workers = recording(&queue, &runs, Duration::ZERO)
         .poll_interval(Duration::from_secs(3600))
         .start();
-    // Let the workers find the queue empty and go idle.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Idle and listening: from now on only a notification gets new work run in time.
+    workers.wait_idle().await;
     let _ = queue.enqueue(job("wake:1", json!(1))).await.unwrap();
     eventually("the first job ran", Duration::from_secs(20), || async {
         runs.count("wake:1") == 1
     })
     .await;
     // Enqueued in a transaction: announced at commit.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    workers.wait_idle().await;
     let mut tx = test.store.pool().begin().await.unwrap();
     let _ = queue
         .enqueue_in(&mut *tx, job("wake:2", json!(2)))
@@ -438,7 +438,7 @@ async fn without_notifications_polling_still_finds_the_work() {
         .listen(false)
         .poll_interval(Duration::from_millis(50))
         .start();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    workers.wait_idle().await;
     for i in 0..5 {
         let _ = queue
             .enqueue(job(&format!("poll:{i}"), json!(i)))

@@ -1,4 +1,5 @@
-//! Helpers shared by the behaviour tests: a store that fails on command.
+//! Helpers shared by the behaviour tests: a store that fails on command, and gates that let a
+//! test wait for a run to reach a point instead of sleeping.
 
 #![allow(dead_code)]
 
@@ -94,5 +95,51 @@ impl Store for FlakyStore {
     }
     fn abandon(&self, key: &Key, fence: Fence) {
         self.inner.abandon(key, fence)
+    }
+}
+
+/// Holds the first run of a body at a point until the test opens it: the test waits for
+/// [`entered`](Gate::entered) (the run holds its claim), then [`open`](Gate::open)s it. Later
+/// runs pass straight through.
+#[derive(Debug, Default)]
+pub struct Gate {
+    passes: AtomicUsize,
+    entered: tokio::sync::Notify,
+    opened: tokio::sync::Notify,
+}
+
+impl Gate {
+    /// Called by the body: the first run waits here until the gate opens. Returns how many runs
+    /// passed before this one.
+    pub async fn pass(&self) -> usize {
+        let before = self.passes.fetch_add(1, Ordering::SeqCst);
+        if before == 0 {
+            self.entered.notify_one();
+            self.opened.notified().await;
+        }
+        before
+    }
+
+    /// Waits until the first run reached the gate.
+    pub async fn entered(&self) {
+        self.entered.notified().await;
+    }
+
+    /// Lets the first run go on.
+    pub fn open(&self) {
+        self.opened.notify_one();
+    }
+
+    /// How many runs reached the gate.
+    pub fn passes(&self) -> usize {
+        self.passes.load(Ordering::SeqCst)
+    }
+}
+
+/// Waits until `condition` holds, yielding to other tasks meanwhile (a condition, not a guess
+/// at how long another task takes).
+pub async fn until(mut condition: impl FnMut() -> bool) {
+    while !condition() {
+        tokio::task::yield_now().await;
     }
 }

@@ -1,5 +1,6 @@
 //! Wake-up on new work: one `LISTEN` connection per [`Workers`](super::Workers).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,11 +15,18 @@ const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 
 /// Listens for this queue's notifications (payload `name`) and wakes idle workers; reconnects
 /// after failures, waking the workers then too, in case a notification was missed meanwhile.
-pub(crate) async fn listen(pool: PgPool, name: String, wake: Arc<Notify>) {
+/// `listening` says whether a notification sent now would reach the workers.
+pub(crate) async fn listen(
+    pool: PgPool,
+    name: String,
+    wake: Arc<Notify>,
+    listening: Arc<AtomicBool>,
+) {
     loop {
         match PgListener::connect_with(&pool).await {
             Ok(mut listener) => match listener.listen(CHANNEL).await {
                 Ok(()) => {
+                    listening.store(true, Ordering::SeqCst);
                     wake.notify_waiters();
                     loop {
                         match listener.recv().await {
@@ -27,6 +35,7 @@ pub(crate) async fn listen(pool: PgPool, name: String, wake: Arc<Notify>) {
                             }
                             Ok(_) => {}
                             Err(e) => {
+                                listening.store(false, Ordering::SeqCst);
                                 tracing::warn!(error = %e, "idem queue listener lost; polling until it is back");
                                 break;
                             }

@@ -3,6 +3,7 @@
 //! passes), and on shutdown drains what runs until the deadline.
 
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,22 +40,27 @@ pub(crate) struct Claimed {
     pub record: Option<(i64, i64)>,
 }
 
+/// Runs the workers until `stopping` names a deadline. `idle` says whether they are idle: no job
+/// running, and the last look for work found none at a time when new work would be announced
+/// to them (see [`Workers::wait_idle`](super::Workers::wait_idle)).
 pub(crate) async fn produce(
     shared: Arc<Shared>,
     config: ProducerConfig,
     mut stopping: watch::Receiver<Option<Instant>>,
+    idle: watch::Sender<bool>,
 ) -> ShutdownReport {
     let wake = Arc::new(Notify::new());
-    // Stopped with the producer however it ends: a renewal outliving it would keep its jobs'
-    // leases alive for ever.
+    let listening = Arc::new(AtomicBool::new(false));
+    // Stopped with the producer however it ends.
     let _listener = config.listen.then(|| {
         let pool = shared.queue.store.pool().clone();
+        let name = shared.queue.sql.name.clone();
         AbortOnDrop(tokio::spawn(
-            listen(pool, shared.queue.sql.name.clone(), wake.clone()).in_current_span(),
+            listen(pool, name, wake.clone(), listening.clone()).in_current_span(),
         ))
     });
     let mut tasks = JoinSet::new();
-    loop {
+    'produce: loop {
         if stopping.borrow().is_some() {
             break;
         }
@@ -72,9 +78,15 @@ pub(crate) async fn produce(
         let want = free.min(config.batch_size);
         let mut notified = pin!(wake.notified());
         notified.as_mut().enable();
-        let idle = match claim(&shared, want).await {
+        // Whether work enqueued from now on is announced to this producer.
+        let announced = !config.listen || listening.load(Ordering::SeqCst);
+        // Whether this look found all the work there was, at a time it would be announced.
+        let mut drained = false;
+        let starved = match claim(&shared, want).await {
             Ok(jobs) => {
                 let got = jobs.len();
+                drained = got < want && announced;
+                idle.send_replace(got == 0 && drained && tasks.is_empty());
                 for job in jobs {
                     let shared = shared.clone();
                     let span = tracing::info_span!(
@@ -91,11 +103,19 @@ pub(crate) async fn produce(
                 true
             }
         };
-        if idle {
-            tokio::select! {
-                () = &mut notified => {}
-                () = tokio::time::sleep(config.poll_interval) => {}
-                changed = stopping.changed() => if changed.is_err() { break },
+        if starved {
+            let mut poll = pin!(tokio::time::sleep(config.poll_interval));
+            loop {
+                tokio::select! {
+                    () = &mut notified => break,
+                    () = &mut poll => break,
+                    changed = stopping.changed() => if changed.is_err() { break 'produce } else { break },
+                    // A job ending does not make new work: no claim, but it may make us idle.
+                    Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                        log_join(joined);
+                        idle.send_replace(drained && tasks.is_empty());
+                    }
+                }
             }
         }
     }

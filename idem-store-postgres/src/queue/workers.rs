@@ -19,6 +19,7 @@ use super::producer::{produce, ProducerConfig};
 #[must_use = "dropping Workers stops them at once; keep them, and call `shutdown` to stop"]
 pub struct Workers {
     stop: watch::Sender<Option<Instant>>,
+    idle: watch::Receiver<bool>,
     producer: Option<JoinHandle<ShutdownReport>>,
 }
 
@@ -35,12 +36,23 @@ pub struct ShutdownReport {
 impl Workers {
     pub(crate) fn start(shared: Arc<Shared>, config: ProducerConfig) -> Workers {
         let (stop, stopping) = watch::channel(None);
+        let (idle_tx, idle) = watch::channel(false);
         let span = tracing::info_span!("idem::queue::workers", queue = %shared.queue.sql.name);
-        let producer = tokio::spawn(produce(shared, config, stopping).instrument(span));
+        let producer = tokio::spawn(produce(shared, config, stopping, idle_tx).instrument(span));
         Workers {
             stop,
+            idle,
             producer: Some(producer),
         }
+    }
+
+    /// Waits until these workers are idle: no job is running, and their last look for work
+    /// found none at a time when they would be told of new work (with `LISTEN` on, they were
+    /// listening). Work enqueued after this returns reaches them by a notification (or the next
+    /// poll). Useful in tests and before maintenance; it waits for ever if work keeps coming.
+    pub async fn wait_idle(&self) {
+        let mut idle = self.idle.clone();
+        let _ = idle.wait_for(|idle| *idle).await;
     }
 
     /// Stops claiming, lets running jobs finish for up to `deadline`, then stops the rest and
