@@ -58,6 +58,15 @@
 //! The annotated function must be `async` and return `Result<T, E>`; it then returns
 //! [`Idempotent<T, E>`], that is `Result<Outcome<T>, Error<E>>`. Placeholders are `{param}` or
 //! `{param.field}` naming parameters, rendered with `Display`; `{{` and `}}` are literal braces.
+//!
+//! **Key encoding.** Distinct parameter values always render distinct keys. With two or more
+//! placeholders, the first character of the text between each two (the `:` of
+//! `"a:{x}:{y}"`) and `%` are escaped inside the values as `%XX` per UTF-8 byte, so `x = "1:2",
+//! y = "3"` renders `a:1%3A2:3` and `x = "1", y = "2:3"` renders `a:1:2%3A3`. Values without
+//! those characters (integers, dates, UUIDs and words, for `:`-separated templates) render
+//! unchanged, and with one placeholder nothing is escaped. Placeholders must be separated by
+//! text that does not start with `%` (a compile error says so). The length limit
+//! ([`MAX_KEY_LEN`]) applies to the rendered key.
 //! Durations are a whole number with `ms`, `s`, `m`, `h` or `d`.
 //!
 //! ## What happens on each call

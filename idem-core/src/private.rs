@@ -31,6 +31,46 @@ pub fn render_key(args: core::fmt::Arguments<'_>) -> Result<Key, InvalidKey> {
     }
 }
 
+/// A placeholder's value, rendered with `Display` and escaped: each character of `reserved`
+/// (the key template's separators, and `%`) is written as `%XX` for each of its UTF-8 bytes, so
+/// a value cannot forge a separator and distinct values render distinct keys. Values without
+/// reserved characters (integers, dates, UUIDs, words, for the usual `:` separators) are
+/// written unchanged.
+pub struct Escaped<'a, T: ?Sized>(pub &'a T, pub &'static str);
+
+impl<T: core::fmt::Display + ?Sized> core::fmt::Display for Escaped<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        use core::fmt::Write;
+        struct Escaping<'w, 'f> {
+            out: &'w mut core::fmt::Formatter<'f>,
+            reserved: &'static str,
+        }
+        impl Write for Escaping<'_, '_> {
+            fn write_str(&mut self, s: &str) -> core::fmt::Result {
+                let mut rest = s;
+                while let Some(at) = rest.find(|c| self.reserved.contains(c)) {
+                    self.out.write_str(&rest[..at])?;
+                    let c = rest[at..].chars().next().expect("found a character");
+                    let mut bytes = [0u8; 4];
+                    for byte in c.encode_utf8(&mut bytes).bytes() {
+                        write!(self.out, "%{byte:02X}")?;
+                    }
+                    rest = &rest[at + c.len_utf8()..];
+                }
+                self.out.write_str(rest)
+            }
+        }
+        write!(
+            Escaping {
+                out: f,
+                reserved: self.1
+            },
+            "{}",
+            self.0
+        )
+    }
+}
+
 /// Views any kind of store (a concrete store, a reference, `&dyn Store`, `Arc<dyn Store>`,
 /// `Box<dyn Store>`) as `&dyn Store`. A non-store expression fails here, with the error on it.
 #[inline]

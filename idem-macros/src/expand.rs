@@ -103,8 +103,10 @@ fn expand(v: Validated) -> TokenStream {
     let private = Ident::new(PRIVATE, Span::call_site());
     let private = quote!(#krate::#private);
 
-    // The key: one `format_args!` over the template, each placeholder an expression.
+    // The key: one `format_args!` over the template, each placeholder an expression, escaped
+    // (see `Template::reserved`) when the template has separators to protect.
     let lit_span = template.lit.span();
+    let reserved = template.reserved();
     let mut format = String::new();
     let mut values = Vec::new();
     for segment in &template.segments {
@@ -120,7 +122,12 @@ fn expand(v: Validated) -> TokenStream {
                         Ok(index) => syn::Index { index, span }.to_token_stream(),
                         Err(_) => Ident::new(field, span).to_token_stream(),
                     });
-                values.push(quote_spanned!(span=> &#root #(.#fields)*));
+                let value = quote_spanned!(span=> &#root #(.#fields)*);
+                values.push(if reserved.is_empty() {
+                    value
+                } else {
+                    quote_spanned!(span=> #private::Escaped(#value, #reserved))
+                });
             }
         }
     }

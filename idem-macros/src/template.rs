@@ -99,7 +99,65 @@ impl Template {
         if !literal.is_empty() {
             segments.push(Segment::Text(literal));
         }
-        Ok(Template { lit, segments })
+        let template = Template { lit, segments };
+        template.check_separators()?;
+        Ok(template)
+    }
+
+    /// Between two placeholders there must be text, and it must not start with `%`: the text's
+    /// first character is what tells where a value ends (values are escaped so they never
+    /// contain it), and `%` starts an escape.
+    fn check_separators(&self) -> syn::Result<()> {
+        for pair in self.segments.windows(2) {
+            if let [Segment::Placeholder(a), Segment::Placeholder(b)] = pair {
+                return Err(error_at(
+                    &self.lit,
+                    a.range.start..b.range.end,
+                    &format!(
+                        "placeholders `{}` and `{}` need text between them, or two different \
+                         pairs of values would render the same key; write `{}:{}`",
+                        &self.lit.value()[a.range.clone()],
+                        &self.lit.value()[b.range.clone()],
+                        &self.lit.value()[a.range.clone()],
+                        &self.lit.value()[b.range.clone()],
+                    ),
+                ));
+            }
+        }
+        for (i, segment) in self.segments.iter().enumerate() {
+            let between = i > 0 && i + 1 < self.segments.len();
+            if let Segment::Text(text) = segment {
+                if between && text.starts_with('%') {
+                    return Err(syn::Error::new(
+                        self.lit.span(),
+                        "text between placeholders may not start with `%`: `%` escapes \
+                         characters inside the values; put another separator first, like `:%`",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The characters escaped inside interpolated values: the first character of the text
+    /// between each two placeholders (what marks where a value ends), and `%` (which starts an
+    /// escape), so distinct values always render distinct keys. Empty (nothing is escaped) when
+    /// there is at most one placeholder.
+    pub fn reserved(&self) -> String {
+        let mut reserved = String::new();
+        for (i, segment) in self.segments.iter().enumerate() {
+            let between = i > 0 && i + 1 < self.segments.len();
+            if let (true, Segment::Text(text)) = (between, segment) {
+                let first = text.chars().next().expect("text segments are not empty");
+                if !reserved.contains(first) {
+                    reserved.push(first);
+                }
+            }
+        }
+        if !reserved.is_empty() {
+            reserved.insert(0, '%');
+        }
+        reserved
     }
 
     pub fn placeholders(&self) -> impl Iterator<Item = &Placeholder> {
