@@ -1,18 +1,27 @@
 //! Where a store gets the time: the system clock, or a manual one for tests.
+//!
+//! A clock tells two times: the wall-clock time (`now`, for the times a store reports, such as
+//! when a lease ends) and a monotonic one (`monotonic`, for deciding whether a lease or a
+//! retention has run out). Only the monotonic time decides: a step of the wall clock (NTP, a VM
+//! resumed, an operator's `date -s`) neither frees a live claim nor keeps a dead one.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
-/// A source of wall-clock time for a store's leases and retention.
+/// A source of time for a store's leases and retention.
 ///
 /// Stores that keep time themselves (PostgreSQL uses the database's `now()`) do not need one.
 pub trait Clock: fmt::Debug + Send + Sync {
-    /// The current time.
+    /// The current wall-clock time, for the times a store reports.
     fn now(&self) -> SystemTime;
+
+    /// Time elapsed since an origin fixed for the clock, never going back and never jumping with
+    /// the wall clock: what decides whether a lease or a retention has run out.
+    fn monotonic(&self) -> Duration;
 }
 
-/// The operating system's clock.
+/// The operating system's clocks: [`SystemTime`] for reports, [`Instant`] for deciding.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
@@ -20,9 +29,16 @@ impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
         SystemTime::now()
     }
+
+    fn monotonic(&self) -> Duration {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        ORIGIN.get_or_init(Instant::now).elapsed()
+    }
 }
 
 /// A clock that only moves when told to, so lease expiry can be tested without sleeping.
+/// [`advance`](ManualClock::advance) moves both of its times; [`set_wall`](ManualClock::set_wall)
+/// steps only the wall clock, as NTP or a resumed VM does.
 ///
 /// Clones share one time.
 ///
@@ -37,7 +53,8 @@ impl Clock for SystemClock {
 /// ```
 #[derive(Debug, Clone)]
 pub struct ManualClock {
-    now: Arc<Mutex<SystemTime>>,
+    /// (wall clock, monotonic time).
+    now: Arc<Mutex<(SystemTime, Duration)>>,
 }
 
 impl ManualClock {
@@ -49,14 +66,24 @@ impl ManualClock {
     /// A clock standing at `at`.
     pub fn at(at: SystemTime) -> ManualClock {
         ManualClock {
-            now: Arc::new(Mutex::new(at)),
+            now: Arc::new(Mutex::new((at, Duration::ZERO))),
         }
     }
 
-    /// Moves the clock forward by `by`.
+    fn times(&self) -> std::sync::MutexGuard<'_, (SystemTime, Duration)> {
+        self.now.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lets `by` pass: both the wall clock and the monotonic time move forward.
     pub fn advance(&self, by: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
-        *now += by;
+        let mut now = self.times();
+        now.0 += by;
+        now.1 += by;
+    }
+
+    /// Steps the wall clock to `at` (forward or back) without any time passing.
+    pub fn set_wall(&self, at: SystemTime) {
+        self.times().0 = at;
     }
 }
 
@@ -68,6 +95,10 @@ impl Default for ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> SystemTime {
-        *self.now.lock().unwrap_or_else(|e| e.into_inner())
+        self.times().0
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.times().1
     }
 }

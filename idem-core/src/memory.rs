@@ -30,6 +30,10 @@ const AUTO_PURGE_FLOOR: usize = 1024;
 /// claims. Use a database-backed store (`idem-store-postgres`) when several processes or
 /// servers handle the same work.
 ///
+/// Leases and retention are judged on the clock's monotonic time ([`Clock::monotonic`]): a step
+/// of the wall clock (NTP, a resumed VM) neither frees a live claim nor keeps a dead one. The
+/// wall clock only dates what the store reports.
+///
 /// Expired records and journal entries are purged by [`Purge::purge_expired`], and
 /// automatically whenever the store has doubled in size since the last purge, so memory stays
 /// bounded by the live entries without a background task.
@@ -71,7 +75,8 @@ struct Map {
 #[derive(Debug, Clone)]
 struct Effect {
     entry: EffectEntry,
-    expires_at: SystemTime,
+    /// Monotonic time (see [`Now`]) at which the entry expires.
+    expires: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -81,23 +86,48 @@ struct Entry {
     state: State,
 }
 
+/// Deadlines are kept in monotonic time, so a step of the wall clock moves none of them; wall
+/// times are only reported.
 #[derive(Debug, Clone)]
 enum State {
     InProgress {
-        lease_expires_at: SystemTime,
+        /// Monotonic time at which the lease lapses.
+        lease_until: Duration,
     },
     Completed {
+        /// Reported: when it completed.
         completed_at: SystemTime,
-        expires_at: SystemTime,
+        /// Monotonic time of the completion, which `keep` counts from.
+        completed: Duration,
+        /// Monotonic time at which the record stops counting.
+        keep_until: Duration,
         output: Option<Vec<u8>>,
     },
 }
 
+/// The time of one store step: the wall clock, to report, and the monotonic time, to decide.
+#[derive(Debug, Clone, Copy)]
+struct Now {
+    wall: SystemTime,
+    mono: Duration,
+}
+
+impl Now {
+    /// The wall-clock time at which the monotonic time will be (or was) `mono`.
+    fn wall_at(self, mono: Duration) -> SystemTime {
+        if mono >= self.mono {
+            self.wall + (mono - self.mono)
+        } else {
+            self.wall - (self.mono - mono)
+        }
+    }
+}
+
 impl Entry {
-    fn is_expired(&self, now: SystemTime) -> bool {
+    fn is_expired(&self, now: Now) -> bool {
         match &self.state {
-            State::InProgress { lease_expires_at } => *lease_expires_at <= now,
-            State::Completed { expires_at, .. } => *expires_at <= now,
+            State::InProgress { lease_until } => *lease_until <= now.mono,
+            State::Completed { keep_until, .. } => *keep_until <= now.mono,
         }
     }
 }
@@ -143,8 +173,12 @@ impl MemoryStore {
         self.inner.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn now(&self) -> SystemTime {
-        self.inner.clock.now()
+    fn now(&self) -> Now {
+        let clock = &self.inner.clock;
+        Now {
+            wall: clock.now(),
+            mono: clock.monotonic(),
+        }
     }
 
     /// Applies `f` to the record for `key` if it holds `fence`, in one critical section.
@@ -195,16 +229,16 @@ impl Map {
 
     /// Purges everything expired once the maps have doubled since the last purge, so memory
     /// stays bounded by the live entries at an amortized O(1) per write.
-    fn purge_if_grown(&mut self, now: SystemTime) {
+    fn purge_if_grown(&mut self, now: Now) {
         if self.size() >= self.purge_at {
             self.purge(now, usize::MAX);
         }
     }
 
     /// Deletes up to `limit` expired records and up to `limit` expired journal entries.
-    fn purge(&mut self, now: SystemTime, limit: usize) -> u64 {
+    fn purge(&mut self, now: Now, limit: usize) -> u64 {
         let removed = remove_expired(&mut self.records, limit, |e| e.is_expired(now))
-            + remove_expired(&mut self.effects, limit, |e| e.expires_at <= now);
+            + remove_expired(&mut self.effects, limit, |e| e.expires <= now.mono);
         self.purge_at = (self.size() * 2).max(AUTO_PURGE_FLOOR);
         removed
     }
@@ -238,7 +272,7 @@ impl Store for MemoryStore {
         let now = self.now();
         let mut map = self.map();
         map.purge_if_grown(now);
-        let lease_expires_at = now + request.lease;
+        let lease_until = now.mono + request.lease;
         let taken_over = match map.records.get(request.key) {
             None => false,
             Some(entry) if entry.is_expired(now) => true,
@@ -247,8 +281,8 @@ impl Store for MemoryStore {
                     return Ok(Claim::Mismatch);
                 }
                 return Ok(match &entry.state {
-                    State::InProgress { lease_expires_at } => Claim::InProgress {
-                        lease_expires_at: *lease_expires_at,
+                    State::InProgress { lease_until } => Claim::InProgress {
+                        lease_expires_at: now.wall_at(*lease_until),
                     },
                     State::Completed {
                         completed_at,
@@ -267,12 +301,12 @@ impl Store for MemoryStore {
             Entry {
                 fence,
                 fingerprint: request.fingerprint.cloned(),
-                state: State::InProgress { lease_expires_at },
+                state: State::InProgress { lease_until },
             },
         );
         Ok(Claim::Acquired {
             fence,
-            lease_expires_at,
+            lease_expires_at: now.wall_at(lease_until),
             taken_over,
         })
     }
@@ -285,14 +319,19 @@ impl Store for MemoryStore {
     ) -> Result<Fenced, StoreError> {
         let now = self.now();
         Ok(self.fenced(key, fence, |entry| {
-            let completed_at = match &entry.state {
+            let (completed_at, completed) = match &entry.state {
                 // A repeated completion keeps the first completion time.
-                State::Completed { completed_at, .. } => *completed_at,
-                State::InProgress { .. } => now,
+                State::Completed {
+                    completed_at,
+                    completed,
+                    ..
+                } => (*completed_at, *completed),
+                State::InProgress { .. } => (now.wall, now.mono),
             };
             entry.state = State::Completed {
                 completed_at,
-                expires_at: completed_at + completion.keep,
+                completed,
+                keep_until: completed + completion.keep,
                 output: completion.output.map(<[u8]>::to_vec),
             };
             After::Keep
@@ -306,8 +345,8 @@ impl Store for MemoryStore {
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
         let now = self.now();
         Ok(self.fenced(key, fence, |entry| match &mut entry.state {
-            State::InProgress { lease_expires_at } => {
-                *lease_expires_at = now + lease;
+            State::InProgress { lease_until } => {
+                *lease_until = now.mono + lease;
                 After::Keep
             }
             State::Completed { .. } => After::Refuse,
@@ -315,22 +354,24 @@ impl Store for MemoryStore {
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+        let now = self.now();
         let map = self.map();
         Ok(map.records.get(key).map(|entry| Record {
             key: key.clone(),
             fence: entry.fence,
             fingerprint: entry.fingerprint.clone(),
             state: match &entry.state {
-                State::InProgress { lease_expires_at } => RecordState::InProgress {
-                    lease_expires_at: *lease_expires_at,
+                State::InProgress { lease_until } => RecordState::InProgress {
+                    lease_expires_at: now.wall_at(*lease_until),
                 },
                 State::Completed {
                     completed_at,
-                    expires_at,
+                    keep_until,
                     output,
+                    ..
                 } => RecordState::Completed {
                     completed_at: *completed_at,
-                    expires_at: *expires_at,
+                    expires_at: now.wall_at(*keep_until),
                     output: output.clone(),
                 },
             },
@@ -343,7 +384,7 @@ impl Store for MemoryStore {
         Ok(map
             .effects
             .get(&(key.clone(), effect.to_owned()))
-            .filter(|e| e.expires_at > now)
+            .filter(|e| e.expires > now.mono)
             .map(|e| e.entry.clone()))
     }
 
@@ -364,7 +405,7 @@ impl Store for MemoryStore {
             return Ok(Fenced::Lost);
         }
         let id = (key.clone(), record.effect.to_owned());
-        if matches!(map.effects.get(&id), Some(e) if e.entry.state == EffectState::Done && e.expires_at > now)
+        if matches!(map.effects.get(&id), Some(e) if e.entry.state == EffectState::Done && e.expires > now.mono)
         {
             return Ok(Fenced::Lost);
         }
@@ -376,7 +417,7 @@ impl Store for MemoryStore {
                     output: record.output.map(<[u8]>::to_vec),
                     fence,
                 },
-                expires_at: now + record.keep,
+                expires: now.mono + record.keep,
             },
         );
         Ok(Fenced::Applied)
@@ -404,6 +445,71 @@ impl Purge for MemoryStore {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+
+    const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+    async fn claim(store: &MemoryStore, key: &Key, lease: Duration) -> Claim {
+        store
+            .claim(ClaimRequest {
+                key,
+                fingerprint: None,
+                lease,
+            })
+            .await
+            .unwrap()
+    }
+
+    /// A wall clock stepped a day forward (NTP, a resumed VM) does not free a live claim.
+    #[tokio::test]
+    async fn a_wall_clock_step_forward_does_not_free_a_live_claim() {
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let key = Key::new("live").unwrap();
+        assert!(matches!(
+            claim(&store, &key, Duration::from_secs(30)).await,
+            Claim::Acquired { .. }
+        ));
+        clock.set_wall(clock.now() + DAY);
+        assert!(matches!(
+            claim(&store, &key, Duration::from_secs(30)).await,
+            Claim::InProgress { .. }
+        ));
+        // Nor does it end a completed record's retention.
+        let done = Key::new("done").unwrap();
+        let Claim::Acquired { fence, .. } = claim(&store, &done, Duration::from_secs(30)).await
+        else {
+            panic!("acquire")
+        };
+        let completion = Completion {
+            output: None,
+            keep: Duration::from_secs(60),
+        };
+        let _ = store.complete(&done, fence, completion).await.unwrap();
+        clock.set_wall(clock.now() + DAY);
+        assert!(matches!(
+            claim(&store, &done, Duration::from_secs(30)).await,
+            Claim::Completed { .. }
+        ));
+    }
+
+    /// A wall clock stepped back does not keep a dead claim: once its lease has run out in
+    /// monotonic time, it is taken over.
+    #[tokio::test]
+    async fn a_wall_clock_step_back_does_not_keep_a_dead_claim() {
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let key = Key::new("dead").unwrap();
+        let _ = claim(&store, &key, Duration::from_secs(30)).await;
+        clock.advance(Duration::from_secs(31));
+        clock.set_wall(clock.now() - DAY);
+        assert!(matches!(
+            claim(&store, &key, Duration::from_secs(30)).await,
+            Claim::Acquired {
+                taken_over: true,
+                ..
+            }
+        ));
+    }
 
     /// Journal entries count toward the automatic purge, so a store whose records stay few but
     /// whose journal keeps growing still sheds expired entries.
