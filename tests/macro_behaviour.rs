@@ -481,3 +481,41 @@ fn errors_explain_themselves() {
     assert_eq!(source.to_string(), "boom");
     assert_eq!(handler.into_handler(), Some(MailError("boom")));
 }
+
+#[idempotent(key = "blocking:{id}", store = store, lease = "1s")]
+async fn blocks_its_thread(
+    store: &MemoryStore,
+    id: u32,
+    runs: &AtomicU32,
+) -> Result<(), MailError> {
+    let _ = id;
+    runs.fetch_add(1, Ordering::SeqCst);
+    // A synchronous client, or `std::thread::sleep`: the task is not polled for three leases.
+    std::thread::sleep(Duration::from_secs(3));
+    Ok(())
+}
+
+/// Regression: a body that blocked its thread for 3 s with a 1 s lease lost its lease (renewal
+/// ran in the body's task) and a second delivery ran the body again. Renewal runs on a task of
+/// its own, which another worker runs meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_blocks_its_thread_keeps_its_lease() {
+    let store = Arc::new(MemoryStore::new());
+    let runs = Arc::new(AtomicU32::new(0));
+    let first = tokio::spawn({
+        let (store, runs) = (store.clone(), runs.clone());
+        async move { blocks_its_thread(&store, 1, &runs).await }
+    });
+    until(|| runs.load(Ordering::SeqCst) == 1).await;
+    // Deliveries while the first run blocks its worker, each past another lease of real time.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let again = blocks_its_thread(&store, 1, &runs).await.unwrap();
+        assert!(
+            again.is_in_progress() || again.is_duplicate(),
+            "got {again:?}"
+        );
+    }
+    assert!(first.await.unwrap().unwrap().is_executed());
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+}

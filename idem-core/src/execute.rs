@@ -8,7 +8,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::panic::{resume_unwind, AssertUnwindSafe};
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -265,15 +265,11 @@ impl<S: Store + ?Sized> Claimed<'_, S> {
         // Until the claim is settled (completed or released), dropping this future abandons it.
         let guard = AbandonGuard { claim: &self };
         let lease = &self.lease;
-        let context = CallContext::new(lease.key.clone(), lease.fence, lease.store.shared());
+        let shared = lease.store.shared();
+        let context = CallContext::new(lease.key.clone(), lease.fence, shared.clone());
         let result = {
-            let mut work = pin!(CatchUnwind(context.scope(work)));
-            let mut renew = pin!(lease.keep_renewed());
-            tokio::select! {
-                biased;
-                result = &mut work => result,
-                never = &mut renew => match never {},
-            }
+            let _renewal = lease.renew_in_background(shared).await;
+            CatchUnwind(context.scope(work)).await
         };
         let settled = match result {
             Err(panic) => {
