@@ -24,7 +24,6 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use idem_store_postgres::queue::{EnqueueError, Job, JobState, NewJob, Queue};
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::PgStore;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -178,37 +177,37 @@ async fn shutdown_signal() {
     }
 }
 
+/// Respond fast, work later. Unknown flags and missing values exit with status 2 and the usage.
+#[derive(Debug, clap::Parser)]
+#[command(about = "POST /work answers 202 at once; workers run each item once")]
+struct Args {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:5001")]
+    addr: String,
+    /// The PostgreSQL database that keeps the queue (required: there is no embedded queue).
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// The schema of the queue's tables.
+    #[arg(long, default_value = "public")]
+    schema: String,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// How long each job's work takes (ms).
+    #[arg(long, default_value_t = 200)]
+    work_ms: u64,
+    /// Attempts per job before it is dead-lettered.
+    #[arg(long, default_value_t = 5)]
+    max_attempts: u32,
+}
+
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let number = |name: &str, default: u64| {
-        flag(name).map_or(default, |v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} must be a number, not {v:?}"))
-        })
-    };
-    let addr = flag("--addr").unwrap_or_else(|| "127.0.0.1:5001".into());
-    let Some(database_url) = flag("--database-url") else {
-        eprintln!(
-            "accept_then_work keeps its queue in PostgreSQL: pass --database-url postgres://.."
-        );
-        std::process::exit(2);
-    };
-    let workers = number("--workers", 4) as usize;
-    let work_ms = number("--work-ms", 200);
-
-    let pool = PgPoolOptions::new()
-        .max_connections(workers as u32 + 8)
-        .connect(&database_url)
-        .await
-        .expect("connect to --database-url");
+    let args: Args = clap::Parser::parse();
+    let (addr, workers, work_ms) = (args.addr, args.workers, args.work_ms);
+    let pool = idem_examples::connect(&args.database_url, workers as u32 + 8).await;
     let store = PgStore::builder(pool)
-        .schema(flag("--schema").unwrap_or_else(|| "public".into()))
+        .schema(args.schema)
         // One statement per round trip for the workers' claims and completions.
         .dedicated_connections(workers + 2)
         .build()
@@ -216,7 +215,7 @@ async fn main() {
     store.migrate().await.expect("migrate");
     let app = Arc::new(App {
         queue: Queue::new(&store),
-        max_attempts: number("--max-attempts", 5) as u32,
+        max_attempts: args.max_attempts,
         runs: AtomicU64::new(0),
     });
 

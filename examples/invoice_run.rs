@@ -95,8 +95,14 @@ async fn run() -> (u32, u32) {
 
 #[tokio::main]
 async fn main() {
+    let Args {} = clap::Parser::parse();
     run().await;
 }
+
+/// The story takes no flags: an unknown flag exits with status 2 and the usage.
+#[derive(Debug, clap::Parser)]
+#[command(about = "The article's opening story, compressed in time")]
+struct Args {}
 
 #[cfg(test)]
 mod tests {

@@ -169,19 +169,14 @@ async fn demo() -> Value {
 }
 
 /// `payments job ...`: only the job, against PostgreSQL, for the kill test.
-async fn job(args: &[String]) {
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let provider = flag("--provider").expect("--provider URL");
-    let url = flag("--database-url").expect("--database-url URL");
-    let schema = flag("--schema").unwrap_or_else(|| "public".into());
-    let pause_after = flag("--pause-after").map(|n| n.parse().expect("--pause-after N"));
-    let pool = idem_store_postgres::sqlx::PgPool::connect(&url)
-        .await
-        .expect("connect");
+async fn job(args: JobArgs) {
+    let JobArgs {
+        provider,
+        database_url,
+        schema,
+        pause_after,
+    } = args;
+    let pool = idem_examples::connect(&database_url, 4).await;
     let store = idem_store_postgres::PgStore::builder(pool)
         .schema(schema)
         .build()
@@ -197,18 +192,50 @@ async fn job(args: &[String]) {
     }
 }
 
+/// The demo (no command), or one of its parts as a process of its own.
+#[derive(Debug, clap::Parser)]
+#[command(about = "Keys to providers and a journaled receipt")]
+struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Only the job, against PostgreSQL (for the kill test).
+    Job(JobArgs),
+    /// Only the fake payment provider; prints `PROVIDER <url>`.
+    Provider,
+}
+
+#[derive(Debug, clap::Args)]
+struct JobArgs {
+    /// The provider's base URL.
+    #[arg(long)]
+    provider: String,
+    /// The PostgreSQL database that keeps the keys and the journal.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// The schema of idem's tables.
+    #[arg(long, default_value = "public")]
+    schema: String,
+    /// Stop (hang) after this many charges, to be killed mid-run.
+    #[arg(long)]
+    pause_after: Option<usize>,
+}
+
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    match args.get(1).map(String::as_str) {
-        Some("job") => job(&args[2..]).await,
-        Some("provider") => {
+    let args: Args = clap::Parser::parse();
+    match args.command {
+        Some(Command::Job(job_args)) => job(job_args).await,
+        Some(Command::Provider) => {
             let (base, _provider) = start_provider().await;
             println!("PROVIDER {base}");
             std::io::stdout().flush().ok();
             std::future::pending::<()>().await;
         }
-        _ => {
+        None => {
             demo().await;
         }
     }

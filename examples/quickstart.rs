@@ -100,8 +100,15 @@ async fn scenario() -> (Vec<String>, u32) {
     (statuses, sent)
 }
 
+/// The quickstart takes no flags (set `RUST_LOG=info` to see each call's span): an unknown flag
+/// exits with status 2 and the usage.
+#[derive(Debug, clap::Parser)]
+#[command(about = "idem's quickstart on the embedded store")]
+struct Args {}
+
 #[tokio::main]
 async fn main() {
+    let Args {} = clap::Parser::parse();
     if std::env::var_os("RUST_LOG").is_some() {
         // One line per call as its span closes, with the key, fence and outcome.
         tracing_subscriber::fmt()

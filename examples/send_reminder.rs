@@ -20,7 +20,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use idem_core::{idempotent, Error, MemoryStore, Outcome, Store};
-use idem_store_postgres::{sqlx::PgPool, PgStore};
+use idem_store_postgres::PgStore;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -124,14 +124,13 @@ fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// The embedded store, or PostgreSQL when a URL is given.
+/// The embedded store, or PostgreSQL when a URL is given (an unreachable one exits at once,
+/// naming the address: never a silent fallback to the embedded store).
 async fn store(database_url: Option<&str>) -> Arc<dyn Store> {
     match database_url {
         None => Arc::new(MemoryStore::new()),
         Some(url) => {
-            let pool = PgPool::connect(url)
-                .await
-                .expect("connect to --database-url");
+            let pool = idem_examples::connect(url, 16).await;
             let store = PgStore::builder(pool)
                 .dedicated_connections(8)
                 .build()
@@ -142,16 +141,22 @@ async fn store(database_url: Option<&str>) -> Arc<dyn Store> {
     }
 }
 
+/// The article's endpoint. Unknown flags and missing values exit with status 2 and the usage.
+#[derive(Debug, clap::Parser)]
+#[command(about = "The article's endpoint: POST /jobs/send-reminder, idempotent on job_key")]
+struct Args {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:5000")]
+    addr: String,
+    /// Keep the keys in PostgreSQL (shared by every server on it); without it, in the embedded
+    /// store of this process.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+}
+
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let addr = flag("--addr").unwrap_or_else(|| "127.0.0.1:5000".into());
-    let database_url = flag("--database-url");
+    let Args { addr, database_url } = clap::Parser::parse();
     let app = Arc::new(App {
         store: store(database_url.as_deref()).await,
         emails_sent: AtomicU64::new(0),

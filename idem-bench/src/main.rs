@@ -20,56 +20,41 @@ use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use idem_testdb::Cluster;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use workload::{Measured, Mode, EXISTING_KEYS};
 
+/// The PostgreSQL load benchmark. Unknown flags exit with status 2 and the usage.
+#[derive(Debug, clap::Parser)]
+#[command(about = "idem on PostgreSQL against pgbench, the concurrency sweep, and purge")]
 struct Args {
+    /// Concurrent callers of the main table.
+    #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Calls per row of the main table.
+    #[arg(long, default_value_t = 20_000)]
     calls: u64,
+    /// Caller counts of the concurrency sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
     sweep: Vec<u32>,
+    /// Calls per point of the sweep (at least 50 per caller).
+    #[arg(long, default_value_t = 4_000)]
     sweep_calls: u64,
+    /// Rows of the large table for the claim-latency row.
+    #[arg(long, default_value_t = 10_000_000)]
     large_rows: u64,
+    /// Expired rows to purge.
+    #[arg(long, default_value_t = 1_000_000)]
     purge_rows: u64,
+    /// Where to draw the plot.
+    #[arg(long, default_value = "BENCHMARKS-throughput.png")]
     plot: PathBuf,
+    /// A server to use (with `pg_stat_statements`); without it a throwaway one is started.
+    #[arg(long)]
     database_url: Option<String>,
+    /// Only the main table.
+    #[arg(long = "main-only")]
     quick: bool,
-}
-
-fn parse_args() -> Args {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let map: HashMap<String, String> = argv
-        .chunks(2)
-        .map(|pair| {
-            (
-                pair[0].trim_start_matches("--").to_owned(),
-                pair.get(1).cloned().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let num = |name: &str, default: u64| -> u64 {
-        map.get(name).map_or(default, |v| {
-            v.parse().unwrap_or_else(|_| panic!("--{name}: a number"))
-        })
-    };
-    Args {
-        concurrency: num("concurrency", 16) as usize,
-        calls: num("calls", 20_000),
-        sweep: map.get("sweep").map_or(vec![1, 2, 4, 8, 16, 32, 64], |v| {
-            v.split(',')
-                .map(|s| s.parse().expect("--sweep: numbers"))
-                .collect()
-        }),
-        sweep_calls: num("sweep-calls", 4_000),
-        large_rows: num("large-rows", 10_000_000),
-        purge_rows: num("purge-rows", 1_000_000),
-        plot: map
-            .get("plot")
-            .map_or("BENCHMARKS-throughput.png".into(), PathBuf::from),
-        database_url: map.get("database-url").cloned(),
-        quick: map.contains_key("main-only"),
-    }
 }
 
 /// A schema with an idem table holding `EXISTING_KEYS` completed keys, and the hand-written
@@ -377,7 +362,7 @@ async fn claim_latency(pool: &PgPool, rows: u64) -> (f64, f64, f64, f64) {
 
 #[tokio::main]
 async fn main() {
-    let args = parse_args();
+    let args: Args = clap::Parser::parse();
     let cluster;
     let url = match &args.database_url {
         Some(url) => url.clone(),

@@ -17,44 +17,26 @@ use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use idem_testdb::Cluster;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The work queue against the article's hand-written loop. Unknown flags exit with status 2.
+#[derive(Debug, clap::Parser)]
+#[command(about = "The work queue's throughput against a hand-written SKIP LOCKED loop")]
 struct Args {
+    /// Jobs per run.
+    #[arg(long, default_value_t = 20_000)]
     items: u64,
+    /// Worker counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     workers: Vec<usize>,
+    /// The hand-written loop's batch size.
+    #[arg(long, default_value_t = 10)]
     batch: i64,
+    /// A server to use (with `pg_stat_statements`); without it a throwaway one is started.
+    #[arg(long)]
     database_url: Option<String>,
-}
-
-fn parse_args() -> Args {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let map: HashMap<String, String> = argv
-        .chunks(2)
-        .map(|p| {
-            (
-                p[0].trim_start_matches("--").to_owned(),
-                p.get(1).cloned().unwrap_or_default(),
-            )
-        })
-        .collect();
-    let num = |name: &str, default: u64| {
-        map.get(name).map_or(default, |v| {
-            v.parse().unwrap_or_else(|_| panic!("--{name}: a number"))
-        })
-    };
-    Args {
-        items: num("items", 20_000),
-        workers: map.get("workers").map_or(vec![1, 2, 4, 8], |v| {
-            v.split(',')
-                .map(|s| s.parse().expect("--workers: numbers"))
-                .collect()
-        }),
-        batch: num("batch", 10) as i64,
-        database_url: map.get("database-url").cloned(),
-    }
 }
 
 async fn fresh_schema(pool: &PgPool, name: &str) {
@@ -176,7 +158,7 @@ async fn fill_by_hand(pool: &PgPool, schema: &str, items: u64) {
 
 #[tokio::main]
 async fn main() {
-    let args = parse_args();
+    let args: Args = clap::Parser::parse();
     let cluster;
     let url = match &args.database_url {
         Some(url) => url.clone(),

@@ -5,23 +5,24 @@ use idem_testdb::Cluster;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// Throwaway PostgreSQL clusters. Unknown commands exit with status 2 and the usage.
+#[derive(Debug, clap::Parser)]
+#[command(about = "Throwaway PostgreSQL clusters for idem's tests")]
+enum Command {
+    /// Create a cluster in DIR, start it, and print its URL.
+    Start { dir: PathBuf },
+    /// Stop the cluster in DIR.
+    Stop { dir: PathBuf },
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.as_slice() {
-        [command, dir] if command == "start" => {
-            Cluster::init(&PathBuf::from(dir)).and_then(|cluster| {
-                cluster.start_again()?;
-                println!("{}", cluster.url());
-                Ok(())
-            })
-        }
-        [command, dir] if command == "stop" => {
-            Cluster::open(&PathBuf::from(dir)).and_then(|cluster| cluster.stop())
-        }
-        _ => {
-            eprintln!("usage: idem-testdb start DIR | idem-testdb stop DIR");
-            return ExitCode::from(2);
-        }
+    let result = match clap::Parser::parse() {
+        Command::Start { dir } => Cluster::init(&dir).and_then(|cluster| {
+            cluster.start_again()?;
+            println!("{}", cluster.url());
+            Ok(())
+        }),
+        Command::Stop { dir } => Cluster::open(&dir).and_then(|cluster| cluster.stop()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,111 @@
+//! The examples' flags fail closed: a misspelled flag, a flag without its value or a missing
+//! required one exits with status 2 and the usage, both `--flag value` and `--flag=value` work,
+//! and an unreachable database ends the process at once with the address and the error (never a
+//! silent fallback to the embedded store, where two servers would each send the same email).
+
+mod example_process;
+
+use example_process::example_binary;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs example `name` with `args` (and no `DATABASE_URL`), giving it `limit` to exit.
+fn run(name: &str, args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(example_binary(name))
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the example");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{name} {args:?} was still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+const QUICK: Duration = Duration::from_secs(20);
+
+#[test]
+fn a_misspelled_flag_exits_2_with_usage() {
+    for (name, args) in [
+        ("send_reminder", &["--databse-url", "postgres://x"][..]),
+        (
+            "accept_then_work",
+            &["--database-url", "postgres://x", "--wokers", "2"][..],
+        ),
+        ("quickstart", &["--verbose"][..]),
+        ("invoice_run", &["--fast"][..]),
+        ("payments", &["--provider", "http://x"][..]),
+    ] {
+        let output = run(name, args, QUICK);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{name} {args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("Usage"),
+            "{name}: {}",
+            stderr(&output)
+        );
+    }
+}
+
+#[test]
+fn a_flag_without_its_value_exits_2() {
+    let output = run("send_reminder", &["--database-url"], QUICK);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--database-url"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn the_queue_example_requires_a_database() {
+    let output = run("accept_then_work", &["--addr", "127.0.0.1:0"], QUICK);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--database-url"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// `--flag=value` is read (it used to be ignored, silently running the embedded store), and an
+/// unreachable server ends the process with its address and the connection error, well before
+/// a pool's 30 s timeout.
+#[test]
+fn an_unreachable_database_fails_at_once_naming_it() {
+    for args in [
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--database-url=postgres://postgres@127.0.0.1:1/nowhere",
+        ][..],
+        &[
+            "--addr",
+            "127.0.0.1:0",
+            "--database-url",
+            "postgres://postgres@127.0.0.1:1/nowhere",
+        ][..],
+    ] {
+        let output = run("send_reminder", args, QUICK);
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {text}");
+        assert!(text.contains("127.0.0.1:1"), "names the address: {text}");
+        assert!(text.to_lowercase().contains("refused"), "says why: {text}");
+    }
+}
