@@ -16,7 +16,8 @@
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use idem_core::{idempotent, Error, MemoryStore, Outcome, Store};
@@ -50,23 +51,28 @@ impl std::fmt::Display for MailError {
     }
 }
 
-/// The handler. Concurrent deliveries of one key wait for the first and answer "duplicate".
-#[idempotent(key = "{job_key}", store = app.store, wait = "10s")]
+/// How long a delivery waits for a concurrent one of the same key (the attribute's `wait`).
+const WAIT: Duration = Duration::from_secs(3);
+
+/// The handler. Concurrent deliveries of one key wait for the first and answer "duplicate". The
+/// key says which work this is; `fingerprint(user_id)` checks what the key does not say, so a
+/// key reused for another user is refused instead of answered as a duplicate (that user would
+/// never get the email).
+#[idempotent(key = "{job_key}", store = app.store, wait = "3s", fingerprint(user_id))]
 async fn send_reminder(app: &App, job_key: &str, user_id: u64) -> Result<(), MailError> {
-    tokio::time::sleep(Duration::from_millis(50)).await; // the email API call
+    tokio::time::sleep(Duration::from_millis(50)).await; // the email API call, to `user_id`
     app.emails_sent.fetch_add(1, Ordering::SeqCst);
-    let _ = user_id;
     Ok(())
 }
 
-fn answer(status: StatusCode, body: Value) -> (StatusCode, Json<Value>) {
-    (status, Json(body))
+fn answer(status: StatusCode, body: Value) -> Response {
+    (status, Json(body)).into_response()
 }
 
 async fn send_reminder_endpoint(
     State(app): State<Arc<App>>,
     job: Result<Json<Job>, JsonRejection>,
-) -> (StatusCode, Json<Value>) {
+) -> Response {
     let job = match job {
         Ok(Json(job)) => job,
         // Malformed JSON (400), a missing field or a wrong type (422), a wrong content type
@@ -90,9 +96,34 @@ async fn send_reminder_endpoint(
         Ok(Outcome::Duplicate { .. }) => {
             answer(StatusCode::OK, json!({ "status": "duplicate, skipped" }))
         }
-        Ok(Outcome::InProgress { .. }) => answer(
-            StatusCode::CONFLICT,
-            json!({ "status": "in progress elsewhere; retry later" }),
+        // Still running elsewhere after waiting: not done, so not a 2xx; say when to retry.
+        Ok(Outcome::InProgress { lease_expires_at }) => {
+            let retry_after = lease_expires_at
+                .duration_since(std::time::SystemTime::now())
+                .map_or(1, |left| left.as_secs().max(1));
+            let body = json!({
+                "error": format!(
+                    "job_key {:?} is still being worked on by another delivery after waiting \
+                     {WAIT:?}; retry after {retry_after} s",
+                    job.job_key
+                ),
+                "retry_after_seconds": retry_after,
+            });
+            (
+                StatusCode::CONFLICT,
+                [(header::RETRY_AFTER, retry_after.to_string())],
+                Json(body),
+            )
+                .into_response()
+        }
+        Err(Error::KeyReused { key }) => answer(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            json!({
+                "error": format!(
+                    "job_key {key:?} was already used with another user_id; nothing was sent. \
+                     A job_key names one piece of work: use a new one for new work"
+                )
+            }),
         ),
         Err(Error::InvalidKey(e)) => answer(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -299,5 +330,64 @@ mod tests {
             );
         }
         assert_eq!(emails_sent(&base).await, 0, "nothing was sent");
+    }
+
+    /// Regression: `{"job_key":"reuse-1","user_id":7}` after user 42 was sent under that key
+    /// answered "duplicate, skipped", and user 7 never got the email. The key is fingerprinted
+    /// with `user_id`: reused for another user, it is refused with a 422 that says why.
+    #[tokio::test]
+    async fn a_key_reused_for_another_user_is_refused() {
+        let (base, _) = start(Arc::new(MemoryStore::new())).await;
+        let first = json!({ "job_key": "reuse-1", "user_id": 42 }).to_string();
+        assert_eq!(post(&base, first.clone()).await.0, 200);
+        let (code, answer) = post(&base, first).await;
+        assert_eq!(
+            (code, answer["status"].as_str()),
+            (200, Some("duplicate, skipped"))
+        );
+        let other = json!({ "job_key": "reuse-1", "user_id": 7 }).to_string();
+        let (code, answer) = post(&base, other).await;
+        assert_eq!(code, 422, "{answer}");
+        assert!(
+            answer["error"].as_str().unwrap().contains("user_id"),
+            "{answer}"
+        );
+        assert_eq!(emails_sent(&base).await, 1);
+    }
+
+    /// A key another delivery still holds after the wait is not done: 409, with `Retry-After`
+    /// and a JSON body, never a 2xx (which would tell the caller it was sent).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn still_in_progress_after_waiting_is_a_409_with_retry_after() {
+        let store = Arc::new(MemoryStore::new());
+        let key = idem_core::Key::new("held-1").unwrap();
+        let held = store
+            .claim(idem_core::ClaimRequest {
+                key: &key,
+                fingerprint: None,
+                lease: Duration::from_secs(60),
+            })
+            .await
+            .unwrap();
+        assert!(matches!(held, idem_core::Claim::Acquired { .. }));
+        let (base, _) = start(store).await;
+        let response = reqwest::Client::new()
+            .post(format!("{base}/jobs/send-reminder"))
+            .header("content-type", "application/json")
+            .body(json!({ "job_key": "held-1", "user_id": 1 }).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 409);
+        let retry_after: u64 = response.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&retry_after), "Retry-After {retry_after}");
+        let body: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+        assert_eq!(body["retry_after_seconds"].as_u64(), Some(retry_after));
+        assert!(body["error"].as_str().unwrap().contains("held-1"), "{body}");
+        assert_eq!(emails_sent(&base).await, 0);
     }
 }
