@@ -20,6 +20,14 @@ struct Server {
     schema: String,
 }
 
+/// A failing test must not leave the server running (it would hold the test run's output open).
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn start(schema: &str) -> Server {
     let mut child = Command::new(example_binary("accept_then_work"))
         .args([
@@ -120,6 +128,15 @@ async fn accepts_at_once_runs_each_item_once_and_refuses_bad_input() {
         (json!({"key": "", "payload": {}}).to_string(), 422),
         (json!({"key": too_long, "payload": {}}).to_string(), 422),
         (json!({"key": "a\nb", "payload": {}}).to_string(), 422),
+        // What PostgreSQL's jsonb cannot store, or cannot store as sent: a 422, not a 503.
+        (
+            json!({"key": "item:nul", "payload": {"note": "a\u{0}b"}}).to_string(),
+            422,
+        ),
+        (
+            r#"{"key":"item:huge","payload":{"n":123456789012345678901234567890}}"#.to_owned(),
+            422,
+        ),
         (
             json!({"key": "item:y", "payload": {}, "extra": 1}).to_string(),
             422,

@@ -705,3 +705,27 @@ async fn the_journal_skips_a_done_effect_when_a_job_is_retried() {
     );
     assert_eq!(*seen.lock().unwrap(), ["ran ch_900", "skipped ch_900"]);
 }
+
+/// What jsonb cannot store, or cannot store as sent, is refused before anything is stored, with
+/// a message that says where (regression: a NUL character was a 503 from the database, and a
+/// huge integer was silently rounded).
+#[test]
+fn payloads_that_cannot_be_stored_exactly_are_refused() {
+    let refused = |payload: serde_json::Value| match NewJob::new("k", &payload) {
+        Err(EnqueueError::Payload(e)) => e.to_string(),
+        other => panic!("expected a payload error for {payload}, got {other:?}"),
+    };
+    assert!(refused(json!({"a": ["x", "b\u{0}"]})).contains("$.a[1]"));
+    assert!(refused(json!({"k\u{0}": 1})).contains("NUL"));
+    let huge: serde_json::Value =
+        serde_json::from_str(r#"{"n": 123456789012345678901234567890}"#).unwrap();
+    assert!(refused(huge).contains("$.n"));
+    // Exact values are kept: 64-bit integers, ordinary floats, text.
+    for fine in [
+        json!({"n": u64::MAX, "m": i64::MIN}),
+        json!({"x": 0.1, "y": -2.5e15}),
+        json!("plain"),
+    ] {
+        assert!(NewJob::new("k", &fine).is_ok(), "{fine}");
+    }
+}

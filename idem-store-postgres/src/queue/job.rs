@@ -39,7 +39,10 @@ pub struct NewJob {
 impl NewJob {
     /// A job keyed `key` carrying `payload` (any `Serialize` value, stored as `jsonb`). Fails
     /// for an invalid key (empty, too long, control characters) or a payload that cannot be
-    /// JSON; nothing is stored either way.
+    /// stored exactly ([`EnqueueError::Payload`], naming where): one that cannot be JSON, a
+    /// string with a NUL character (`\u0000`, which `jsonb` refuses), or a whole number beyond
+    /// ±2^53 that JSON parsing has already rounded (send such numbers as strings). Nothing is
+    /// stored either way.
     pub fn new<K, P>(key: K, payload: &P) -> Result<NewJob, EnqueueError>
     where
         K: TryInto<Key>,
@@ -49,7 +52,11 @@ impl NewJob {
         let key = key
             .try_into()
             .map_err(|e| EnqueueError::InvalidKey(InvalidKey::from(e)))?;
-        let payload = serde_json::to_string(payload).map_err(EnqueueError::Payload)?;
+        let value = serde_json::to_value(payload).map_err(EnqueueError::Payload)?;
+        check_storable(&value, &mut String::from("$")).map_err(|problem| {
+            EnqueueError::Payload(<serde_json::Error as serde::ser::Error>::custom(problem))
+        })?;
+        let payload = serde_json::to_string(&value).map_err(EnqueueError::Payload)?;
         Ok(NewJob {
             key,
             payload,
@@ -108,13 +115,58 @@ impl Enqueued {
     }
 }
 
+/// The largest integer a JSON number keeps exactly once parsed as a float: 2^53.
+const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
+
+/// Refuses what `jsonb` cannot store, or cannot store as it was meant: a NUL character in a
+/// string or key, and a whole number beyond ±2^53 held as a float (it was rounded when parsed).
+/// `path` is where in the payload the walk is (`$.a[2]`), for the message.
+fn check_storable(value: &Value, path: &mut String) -> Result<(), String> {
+    let nul = |path: &str| {
+        format!(
+            "the payload holds a NUL character (\\u0000) at {path}, which PostgreSQL's jsonb \
+             cannot store"
+        )
+    };
+    match value {
+        Value::String(s) if s.contains('\0') => Err(nul(path)),
+        Value::Number(n) => match n.as_f64() {
+            Some(x) if n.is_f64() && x.fract() == 0.0 && x.abs() >= EXACT_INTEGERS => Err(format!(
+                "the payload holds the number {n} at {path}, a whole number too large to be kept \
+                 exact (beyond ±2^53); send it as a string"
+            )),
+            _ => Ok(()),
+        },
+        Value::Array(items) => items.iter().enumerate().try_for_each(|(i, item)| {
+            let len = path.len();
+            path.push_str(&format!("[{i}]"));
+            let checked = check_storable(item, path);
+            path.truncate(len);
+            checked
+        }),
+        Value::Object(fields) => fields.iter().try_for_each(|(name, item)| {
+            let len = path.len();
+            path.push_str(&format!(".{name}"));
+            let checked = if name.contains('\0') {
+                Err(nul(path))
+            } else {
+                check_storable(item, path)
+            };
+            path.truncate(len);
+            checked
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Why a job was not enqueued. Nothing was stored.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum EnqueueError {
     /// The key is empty, too long or has control characters.
     InvalidKey(InvalidKey),
-    /// The payload could not be serialized as JSON.
+    /// The payload cannot be stored as it is: not JSON, a NUL character, or a whole number too
+    /// large to be exact. The message says where.
     Payload(serde_json::Error),
     /// A job with this key is stored with a different payload: the key names other work. Use a
     /// key that tells the two apart.
@@ -131,7 +183,7 @@ impl fmt::Display for EnqueueError {
         match self {
             EnqueueError::InvalidKey(e) => write!(f, "job not enqueued: {e}"),
             EnqueueError::Payload(e) => {
-                write!(f, "job not enqueued: its payload cannot be JSON: {e}")
+                write!(f, "job not enqueued: its payload cannot be stored: {e}")
             }
             EnqueueError::KeyReused { key } => write!(
                 f,
