@@ -234,8 +234,7 @@ async fn main() {
         "LISTENING http://{} ({workers} workers)",
         listener.local_addr().expect("local address")
     );
-    axum::serve(listener, router(app))
-        .with_graceful_shutdown(shutdown_signal())
+    idem_examples::serve(listener, router(app), shutdown_signal(), SHUTDOWN_DEADLINE)
         .await
         .expect("serve");
     let report = running.shutdown(SHUTDOWN_DEADLINE).await;

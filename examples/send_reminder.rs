@@ -203,7 +203,12 @@ async fn main() {
             "embedded"
         }
     );
-    axum::serve(listener, router(app)).await.expect("serve");
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    idem_examples::serve(listener, router(app), stop, Duration::from_secs(5))
+        .await
+        .expect("serve");
 }
 
 #[cfg(test)]
@@ -217,7 +222,12 @@ mod tests {
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let server = axum::serve(listener, router(app.clone()));
+        let server = idem_examples::serve(
+            listener,
+            router(app.clone()),
+            std::future::pending(),
+            Duration::ZERO,
+        );
         tokio::spawn(async move { server.await.expect("serve") });
         (base, app)
     }
@@ -389,5 +399,55 @@ mod tests {
         assert_eq!(body["retry_after_seconds"].as_u64(), Some(retry_after));
         assert!(body["error"].as_str().unwrap().contains("held-1"), "{body}");
         assert_eq!(emails_sent(&base).await, 0);
+    }
+
+    /// Slow or idle clients are cut off (regression: a client that sent half its headers held
+    /// the connection for 75 s and more): no headers within the header timeout, and the server
+    /// closes the connection.
+    #[tokio::test]
+    async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (base, _) = start(Arc::new(MemoryStore::new())).await;
+        let mut stream = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+            .await
+            .unwrap();
+        stream
+            .write_all(b"POST /jobs/send-reminder HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(
+            idem_examples::HEADER_READ_TIMEOUT * 4,
+            stream.read_to_end(&mut rest),
+        )
+        .await;
+        assert!(closed.is_ok(), "the half-open connection was still held");
+    }
+
+    /// A body that never arrives fails the request with a 4xx instead of holding it open.
+    #[tokio::test]
+    async fn a_client_that_never_sends_its_body_gets_an_error() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (base, _) = start(Arc::new(MemoryStore::new())).await;
+        let mut stream = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+            .await
+            .unwrap();
+        stream
+            .write_all(
+                b"POST /jobs/send-reminder HTTP/1.1\r\nhost: x\r\n\
+                  content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"job_key\"",
+            )
+            .await
+            .unwrap();
+        let mut answer = vec![0u8; 1024];
+        let read = tokio::time::timeout(
+            idem_examples::BODY_READ_TIMEOUT * 3,
+            stream.read(&mut answer),
+        )
+        .await
+        .expect("answered before the guard ran out")
+        .unwrap();
+        let head = String::from_utf8_lossy(&answer[..read]);
+        assert!(head.starts_with("HTTP/1.1 4"), "{head}");
     }
 }

@@ -52,3 +52,57 @@ async fn try_connect(url: &str, max_connections: u32) -> Result<PgPool, String> 
         .await
         .map_err(|e| format!("cannot connect to PostgreSQL at {address}: {e}"))
 }
+
+/// How long a client may take to send a request's headers before the connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a client may take to send a request's body before it is answered with an error.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves `router` on `listener` until `shutdown` resolves, then lets the requests in flight
+/// finish (for up to `drain`). Unlike `axum::serve`, slow or idle clients are cut off: a client
+/// that has not sent its headers within [`HEADER_READ_TIMEOUT`] is disconnected, and a body
+/// not sent within [`BODY_READ_TIMEOUT`] fails the request, so half-open connections are not
+/// held.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: impl std::future::Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
+    let router = router.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        BODY_READ_TIMEOUT,
+    ));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                // A connection that failed before it was accepted (or no descriptor was free):
+                // keep serving the others, without spinning.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(drain, graceful.shutdown()).await;
+    Ok(())
+}
