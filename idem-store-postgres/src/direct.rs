@@ -15,6 +15,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 pub(crate) struct Direct {
     options: PgConnectOptions,
+    connections: usize,
     idle: Mutex<Vec<PgConnection>>,
     permits: Semaphore,
 }
@@ -50,6 +51,7 @@ impl Direct {
     pub fn new(options: PgConnectOptions, connections: usize) -> Direct {
         Direct {
             options,
+            connections: connections.max(1),
             idle: Mutex::new(Vec::with_capacity(connections)),
             permits: Semaphore::new(connections.max(1)),
         }
@@ -86,6 +88,15 @@ impl Direct {
     }
 }
 
+/// How many times an operation may move on from a dead idle connection: once for each
+/// connection the store may hold idle, plus one.
+pub fn retry_budget(direct: Option<&Direct>, pool: &PgPool) -> usize {
+    match direct {
+        Some(direct) => direct.connections + 1,
+        None => pool.options().get_max_connections() as usize + 1,
+    }
+}
+
 /// A connection for one store operation.
 pub(crate) enum Conn<'a> {
     Pooled(PoolConnection<Postgres>),
@@ -100,34 +111,46 @@ impl Conn<'_> {
         }
     }
 
-    /// Settles the connection after an operation: gives a dedicated one back unless its
-    /// connection was lost (then it is closed). Returns whether to run the operation again on a
-    /// fresh connection: once, when an idle dedicated connection turned out dead (every store
-    /// statement is safe to send again).
-    pub fn settle<R>(self, result: &Result<R, sqlx::Error>, retried: &mut bool) -> bool {
+    /// Settles the connection after an operation: gives it back unless it was lost (then it is
+    /// closed). Returns whether to run the operation again on another connection: when the
+    /// connection was lost and had been used before (an idle connection the server dropped, as
+    /// a restart or failover drops all of them), while `retries` last. A connection opened for
+    /// this operation that fails means the server is unreachable: the error stands (fail
+    /// closed). Every store statement is safe to send again: a claim whose answer was lost is
+    /// found held (and the call reports it in progress), a completion applies again under the
+    /// same fence, a release or renewal is fenced.
+    pub fn settle<R>(self, result: &Result<R, sqlx::Error>, retries: &mut usize) -> bool {
+        let lost = matches!(result, Err(e) if is_connection_lost(e));
+        let retry = |retries: &mut usize| {
+            let retry = *retries > 0;
+            *retries = retries.saturating_sub(1);
+            retry
+        };
         match self {
+            // A pooled connection was taken from the pool's idle ones (the pool tests them
+            // before handing them out, but a connection can die between the test and the
+            // statement).
+            Conn::Pooled(mut conn) if lost => {
+                conn.close_on_drop();
+                retry(retries)
+            }
             Conn::Pooled(_) => false, // back to the pool on drop
-            Conn::Direct(checkout) => match result {
-                Err(e) if is_connection_lost(e) => {
-                    let retry = checkout.reused && !*retried;
-                    *retried = true;
-                    retry
-                }
-                _ => {
-                    checkout.give_back();
-                    false
-                }
-            },
+            Conn::Direct(checkout) if lost => checkout.reused && retry(retries),
+            Conn::Direct(checkout) => {
+                checkout.give_back();
+                false
+            }
         }
     }
 }
 
 /// Runs `$body` (an expression using the `&mut PgConnection` bound to `$conn`) on a connection of
-/// `$store`, settling the connection and retrying once on a dead idle one. Evaluates to
+/// `$store`, settling the connection and retrying on another while idle connections turn out
+/// dead (at most once per connection the store may hold, plus one). Evaluates to
 /// `Result<_, sqlx::Error>`.
 macro_rules! on_conn {
     ($store:expr, $conn:ident => $body:expr) => {{
-        let mut retried = false;
+        let mut retries = $crate::direct::retry_budget($store.direct(), $store.pool());
         loop {
             let mut checkout = match $crate::direct::Direct::checkout_or_pool(
                 $store.direct(),
@@ -142,7 +165,7 @@ macro_rules! on_conn {
                 let $conn = checkout.get();
                 $body.await
             };
-            if !checkout.settle(&result, &mut retried) {
+            if !checkout.settle(&result, &mut retries) {
                 break result;
             }
         }

@@ -13,7 +13,7 @@
 
 mod store;
 
-pub use store::{pg_store, pool, unique_schema, TestStore};
+pub use store::{named_pool, pg_store, pool, unique_schema, TestStore};
 
 use std::fmt;
 use std::net::{TcpListener, TcpStream};

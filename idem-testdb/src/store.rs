@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem_store_postgres::sqlx::PgPool;
 use idem_store_postgres::PgStore;
 
@@ -16,19 +16,30 @@ use crate::database_url;
 ///
 /// Without `DATABASE_URL`, or when the server cannot be reached: the message names the URL.
 pub async fn pool(max_connections: u32) -> PgPool {
+    named_pool(max_connections, "idem-test").await
+}
+
+/// [`pool`], its connections showing `application_name` in `pg_stat_activity` (so a test can
+/// find, or terminate, exactly its own connections).
+pub async fn named_pool(max_connections: u32, application_name: &str) -> PgPool {
     let url = database_url();
+    let options: PgConnectOptions = url
+        .parse()
+        .unwrap_or_else(|e| panic!("DATABASE_URL={url} is not a PostgreSQL URL: {e}"));
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(30))
-        .connect(&url)
+        .connect_with(options.application_name(application_name))
         .await
         .unwrap_or_else(|e| panic!("cannot connect to DATABASE_URL={url}: {e}"))
 }
 
 /// A store in `schema` on a new pool of `connections`, with `dedicated` connections of its own
-/// when given. Not migrated: see [`TestStore`] for a migrated store in a schema of its own.
+/// when given. Every connection of the store shows the schema as its `application_name`. Not
+/// migrated: see [`TestStore`] for a migrated store in a schema of its own.
 pub async fn pg_store(schema: &str, connections: u32, dedicated: Option<usize>) -> PgStore {
-    let mut builder = PgStore::builder(pool(connections).await).schema(schema.to_owned());
+    let pool = named_pool(connections, schema).await;
+    let mut builder = PgStore::builder(pool).schema(schema.to_owned());
     if let Some(n) = dedicated {
         builder = builder.dedicated_connections(n);
     }
