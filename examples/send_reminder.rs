@@ -376,6 +376,7 @@ mod tests {
                 key: &key,
                 fingerprint: None,
                 lease: Duration::from_secs(60),
+                token: None,
             })
             .await
             .unwrap();

@@ -97,6 +97,7 @@ fn overhead(c: &mut Criterion) {
                                 key,
                                 fingerprint: None,
                                 lease: Duration::from_secs(30),
+                                token: None,
                             })
                             .await
                             .unwrap(),

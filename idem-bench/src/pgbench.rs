@@ -51,6 +51,7 @@ pub fn script(
                 ("$1", key),
                 ("$2", "NULL::text"),
                 ("$3", "(:lease)::bigint"),
+                ("$4", "(:token)::bigint"),
             ],
         )
     };
@@ -70,7 +71,7 @@ pub fn script(
     // (No `:name` inside literals: pgbench would take it for a variable.)
     let fresh_key = "('fresh-pgb-' || (:client_id)::int || '-' || (:k)::bigint)";
     let header = format!(
-        "\\set lease 30000000\n\\set keep 86400000000\n\\set r random(0, 999)\n\\if :r < {dup_permille}\n\\set k random(0, {})\n",
+        "\\set lease 30000000\n\\set keep 86400000000\n\\set token random(1, 1000000000000)\n\\set r random(0, 999)\n\\if :r < {dup_permille}\n\\set k random(0, {})\n",
         EXISTING_KEYS - 1
     );
     match kind {

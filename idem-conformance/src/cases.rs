@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use idem_core::{
-    Call, Claim, ClaimRequest, Completion, EffectRecord, EffectState, Fence, Fenced, Fingerprint,
-    Key, Outcome, RecordState, Store,
+    Call, Claim, ClaimRequest, ClaimToken, Completion, EffectRecord, EffectState, Fence, Fenced,
+    Fingerprint, Key, Outcome, RecordState, Store,
 };
 
 use crate::Harness;
@@ -43,6 +43,7 @@ async fn claim_fp(
             key,
             fingerprint,
             lease,
+            token: None,
         })
         .await
         .expect("claim succeeds")
@@ -170,6 +171,46 @@ crate::declare_cases! { $ __store_cases:
             Claim::Completed { output, .. } => assert_eq!(output.as_deref(), Some(&b"42"[..])),
             other => panic!("a completed key must be a duplicate, got {other:?}"),
         }
+    }
+
+    /// A claim sent again with its own token (its first answer was lost) finds the claim it made
+    /// and holds the key with the same fence; any other claim sees it in progress, and once it
+    /// is completed the token claims nothing.
+    pub async fn a_claim_sent_again_with_its_token_is_its_own(h: &impl Harness) {
+        let store = h.store();
+        let k = key("token");
+        let token = ClaimToken::random();
+        let request = |token| ClaimRequest {
+            key: &k,
+            fingerprint: None,
+            lease: LONG_LEASE,
+            token,
+        };
+        let Claim::Acquired { fence, .. } = store.claim(request(Some(token))).await.unwrap() else {
+            panic!("a fresh key must be acquired");
+        };
+        match store.claim(request(Some(token))).await.unwrap() {
+            Claim::Acquired {
+                fence: again,
+                taken_over,
+                ..
+            } => {
+                assert_eq!(again, fence, "the same claim, the same fence");
+                assert!(!taken_over, "not a takeover");
+            }
+            other => panic!("the caller's own claim must be acquired again, got {other:?}"),
+        }
+        for other in [Some(ClaimToken::random()), None] {
+            assert!(
+                matches!(store.claim(request(other)).await.unwrap(), Claim::InProgress { .. }),
+                "another caller sees the claim in progress"
+            );
+        }
+        assert_eq!(complete(&*store, &k, fence, None).await, Fenced::Applied);
+        assert!(
+            matches!(store.claim(request(Some(token))).await.unwrap(), Claim::Completed { .. }),
+            "a completed key is a duplicate, even for the token that claimed it"
+        );
     }
 
     /// While the first claim is live, a second claim reports it in progress with its expiry.

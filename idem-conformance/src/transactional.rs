@@ -22,6 +22,7 @@ fn request(key: &Key) -> ClaimRequest<'_> {
         key,
         fingerprint: None,
         lease: LEASE,
+        token: None,
     }
 }
 

@@ -21,7 +21,7 @@ use crate::fingerprint::Fingerprint;
 use crate::key::{InvalidKey, Key};
 use crate::lease::Lease;
 use crate::outcome::Outcome;
-use crate::store::{Claim, ClaimRequest, Completion, Fence, Fenced, Store};
+use crate::store::{Claim, ClaimRequest, ClaimToken, Completion, Fence, Fenced, Store};
 
 /// First and longest pause between looks while `wait`ing for another run.
 const WAIT_POLL_FIRST: Duration = Duration::from_millis(5);
@@ -88,6 +88,7 @@ impl Spec {
 /// A call's validated inputs.
 pub(crate) struct Prepared {
     key: Key,
+    token: ClaimToken,
     fingerprint: Option<Fingerprint>,
     lease: Duration,
     keep: Duration,
@@ -107,6 +108,7 @@ impl Prepared {
         })?;
         Ok(Prepared {
             key,
+            token: ClaimToken::random(),
             fingerprint,
             lease: call.lease,
             keep: call.keep,
@@ -127,6 +129,7 @@ impl Prepared {
             key: &self.key,
             fingerprint: self.fingerprint.as_ref(),
             lease: self.lease,
+            token: Some(self.token),
         }
     }
 

@@ -126,8 +126,8 @@ pub use key::{InvalidKey, InvalidKeyReason, Key, MAX_KEY_LEN};
 pub use memory::MemoryStore;
 pub use outcome::Outcome;
 pub use store::{
-    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Purge,
-    Record, RecordState, Store,
+    Claim, ClaimRequest, ClaimToken, Completion, EffectEntry, EffectRecord, EffectState, Fence,
+    Fenced, Purge, Record, RecordState, Store,
 };
 pub use transactional::{TransactionalStore, TxClaim};
 

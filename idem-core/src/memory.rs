@@ -11,8 +11,8 @@ use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::store::{
-    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Purge,
-    Record, RecordState, Store,
+    Claim, ClaimRequest, ClaimToken, Completion, EffectEntry, EffectRecord, EffectState, Fence,
+    Fenced, Purge, Record, RecordState, Store,
 };
 
 /// Fences come from one counter for the whole process, so a key that is released (its record
@@ -83,6 +83,8 @@ struct Effect {
 struct Entry {
     fence: Fence,
     fingerprint: Option<Fingerprint>,
+    /// The token of the claim that made this fence.
+    token: Option<ClaimToken>,
     state: State,
 }
 
@@ -277,6 +279,18 @@ impl Store for MemoryStore {
             None => false,
             Some(entry) if entry.is_expired(now) => true,
             Some(entry) => {
+                if let (State::InProgress { lease_until }, Some(token)) =
+                    (&entry.state, request.token)
+                {
+                    if entry.token == Some(token) {
+                        // The caller's own claim, sent again: it holds the key.
+                        return Ok(Claim::Acquired {
+                            fence: entry.fence,
+                            lease_expires_at: now.wall_at(*lease_until),
+                            taken_over: false,
+                        });
+                    }
+                }
                 if fingerprints_differ(entry.fingerprint.as_ref(), request.fingerprint) {
                     return Ok(Claim::Mismatch);
                 }
@@ -301,6 +315,7 @@ impl Store for MemoryStore {
             Entry {
                 fence,
                 fingerprint: request.fingerprint.cloned(),
+                token: request.token,
                 state: State::InProgress { lease_until },
             },
         );
@@ -454,6 +469,7 @@ mod tests {
                 key,
                 fingerprint: None,
                 lease,
+                token: None,
             })
             .await
             .unwrap()
@@ -526,6 +542,7 @@ mod tests {
                     key: &key,
                     fingerprint: None,
                     lease: Duration::from_secs(60),
+                    token: None,
                 })
                 .await
                 .unwrap()

@@ -44,6 +44,29 @@ pub struct ClaimRequest<'a> {
     pub fingerprint: Option<&'a Fingerprint>,
     /// How long the claim holds without renewal.
     pub lease: Duration,
+    /// The call's own token, when it has one: a live claim made with the same token is the
+    /// caller's own (a claim sent again because its answer was lost), and is acquired again.
+    pub token: Option<ClaimToken>,
+}
+
+/// A random number one call claims with, so that a claim sent again after its answer was lost
+/// (the connection broke after the store committed it) recognises the record it made, rather
+/// than reporting its own run as another's in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClaimToken(pub u64);
+
+impl ClaimToken {
+    /// A fresh token: 64 random bits (from the standard library's randomly keyed hasher), so two
+    /// calls anywhere share one with negligible probability.
+    pub fn random() -> ClaimToken {
+        use std::hash::{BuildHasher, Hasher};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static CALLS: AtomicU64 = AtomicU64::new(0);
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+        hasher.write_u32(std::process::id());
+        ClaimToken(hasher.finish())
+    }
 }
 
 /// The answer to a claim.
@@ -158,7 +181,9 @@ pub struct EffectRecord<'a> {
 /// - `claim` on a key with no record, a record whose lease lapsed, or a completed record past
 ///   its `keep` returns [`Claim::Acquired`] with a fence greater than any earlier one for the key;
 ///   concurrent claims of one key acquire it exactly once.
-/// - `claim` on a live claim returns [`Claim::InProgress`], on a completed record
+/// - `claim` on a live claim made with the request's own token returns [`Claim::Acquired`]
+///   with that claim's fence (the caller's own claim, sent again after its answer was lost).
+/// - `claim` on another live claim returns [`Claim::InProgress`], on a completed record
 ///   [`Claim::Completed`] with its output, and on either with another fingerprint (both sides
 ///   having one) [`Claim::Mismatch`].
 /// - `complete`, `release` and `renew` apply only while the record holds the caller's fence, and

@@ -13,7 +13,7 @@
 use crate::time::micros_sql;
 
 /// Parameters, by position, of each statement:
-/// claim/takeover: $1 key, $2 fingerprint, $3 lease (µs);
+/// claim/takeover: $1 key, $2 fingerprint, $3 lease (µs), $4 the claim's token (or NULL);
 /// complete: $1 key, $2 fence, $3 output, $4 keep (µs);
 /// release: $1 key, $2 fence; renew: $1 key, $2 fence, $3 lease (µs);
 /// get: $1 key; purge: $1 limit.
@@ -48,21 +48,21 @@ impl RecordsSql {
             claim: format!(
                 "WITH existing AS (
                     SELECT fence, fingerprint, completed_at, expires_at, output,
-                           expires_at <= now() AS lapsed
+                           expires_at <= now() AS lapsed, token
                     FROM {t} WHERE key = $1
                  ), inserted AS (
-                    INSERT INTO {t} (key, fence, fingerprint, expires_at)
-                    SELECT $1, nextval({seq}), $2, now() + $3 * interval '1 microsecond'
+                    INSERT INTO {t} (key, fence, fingerprint, expires_at, token)
+                    SELECT $1, nextval({seq}), $2, now() + $3 * interval '1 microsecond', $4
                     WHERE NOT EXISTS (SELECT 1 FROM existing)
                     ON CONFLICT (key) DO NOTHING
                     RETURNING fence, expires_at
                  )
                  SELECT true AS inserted, fence, NULL::text AS fingerprint,
                         NULL::bigint AS completed_us, {expires} AS expires_us,
-                        NULL::bytea AS output, false AS lapsed
+                        NULL::bytea AS output, false AS lapsed, $4::bigint AS token
                  FROM inserted
                  UNION ALL
-                 SELECT false, fence, fingerprint, {completed}, {expires}, output, lapsed
+                 SELECT false, fence, fingerprint, {completed}, {expires}, output, lapsed, token
                  FROM existing"
             ),
             // Only for a lapsed lease or an expired completion. The `WHERE` is re-checked on the
@@ -70,7 +70,7 @@ impl RecordsSql {
             takeover: format!(
                 "UPDATE {t}
                  SET fence = nextval({seq}), fingerprint = $2, completed_at = NULL, output = NULL,
-                     expires_at = now() + $3 * interval '1 microsecond'
+                     expires_at = now() + $3 * interval '1 microsecond', token = $4
                  WHERE key = $1 AND expires_at <= now()
                  RETURNING fence, {expires}"
             ),

@@ -137,6 +137,7 @@ struct ClaimRow {
     expires_at: i64,
     output: Option<Vec<u8>>,
     lapsed: bool,
+    token: Option<i64>,
 }
 
 impl ClaimRow {
@@ -149,6 +150,7 @@ impl ClaimRow {
             expires_at: row.try_get(4)?,
             output: row.try_get(5)?,
             lapsed: row.try_get(6)?,
+            token: row.try_get(7)?,
         })
     }
 }
@@ -209,7 +211,7 @@ impl PgStore {
         (&self.shared.schema, &self.shared.table)
     }
 
-    /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs), for tools
+    /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs, `$4` token), for tools
     /// that replay idem's exact statements, such as the pgbench comparison in `idem-bench`.
     #[doc(hidden)]
     pub fn claim_sql(&self) -> &str {
@@ -240,11 +242,14 @@ impl PgStore {
         let key = request.key.as_str();
         let fingerprint = request.fingerprint.map(Fingerprint::as_str);
         let lease = duration_micros(request.lease);
+        // The token's bits, as the bigint column keeps them.
+        let token = request.token.map(|t| t.0 as i64);
         for _ in 0..CLAIM_ATTEMPTS {
             let row = sqlx::query(&sql.claim)
                 .bind(key)
                 .bind(fingerprint)
                 .bind(lease)
+                .bind(token)
                 .fetch_optional(&mut *conn)
                 .await?;
             let Some(row) = row else {
@@ -259,11 +264,20 @@ impl PgStore {
                     taken_over: false,
                 });
             }
+            if !row.lapsed && row.completed_at.is_none() && token.is_some() && row.token == token {
+                // The caller's own claim, sent again after its answer was lost.
+                return Ok(Claim::Acquired {
+                    fence: fence(row.fence),
+                    lease_expires_at: from_micros(row.expires_at),
+                    taken_over: false,
+                });
+            }
             if row.lapsed {
                 let taken = sqlx::query(&sql.takeover)
                     .bind(key)
                     .bind(fingerprint)
                     .bind(lease)
+                    .bind(token)
                     .fetch_optional(&mut *conn)
                     .await?;
                 match taken {

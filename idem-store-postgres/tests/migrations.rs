@@ -32,7 +32,7 @@ async fn concurrent_migrations_apply_once() {
     .await
     .unwrap()
     .get(0);
-    assert_eq!(applied, 3, "migrations 1 to 3 recorded once each");
+    assert_eq!(applied, 4, "migrations 1 to 4 recorded once each");
     // And the table works.
     let store = PgStore::builder(pool.clone())
         .schema(schema.clone())
@@ -138,5 +138,39 @@ async fn purge_clears_a_backlog_in_batches() {
     assert!(
         test.store.get(&live).await.unwrap().is_some(),
         "live records stay"
+    );
+}
+
+/// A table from before the claim token (migrations 1 to 3) is upgraded in place: its records
+/// stay, and a record claimed without a token is another run's to every caller.
+#[tokio::test]
+async fn a_table_from_before_claim_tokens_is_upgraded_in_place() {
+    let test = TestStore::new("mig_token", 2).await;
+    let schema = &test.schema;
+    // Back to what version 3 left: no token column, migration 4 not recorded.
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE \"{schema}\".idem_records DROP COLUMN token;
+         DELETE FROM \"{schema}\".idem_records_migrations WHERE version = 4;
+         INSERT INTO \"{schema}\".idem_records (key, fence, expires_at)
+         VALUES ('old-run', 1, now() + interval '1 hour');"
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    test.store.migrate().await.unwrap();
+    let key = idem_core::Key::new("old-run").unwrap();
+    let claim = test
+        .store
+        .claim(idem_core::ClaimRequest {
+            key: &key,
+            fingerprint: None,
+            lease: std::time::Duration::from_secs(30),
+            token: Some(idem_core::ClaimToken::random()),
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(claim, idem_core::Claim::InProgress { .. }),
+        "the old run's claim stands: {claim:?}"
     );
 }

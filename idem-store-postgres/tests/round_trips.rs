@@ -54,6 +54,7 @@ async fn claim(store: &PgStore, key: &Key, lease: Duration) -> Claim {
             key,
             fingerprint: None,
             lease,
+            token: None,
         })
         .await
         .unwrap()
@@ -257,6 +258,7 @@ async fn transactional_claim_of_a_completed_key_reads_only() {
             key: &k,
             fingerprint: None,
             lease: LEASE,
+            token: None,
         })
         .await
         .unwrap();
