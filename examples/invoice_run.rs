@@ -116,4 +116,13 @@ mod tests {
         );
         assert_eq!(with, super::CUSTOMERS, "idem: once");
     }
+
+    /// It takes no flags, and refuses unknown ones (exit status 2).
+    #[test]
+    fn unknown_flags_are_refused() {
+        use clap::Parser;
+        assert!(super::Args::try_parse_from(["invoice_run"]).is_ok());
+        let error = super::Args::try_parse_from(["invoice_run", "--fast"]).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+    }
 }

@@ -136,4 +136,13 @@ mod tests {
         assert!(statuses[7].starts_with("refused: invalid idempotency key"));
         assert_eq!(sent, 4);
     }
+
+    /// It takes no flags, and refuses unknown ones (exit status 2).
+    #[test]
+    fn unknown_flags_are_refused() {
+        use clap::Parser;
+        assert!(super::Args::try_parse_from(["quickstart"]).is_ok());
+        let error = super::Args::try_parse_from(["quickstart", "--fast"]).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+    }
 }

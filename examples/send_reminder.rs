@@ -451,4 +451,24 @@ mod tests {
         let head = String::from_utf8_lossy(&answer[..read]);
         assert!(head.starts_with("HTTP/1.1 4"), "{head}");
     }
+
+    /// Flags fail closed (regression: `--database-url=URL`, a misspelled flag or a flag without
+    /// its value silently ran the embedded store, so two servers each sent the same email).
+    #[test]
+    fn flags_are_parsed_strictly() {
+        use clap::Parser;
+        let parsed = Args::try_parse_from(["send_reminder", "--database-url=postgres://h/db"]);
+        assert_eq!(
+            parsed.unwrap().database_url.as_deref(),
+            Some("postgres://h/db")
+        );
+        for wrong in [
+            &["send_reminder", "--databse-url", "postgres://h/db"][..],
+            &["send_reminder", "--database-url"][..],
+            &["send_reminder", "--addr"][..],
+        ] {
+            let error = Args::try_parse_from(wrong).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{wrong:?}");
+        }
+    }
 }
