@@ -370,7 +370,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn still_in_progress_after_waiting_is_a_409_with_retry_after() {
         let store = Arc::new(MemoryStore::new());
-        let key = idem_core::Key::new("held-1").unwrap();
+        // Held by another delivery of the handler: its key, in the handler's scope.
+        let key = idem_core::Key::new("held-1")
+            .unwrap()
+            .with_scope("send_reminder")
+            .unwrap();
         let held = store
             .claim(idem_core::ClaimRequest {
                 key: &key,

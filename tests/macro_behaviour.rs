@@ -519,3 +519,49 @@ async fn a_body_that_blocks_its_thread_keeps_its_lease() {
     assert!(first.await.unwrap().unwrap().is_executed());
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
 }
+
+#[idempotent(key = "welcome:{user}", store = store)]
+async fn welcome_email(store: &MemoryStore, user: u32, runs: &AtomicU32) -> Result<(), MailError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[idempotent(key = "welcome:{user}", store = store)]
+async fn welcome_sms(store: &MemoryStore, user: u32, runs: &AtomicU32) -> Result<(), MailError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[idempotent(key = "welcome:{user}", store = store, scope = "welcome_email")]
+async fn welcome_email_renamed(
+    store: &MemoryStore,
+    user: u32,
+    runs: &AtomicU32,
+) -> Result<(), MailError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Regression: two handlers with the same template shared one record, so the second was a
+/// silent duplicate. Each handler's keys are in its own scope (its name by default); an explicit
+/// `scope` names another's on purpose (a renamed function keeping its records).
+#[tokio::test]
+async fn handlers_with_one_template_keep_separate_records() {
+    let store = MemoryStore::new();
+    let runs = AtomicU32::new(0);
+    assert!(welcome_email(&store, 1, &runs).await.unwrap().is_executed());
+    assert!(welcome_sms(&store, 1, &runs).await.unwrap().is_executed());
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "both handlers ran");
+    assert!(welcome_email(&store, 1, &runs)
+        .await
+        .unwrap()
+        .is_duplicate());
+    assert!(
+        welcome_email_renamed(&store, 1, &runs)
+            .await
+            .unwrap()
+            .is_duplicate(),
+        "scope = \"welcome_email\" shares welcome_email's records"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

@@ -52,6 +52,7 @@ pub fn script(
                 ("$2", "NULL::text"),
                 ("$3", "(:lease)::bigint"),
                 ("$4", "(:token)::bigint"),
+                ("$5", "'bench'::text"),
             ],
         )
     };

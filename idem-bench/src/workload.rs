@@ -182,6 +182,7 @@ async fn call(mode: Mode, store: &PgStore, pool: &PgPool, hand_sql: &str, key: S
                 .bind(None::<String>)
                 .bind(30_000_000i64)
                 .bind(idem_core::ClaimToken::random().0 as i64)
+                .bind("bench")
                 .fetch_one(pool)
                 .await
                 .expect("claim");

@@ -213,6 +213,27 @@ crate::declare_cases! { $ __store_cases:
         );
     }
 
+    /// The same key text in two scopes names two records: claiming, completing and reading one
+    /// leaves the other alone (regression: two handlers with one template, or a handler and a
+    /// queue job, shared a record, and the second was a silent duplicate).
+    pub async fn scopes_keep_records_apart(h: &impl Harness) {
+        let store = h.store();
+        let a = key("scoped").with_scope("handler_a").unwrap();
+        let b = key("scoped").with_scope("handler_b").unwrap();
+        let fence = acquire(&*store, &a, LONG_LEASE).await;
+        let other = acquire(&*store, &b, LONG_LEASE).await;
+        assert_ne!(fence, other);
+        assert_eq!(complete(&*store, &a, fence, Some(b"a")).await, Fenced::Applied);
+        assert!(matches!(claim(&*store, &a, LONG_LEASE).await, Claim::Completed { .. }));
+        assert!(
+            matches!(claim(&*store, &b, LONG_LEASE).await, Claim::InProgress { .. }),
+            "completing one scope's record leaves the other's in progress"
+        );
+        let record = store.get(&b).await.unwrap().expect("b's record");
+        assert_eq!(record.fence, other);
+        assert!(matches!(record.state, RecordState::InProgress { .. }));
+    }
+
     /// While the first claim is live, a second claim reports it in progress with its expiry.
     pub async fn live_claim_is_in_progress(h: &impl Harness) {
         let store = h.store();

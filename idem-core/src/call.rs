@@ -66,6 +66,16 @@ impl<'s, S: Store + ?Sized> Call<'s, S> {
         }
     }
 
+    /// The scope of the call's key (default [`DEFAULT_SCOPE`](crate::DEFAULT_SCOPE)): the same
+    /// key text in two scopes names two
+    /// records, so two kinds of work with one template never share one. `#[idempotent]` scopes
+    /// by the function's name unless given `scope = ".."`. An invalid scope (over 128 bytes,
+    /// control characters) is reported when the call runs, as [`Error::InvalidKey`].
+    pub fn scope(mut self, scope: impl Into<std::borrow::Cow<'static, str>>) -> Self {
+        self.spec.key = self.spec.key.and_then(|key| key.with_scope(scope));
+        self
+    }
+
     /// Names the handler in the call's `tracing` span.
     pub fn name(mut self, name: &'static str) -> Self {
         self.spec.name = name;

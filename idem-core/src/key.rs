@@ -18,8 +18,23 @@ pub const MAX_KEY_LEN: usize = 512;
 /// assert!(Key::new("").is_err());
 /// assert!(Key::new("tab\there").is_err());
 /// ```
+///
+/// A key belongs to a **scope**, kept apart from its text (a field, and a column in database
+/// stores, never a prefix a template could forge): the same text in two scopes names two
+/// records. `#[idempotent]` scopes keys by the function's name (or its `scope = ".."`), the
+/// PostgreSQL queue its jobs by a scope of its own, and [`Key::new`] makes a
+/// key in [`DEFAULT_SCOPE`].
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(String);
+pub struct Key {
+    scope: std::borrow::Cow<'static, str>,
+    key: String,
+}
+
+/// The longest scope, in bytes.
+pub const MAX_SCOPE_LEN: usize = 128;
+
+/// The scope of a key made by [`Key::new`] (and of a [`Call`](crate::Call) given no scope).
+pub const DEFAULT_SCOPE: &str = "default";
 
 impl Key {
     /// Validates `key` and wraps it.
@@ -35,37 +50,66 @@ impl Key {
                 .map(|(offset, _)| InvalidKeyReason::ControlCharacter { offset })
         };
         match reason {
-            None => Ok(Key(key)),
+            None => Ok(Key {
+                scope: std::borrow::Cow::Borrowed(DEFAULT_SCOPE),
+                key,
+            }),
             Some(reason) => Err(InvalidKey { key, reason }),
         }
     }
 
-    /// The key as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
+    /// This key in `scope` (1 to [`MAX_SCOPE_LEN`] bytes, no control characters). Renaming
+    /// a scope makes every key in it new work.
+    pub fn with_scope(
+        mut self,
+        scope: impl Into<std::borrow::Cow<'static, str>>,
+    ) -> Result<Key, InvalidKey> {
+        let scope = scope.into();
+        if scope.is_empty() || scope.len() > MAX_SCOPE_LEN || scope.chars().any(char::is_control) {
+            return Err(InvalidKey {
+                key: format!("{scope}/{}", self.key),
+                reason: InvalidKeyReason::InvalidScope,
+            });
+        }
+        self.scope = scope;
+        Ok(self)
     }
 
-    /// The key as an owned `String`.
+    /// The key as text (without its scope).
+    pub fn as_str(&self) -> &str {
+        &self.key
+    }
+
+    /// The key's scope ([`DEFAULT_SCOPE`] unless set).
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// The key's text as an owned `String`.
     pub fn into_string(self) -> String {
-        self.0
+        self.key
     }
 }
 
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+        if self.scope == DEFAULT_SCOPE {
+            fmt::Debug::fmt(&self.key, f)
+        } else {
+            write!(f, "{:?} in scope {:?}", self.key, self.scope)
+        }
     }
 }
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.key)
     }
 }
 
 impl AsRef<str> for Key {
     fn as_ref(&self) -> &str {
-        &self.0
+        &self.key
     }
 }
 
@@ -99,6 +143,8 @@ pub enum InvalidKeyReason {
         /// Byte offset of the first one.
         offset: usize,
     },
+    /// The scope is empty, longer than [`MAX_SCOPE_LEN`] bytes, or holds a control character.
+    InvalidScope,
 }
 
 /// A key that failed validation. Nothing was claimed and the handler did not run.
@@ -140,6 +186,12 @@ impl fmt::Display for InvalidKey {
                 f,
                 "invalid idempotency key {:?}: it is {len} bytes long and keys are at most \
                  {MAX_KEY_LEN}; name the work in the key and move large inputs to `fingerprint(..)`",
+                Shown(&self.key)
+            ),
+            InvalidKeyReason::InvalidScope => write!(
+                f,
+                "invalid idempotency scope in {:?}: scopes are 1 to {MAX_SCOPE_LEN} bytes of \
+                 printable text",
                 Shown(&self.key)
             ),
             InvalidKeyReason::ControlCharacter { offset } => write!(

@@ -36,6 +36,7 @@
 //! ```text
 //! #[idempotent(
 //!     key = "reminder:{user_id}:{day}", // required: template over the parameters
+//!     scope = "reminders",              // the key's scope (default: the function's name)
 //!     store = app.store,                // required: the store (any expression)
 //!     lease = "30s",                    // claim lease, renewed while the body runs (default 30s)
 //!     keep = "7d",                      // how long completed records count (default 24h)
@@ -58,6 +59,11 @@
 //! The annotated function must be `async` and return `Result<T, E>`; it then returns
 //! [`Idempotent<T, E>`], that is `Result<Outcome<T>, Error<E>>`. Placeholders are `{param}` or
 //! `{param.field}` naming parameters, rendered with `Display`; `{{` and `}}` are literal braces.
+//!
+//! **Scopes.** Every key belongs to a scope, stored apart from its text: `#[idempotent]` uses the
+//! function's name, so two handlers with the same template never share a record. Renaming the
+//! function changes its default scope (its earlier records then count for nothing: the work is
+//! new); write `scope = "..."` to keep one across renames.
 //!
 //! **Key encoding.** Distinct parameter values always render distinct keys. With two or more
 //! placeholders, the first character of the text between each two (the `:` of
@@ -122,7 +128,7 @@ pub use error::{BoxError, CodecError, Error, Operation, StoreError};
 pub use execute::{DEFAULT_KEEP, DEFAULT_LEASE};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use idem_macros::idempotent;
-pub use key::{InvalidKey, InvalidKeyReason, Key, MAX_KEY_LEN};
+pub use key::{InvalidKey, InvalidKeyReason, Key, DEFAULT_SCOPE, MAX_KEY_LEN, MAX_SCOPE_LEN};
 pub use memory::MemoryStore;
 pub use outcome::Outcome;
 pub use store::{

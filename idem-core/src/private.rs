@@ -85,14 +85,15 @@ pub fn as_transactional<S: TransactionalStore>(store: &S) -> &S {
     store
 }
 
-/// A call of the handler `name` with its rendered key.
+/// A call of the handler `name` with its rendered key, in `scope`.
 #[inline]
 pub fn call<'s, S: Store + ?Sized>(
     store: &'s S,
     key: Result<Key, InvalidKey>,
     name: &'static str,
+    scope: &'static str,
 ) -> Call<'s, S> {
-    Call::from_rendered(store, key).name(name)
+    Call::from_rendered(store, key).name(name).scope(scope)
 }
 
 /// Sets the fingerprint built from `fingerprint(..)`'s parameters, or the error building it.

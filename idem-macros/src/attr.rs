@@ -10,6 +10,7 @@ use crate::duration::DurationArg;
 
 mod kw {
     syn::custom_keyword!(key);
+    syn::custom_keyword!(scope);
     syn::custom_keyword!(store);
     syn::custom_keyword!(lease);
     syn::custom_keyword!(keep);
@@ -24,6 +25,7 @@ mod kw {
 /// that the error messages quote and the parser's tests check against (and against the docs).
 pub(crate) const OPTIONS: &[&str] = &[
     "key",
+    "scope",
     "store",
     "lease",
     "keep",
@@ -46,6 +48,7 @@ pub(crate) fn options_list() -> String {
 #[derive(Default)]
 pub(crate) struct Args {
     pub key: Option<LitStr>,
+    pub scope: Option<LitStr>,
     pub store: Option<Expr>,
     pub lease: Option<DurationArg>,
     pub keep: Option<DurationArg>,
@@ -113,6 +116,10 @@ impl Parse for Args {
                     }
                 };
                 set_once(&mut args.key, lit, "key", span)?;
+            } else if lookahead.peek(kw::scope) {
+                input.parse::<kw::scope>()?;
+                let lit = string_value(input, "scope", "\"reminders\"")?;
+                set_once(&mut args.scope, lit, "scope", span)?;
             } else if lookahead.peek(kw::store) {
                 input.parse::<kw::store>()?;
                 input.parse::<Token![=]>()?;
@@ -238,6 +245,7 @@ mod tests {
         for option in OPTIONS {
             let written = match *option {
                 "key" => "key = \"k:{id}\"".to_owned(),
+                "scope" => "scope = \"reminders\"".to_owned(),
                 "store" => "store = app.store".to_owned(),
                 "lease" | "keep" | "wait" => format!("{option} = \"1s\""),
                 "fingerprint(..)" => "fingerprint(id)".to_owned(),

@@ -86,6 +86,7 @@ fn expand(v: Validated) -> TokenStream {
     let Validated {
         mut func,
         template,
+        scope,
         store,
         lease,
         keep,
@@ -177,6 +178,9 @@ fn expand(v: Validated) -> TokenStream {
     });
 
     let name = func.sig.ident.to_string();
+    // The key's scope: `scope = ".."`, or the function's name (not its module path, so moving
+    // the function keeps its records; renaming it does not).
+    let scope = scope.map_or_else(|| name.clone(), |lit| lit.value());
     // `clients(..)`: inside the claimed body, each named client becomes its keyed view.
     let rebind = clients.iter().map(|ident| {
         quote_spanned! {ident.span()=>
@@ -235,6 +239,7 @@ fn expand(v: Validated) -> TokenStream {
             __idem_store,
             #key,
             ::core::concat!(::core::module_path!(), "::", #name),
+            #scope,
         )
         #lease #keep #wait;
         #fingerprint

@@ -12,6 +12,8 @@ use crate::template::Template;
 pub(crate) struct Validated {
     pub func: ItemFn,
     pub template: Template,
+    /// `scope = ".."`, if given (else the function's name).
+    pub scope: Option<syn::LitStr>,
     pub store: Expr,
     pub lease: Option<DurationArg>,
     pub keep: Option<DurationArg>,
@@ -155,6 +157,7 @@ pub(crate) fn validate(args: Args, func: ItemFn) -> syn::Result<Validated> {
     let (ok_ty, err_ty, output_span) = result?;
     Ok(Validated {
         template: template.expect("checked above"),
+        scope: args.scope,
         store: args.store.expect("checked above"),
         lease: args.lease,
         keep: args.keep,

@@ -13,7 +13,9 @@
 use crate::time::micros_sql;
 
 /// Parameters, by position, of each statement:
-/// claim/takeover: $1 key, $2 fingerprint, $3 lease (µs), $4 the claim's token (or NULL);
+/// claim: $1 key, $2 fingerprint, $3 lease (µs), $4 the claim's token (or NULL), $5 scope;
+/// takeover: the same, and $6 the scope of the record the claim found;
+/// (A record in the scope `''`, written before scopes existed, counts in every scope.)
 /// complete: $1 key, $2 fence, $3 output, $4 keep (µs);
 /// release: $1 key, $2 fence; renew: $1 key, $2 fence, $3 lease (µs);
 /// get: $1 key; purge: $1 limit.
@@ -48,21 +50,24 @@ impl RecordsSql {
             claim: format!(
                 "WITH existing AS (
                     SELECT fence, fingerprint, completed_at, expires_at, output,
-                           expires_at <= now() AS lapsed, token
-                    FROM {t} WHERE key = $1
+                           expires_at <= now() AS lapsed, token, scope
+                    FROM {t} WHERE key = $1 AND scope IN ($5, '')
+                    ORDER BY scope DESC LIMIT 1
                  ), inserted AS (
-                    INSERT INTO {t} (key, fence, fingerprint, expires_at, token)
-                    SELECT $1, nextval({seq}), $2, now() + $3 * interval '1 microsecond', $4
+                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, token)
+                    SELECT $1, $5, nextval({seq}), $2, now() + $3 * interval '1 microsecond', $4
                     WHERE NOT EXISTS (SELECT 1 FROM existing)
-                    ON CONFLICT (key) DO NOTHING
+                    ON CONFLICT (key, scope) DO NOTHING
                     RETURNING fence, expires_at
                  )
                  SELECT true AS inserted, fence, NULL::text AS fingerprint,
                         NULL::bigint AS completed_us, {expires} AS expires_us,
-                        NULL::bytea AS output, false AS lapsed, $4::bigint AS token
+                        NULL::bytea AS output, false AS lapsed, $4::bigint AS token,
+                        $5::text AS scope
                  FROM inserted
                  UNION ALL
-                 SELECT false, fence, fingerprint, {completed}, {expires}, output, lapsed, token
+                 SELECT false, fence, fingerprint, {completed}, {expires}, output, lapsed, token,
+                        scope
                  FROM existing"
             ),
             // Only for a lapsed lease or an expired completion. The `WHERE` is re-checked on the
@@ -70,8 +75,8 @@ impl RecordsSql {
             takeover: format!(
                 "UPDATE {t}
                  SET fence = nextval({seq}), fingerprint = $2, completed_at = NULL, output = NULL,
-                     expires_at = now() + $3 * interval '1 microsecond', token = $4
-                 WHERE key = $1 AND expires_at <= now()
+                     expires_at = now() + $3 * interval '1 microsecond', token = $4, scope = $5
+                 WHERE key = $1 AND scope = $6 AND expires_at <= now()
                  RETURNING fence, {expires}"
             ),
             complete: format!(
@@ -88,8 +93,10 @@ impl RecordsSql {
                 "UPDATE {t} SET expires_at = now() + $3 * interval '1 microsecond'
                  WHERE key = $1 AND fence = $2 AND completed_at IS NULL"
             ),
+            // $1 key, $2 scope.
             get: format!(
-                "SELECT fence, fingerprint, {completed}, {expires}, output FROM {t} WHERE key = $1"
+                "SELECT fence, fingerprint, {completed}, {expires}, output FROM {t}
+                 WHERE key = $1 AND scope IN ($2, '') ORDER BY scope DESC LIMIT 1"
             ),
             // Bounded batches in index order, records and journal entries in one statement;
             // rows locked by a concurrent claim are skipped.
@@ -100,29 +107,31 @@ impl RecordsSql {
                         ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
                     ) RETURNING 1
                  ), effects AS (
-                    DELETE FROM {e} WHERE (key, effect) IN (
-                        SELECT key, effect FROM {e} WHERE expires_at <= now()
+                    DELETE FROM {e} WHERE (key, scope, effect) IN (
+                        SELECT key, scope, effect FROM {e} WHERE expires_at <= now()
                         ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
                     ) RETURNING 1
                  )
                  SELECT (SELECT count(*) FROM records) + (SELECT count(*) FROM effects)"
             ),
-            // $1 key, $2 effect.
+            // $1 key, $2 effect, $3 scope.
             effect: format!(
                 "SELECT state, output, fence FROM {e}
-                 WHERE key = $1 AND effect = $2 AND expires_at > now()"
+                 WHERE key = $1 AND scope IN ($3, '') AND effect = $2 AND expires_at > now()
+                 ORDER BY scope DESC LIMIT 1"
             ),
             // $1 key, $2 fence, $3 effect, $4 state, $5 output, $6 keep (µs). Writes only while
             // the key's record holds the fence and is in progress (`FOR SHARE` makes a
             // concurrent takeover wait, or this wait for it), and never over a done entry.
             record_effect: format!(
                 "WITH holder AS (
-                    SELECT 1 FROM {t}
+                    SELECT scope FROM {t}
                     WHERE key = $1 AND fence = $2 AND completed_at IS NULL FOR SHARE
                  )
-                 INSERT INTO {e} AS j (key, effect, state, output, fence, expires_at)
-                 SELECT $1, $3, $4, $5, $2, now() + $6 * interval '1 microsecond' FROM holder
-                 ON CONFLICT (key, effect) DO UPDATE
+                 INSERT INTO {e} AS j (key, scope, effect, state, output, fence, expires_at)
+                 SELECT $1, holder.scope, $3, $4, $5, $2, now() + $6 * interval '1 microsecond'
+                 FROM holder
+                 ON CONFLICT (key, scope, effect) DO UPDATE
                  SET state = excluded.state, output = excluded.output, fence = excluded.fence,
                      recorded_at = now(), expires_at = excluded.expires_at
                  WHERE j.state <> 1 OR j.expires_at <= now()
@@ -133,18 +142,21 @@ impl RecordsSql {
         }
     }
 
-    /// An `INSERT` (for a CTE of the caller's statement) that claims, with a fresh fence and a
-    /// lease of `lease` (an SQL interval expression), the record of each key that `source` (a
-    /// query yielding a `key` column) names and that has no record yet. Keys with a record are
-    /// left alone: their call claims through the store as usual. Returns `key, fence,
-    /// expires_us` of each record it claimed.
-    pub fn claim_unheld(&self, source: &str, lease: &str) -> String {
+    /// An `INSERT` (for a CTE of the caller's statement) that claims, in `scope` (a constant of
+    /// the caller's, plain text) with a fresh fence and a lease of `lease` (an SQL interval
+    /// expression), the record of each key that `source` (a query yielding a `key` column)
+    /// names and that has no record in that scope yet. Keys with a record are left alone: their
+    /// call claims through the store as usual. Returns `key, fence, expires_us` of each record
+    /// it claimed.
+    pub fn claim_unheld(&self, scope: &str, source: &str, lease: &str) -> String {
+        debug_assert!(scope.chars().all(|c| c.is_ascii_alphanumeric() || c == ':'));
         let (t, seq) = (&self.table, &self.seq);
         let expires = micros_sql("expires_at");
         format!(
-            "INSERT INTO {t} (key, fence, expires_at)
-             SELECT key, nextval({seq}), now() + {lease} FROM ({source}) AS unheld
-             ON CONFLICT (key) DO NOTHING
+            "INSERT INTO {t} (key, scope, fence, expires_at)
+             SELECT key, '{scope}', nextval({seq}), now() + {lease} FROM ({source}) AS unheld
+             WHERE NOT EXISTS (SELECT 1 FROM {t} AS legacy WHERE legacy.key = unheld.key AND legacy.scope = '')
+             ON CONFLICT (key, scope) DO NOTHING
              RETURNING key, fence, {expires} AS expires_us"
         )
     }

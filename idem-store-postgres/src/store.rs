@@ -138,6 +138,7 @@ struct ClaimRow {
     output: Option<Vec<u8>>,
     lapsed: bool,
     token: Option<i64>,
+    scope: String,
 }
 
 impl ClaimRow {
@@ -151,6 +152,7 @@ impl ClaimRow {
             output: row.try_get(5)?,
             lapsed: row.try_get(6)?,
             token: row.try_get(7)?,
+            scope: row.try_get(8)?,
         })
     }
 }
@@ -211,7 +213,7 @@ impl PgStore {
         (&self.shared.schema, &self.shared.table)
     }
 
-    /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs, `$4` token), for tools
+    /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs, `$4` token, `$5` scope), for tools
     /// that replay idem's exact statements, such as the pgbench comparison in `idem-bench`.
     #[doc(hidden)]
     pub fn claim_sql(&self) -> &str {
@@ -250,6 +252,7 @@ impl PgStore {
                 .bind(fingerprint)
                 .bind(lease)
                 .bind(token)
+                .bind(request.key.scope())
                 .fetch_optional(&mut *conn)
                 .await?;
             let Some(row) = row else {
@@ -278,6 +281,8 @@ impl PgStore {
                     .bind(fingerprint)
                     .bind(lease)
                     .bind(token)
+                    .bind(request.key.scope())
+                    .bind(&row.scope)
                     .fetch_optional(&mut *conn)
                     .await?;
                 match taken {
@@ -368,6 +373,7 @@ impl PgStore {
     ) -> Result<Option<Record>, sqlx::Error> {
         let row = sqlx::query(&self.shared.sql.get)
             .bind(key.as_str())
+            .bind(key.scope())
             .fetch_optional(conn)
             .await?;
         let Some(row) = row else { return Ok(None) };
@@ -410,6 +416,7 @@ impl PgStore {
         let row = sqlx::query(&self.shared.sql.effect)
             .bind(key.as_str())
             .bind(effect)
+            .bind(key.scope())
             .fetch_optional(conn)
             .await?;
         let Some(row) = row else { return Ok(None) };

@@ -32,7 +32,7 @@ async fn concurrent_migrations_apply_once() {
     .await
     .unwrap()
     .get(0);
-    assert_eq!(applied, 4, "migrations 1 to 4 recorded once each");
+    assert_eq!(applied, 5, "migrations 1 to 5 recorded once each");
     // And the table works.
     let store = PgStore::builder(pool.clone())
         .schema(schema.clone())
@@ -173,4 +173,47 @@ async fn a_table_from_before_claim_tokens_is_upgraded_in_place() {
         matches!(claim, idem_core::Claim::InProgress { .. }),
         "the old run's claim stands: {claim:?}"
     );
+}
+
+/// A table from before scopes (migrations 1 to 4) is upgraded in place: its records land in the
+/// scope `''`, and a claim in any scope still finds them, so upgrading never turns done work
+/// into new work; new records are then kept per scope.
+#[tokio::test]
+async fn a_table_from_before_scopes_is_upgraded_and_its_records_still_count() {
+    let test = TestStore::new("mig_scope", 2).await;
+    let schema = &test.schema;
+    // Back to what version 4 left: no scope columns, keys alone as primary keys.
+    sqlx::raw_sql(&format!(
+        "ALTER TABLE \"{schema}\".idem_records DROP CONSTRAINT idem_records_pkey;
+         ALTER TABLE \"{schema}\".idem_records DROP COLUMN scope;
+         ALTER TABLE \"{schema}\".idem_records ADD PRIMARY KEY (key);
+         ALTER TABLE \"{schema}\".idem_records_effects DROP CONSTRAINT idem_records_effects_pkey;
+         ALTER TABLE \"{schema}\".idem_records_effects DROP COLUMN scope;
+         ALTER TABLE \"{schema}\".idem_records_effects ADD PRIMARY KEY (key, effect);
+         DELETE FROM \"{schema}\".idem_records_migrations WHERE version = 5;
+         INSERT INTO \"{schema}\".idem_records (key, fence, completed_at, expires_at)
+         VALUES ('done-before', 1, now(), now() + interval '1 day');"
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    test.store.migrate().await.unwrap();
+    let outcome = Call::new(&test.store, "done-before")
+        .scope("some_handler")
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await
+        .unwrap();
+    assert!(
+        outcome.is_duplicate(),
+        "the record from before the upgrade counts: {outcome:?}"
+    );
+    // New work is kept per scope.
+    for scope in ["a", "b"] {
+        let outcome = Call::new(&test.store, "new-work")
+            .scope(scope)
+            .run(async { Ok::<_, std::io::Error>(()) })
+            .await
+            .unwrap();
+        assert!(outcome.is_executed(), "scope {scope}: {outcome:?}");
+    }
 }

@@ -222,7 +222,9 @@ async fn a_job_completed_before_its_claim_was_settled_does_not_run_again() {
     // call is complete, the row is not. The next claim must see the completion.
     let test = TestStore::new("q_settle", 20).await;
     let queue = Queue::new(&test.store);
+    // The job's call: its key in the queue's scope.
     let outcome = Call::new(&test.store, "charge:9")
+        .scope(idem_store_postgres::queue::QUEUE_SCOPE)
         .run(async { Ok::<_, std::io::Error>(()) })
         .await
         .unwrap();
@@ -728,4 +730,28 @@ fn payloads_that_cannot_be_stored_exactly_are_refused() {
     ] {
         assert!(NewJob::new("k", &fine).is_ok(), "{fine}");
     }
+}
+
+/// Regression: a queue job `welcome:1` showed done though its body never ran, because a
+/// handler had completed a call keyed `welcome:1`. Jobs' records are in the queue's own scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_and_a_job_with_one_key_both_run() {
+    let test = TestStore::new("q_scope", 20).await;
+    let handler = idem_core::Call::new(&test.store, "welcome:1")
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await
+        .unwrap();
+    assert!(handler.is_executed());
+    let queue = Queue::new(&test.store);
+    let _ = queue.enqueue(job("welcome:1", json!(1))).await.unwrap();
+    let runs = Runs::default();
+    let workers = recording(&queue, &runs, Duration::ZERO)
+        .poll_interval(Duration::from_millis(20))
+        .start();
+    eventually("the job ran", Duration::from_secs(20), || async {
+        state(&queue, "welcome:1").await == Some(JobState::Done)
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(runs.count("welcome:1"), 1, "the job's body ran");
 }

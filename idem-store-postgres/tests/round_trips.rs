@@ -231,8 +231,8 @@ async fn a_duplicate_claim_takes_no_row_lock() {
         "a duplicate must not wait for the row lock: {duplicate:?}"
     );
     let do_update = format!(
-        "INSERT INTO {table} (key, fence, expires_at) VALUES ('locked', 0, now())
-         ON CONFLICT (key) DO UPDATE SET fence = {table}.fence WHERE false"
+        "INSERT INTO {table} (key, scope, fence, expires_at) VALUES ('locked', 'default', 0, now())
+         ON CONFLICT (key, scope) DO UPDATE SET fence = {table}.fence WHERE false"
     );
     let blocked = tokio::time::timeout(
         Duration::from_millis(500),

@@ -62,7 +62,8 @@ async fn crash_job(ctx: &Ctx, k: u32) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-#[idempotent(key = "crash:{k}", store = ctx.store, lease = "1s", wait = "4s")]
+/// The same work as `crash_job` (its scope), delivered again after the crashes.
+#[idempotent(key = "crash:{k}", store = ctx.store, lease = "1s", wait = "4s", scope = "crash_job")]
 async fn sweep_job(ctx: &Ctx, k: u32) -> Result<(), sqlx::Error> {
     ctx.record_execution(&format!("crash:{k}")).await?;
     Ok(())

@@ -52,6 +52,7 @@ async fn execute(shared: &Shared, job: &Claimed) -> Option<Settle> {
     let mut call = AbortOnDrop(tokio::spawn(
         async move {
             Call::new(&call_store, key.as_str())
+                .scope(super::QUEUE_SCOPE)
                 .name("idem::queue::run")
                 .lease(lease)
                 .run(work)

@@ -105,6 +105,10 @@ pub use workers::{ShutdownReport, Workers};
 
 use sql::QueueSql;
 
+/// The scope of the queue's jobs' records: a job's key names one record of its own, apart
+/// from any `#[idempotent]` handler's record with the same key text.
+pub const QUEUE_SCOPE: &str = "idem:queue";
+
 /// The work queue of a [`PgStore`]: table `<table>_queue` next to its records, created by
 /// [`PgStore::migrate`]. Build it once at start-up ([`Queue::new`] writes its statements);
 /// clones are cheap and share them. See the [module docs](self).

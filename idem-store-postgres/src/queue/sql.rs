@@ -60,6 +60,7 @@ impl QueueSql {
         let q = format!("\"{schema}\".\"{table}_queue\"");
         let micros = "* interval '1 microsecond'";
         let claim_records = records.claim_unheld(
+            super::QUEUE_SCOPE,
             "SELECT key FROM claimed WHERE attempts <= max_attempts",
             &format!("$2::bigint {micros}"),
         );
