@@ -39,6 +39,15 @@ fn stderr(output: &Output) -> String {
 
 const QUICK: Duration = Duration::from_secs(20);
 
+/// Runs `name` with `args` and checks it refused them: status 2, and a message that mentions
+/// `mentions`.
+fn assert_refused(name: &str, args: &[&str], mentions: &str) {
+    let output = run(name, args, QUICK);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{name} {args:?}: {text}");
+    assert!(text.contains(mentions), "{name} {args:?}: {text}");
+}
+
 #[test]
 fn a_misspelled_flag_exits_2_with_usage() {
     for (name, args) in [
@@ -53,40 +62,21 @@ fn a_misspelled_flag_exits_2_with_usage() {
             &["job", "--provider", "http://x", "--pause", "1"][..],
         ),
     ] {
-        let output = run(name, args, QUICK);
-        assert_eq!(
-            output.status.code(),
-            Some(2),
-            "{name} {args:?}: {}",
-            stderr(&output)
-        );
-        assert!(
-            stderr(&output).contains("Usage"),
-            "{name}: {}",
-            stderr(&output)
-        );
+        assert_refused(name, args, "Usage");
     }
 }
 
 #[test]
 fn a_flag_without_its_value_exits_2() {
-    let output = run("accept_then_work", &["--database-url"], QUICK);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("--database-url"),
-        "{}",
-        stderr(&output)
-    );
+    assert_refused("accept_then_work", &["--database-url"], "--database-url");
 }
 
 #[test]
 fn the_queue_example_requires_a_database() {
-    let output = run("accept_then_work", &["--addr", "127.0.0.1:0"], QUICK);
-    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("--database-url"),
-        "{}",
-        stderr(&output)
+    assert_refused(
+        "accept_then_work",
+        &["--addr", "127.0.0.1:0"],
+        "--database-url",
     );
 }
 
