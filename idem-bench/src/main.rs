@@ -52,6 +52,12 @@ struct Args {
     /// A server to use (with `pg_stat_statements`); without it a throwaway one is started.
     #[arg(long)]
     database_url: Option<String>,
+    /// Connections of the tuned store's own.
+    #[arg(long, default_value_t = 4)]
+    tuned_connections: usize,
+    /// Batches of each kind the tuned store keeps on the wire.
+    #[arg(long, default_value_t = 1)]
+    tuned_in_flight: usize,
     /// Only the main table.
     #[arg(long = "main-only")]
     quick: bool,
@@ -83,6 +89,17 @@ async fn fresh_schema(pool: &PgPool, name: &str) -> (PgStore, String) {
     .await
     .unwrap();
     (store, hand)
+}
+
+/// The tuned store: `connections` of its own and `in_flight` batches of each kind on the wire
+/// (`--tuned-connections`, `--tuned-in-flight`).
+fn tuned_store(pool: &PgPool, schema: &str, (connections, in_flight): (usize, usize)) -> PgStore {
+    PgStore::builder(pool.clone())
+        .schema(schema)
+        .dedicated_connections(connections)
+        .max_batches_in_flight(in_flight)
+        .build()
+        .unwrap()
 }
 
 /// SQL statements the server ran (`pg_stat_statements`), leaving out BEGIN/COMMIT/ROLLBACK:
@@ -148,6 +165,7 @@ struct Bench {
     has_pss: bool,
     dir: PathBuf,
     run_id: u64,
+    tuned: (usize, usize),
 }
 
 impl Bench {
@@ -161,12 +179,16 @@ impl Bench {
         self.run_id += 1;
         let schema = format!("bench_{}", self.run_id);
         let (mut store, hand) = fresh_schema(&self.pool, &schema).await;
-        if matches!(runner, Runner::Idem(Mode::LeaseDedicated)) {
-            store = PgStore::builder(self.pool.clone())
-                .schema(schema.as_str())
-                .dedicated_connections(concurrency)
-                .build()
-                .unwrap();
+        match runner {
+            Runner::Idem(Mode::LeaseTuned) => store = tuned_store(&self.pool, &schema, self.tuned),
+            Runner::Idem(Mode::LeaseThroughPool) => {
+                store = PgStore::builder(self.pool.clone())
+                    .schema(schema.as_str())
+                    .through_pool()
+                    .build()
+                    .unwrap()
+            }
+            _ => {}
         }
         // Stats views lag by up to a statistics flush; wait out the set-up's statements.
         tokio::time::sleep(Duration::from_millis(600)).await;
@@ -204,7 +226,9 @@ impl Bench {
         };
         if matches!(
             runner,
-            Runner::Idem(Mode::Lease | Mode::LeaseDedicated | Mode::Transactional)
+            Runner::Idem(
+                Mode::Lease | Mode::LeaseTuned | Mode::LeaseThroughPool | Mode::Transactional
+            )
         ) && dup_ratio == 0.0
         {
             assert_eq!(
@@ -275,8 +299,19 @@ fn print_table(title: &str, rows: &[Row_]) {
         ratio(Mode::Lease.label(), pgbench::Script::Lease.label())
     ));
     println(format!(
-        "- idem lease with dedicated connections / pgbench (same statements): **{}**",
-        ratio(Mode::LeaseDedicated.label(), pgbench::Script::Lease.label())
+        "- idem lease tuned / pgbench (same statements): **{}**",
+        ratio(Mode::LeaseTuned.label(), pgbench::Script::Lease.label())
+    ));
+    println(format!(
+        "- idem lease through the pool / pgbench (same statements): **{}**",
+        ratio(
+            Mode::LeaseThroughPool.label(),
+            pgbench::Script::Lease.label()
+        )
+    ));
+    println(format!(
+        "- idem lease (default) / pgbench running the article's INSERT: **{}**",
+        ratio(Mode::Lease.label(), pgbench::Script::Article.label())
     ));
     println(format!(
         "- idem transactional / pgbench (same statements): **{}**",
@@ -401,6 +436,7 @@ async fn main() {
         has_pss,
         dir: dir.clone(),
         run_id: 0,
+        tuned: (args.tuned_connections, args.tuned_in_flight),
     };
     println!(
         "## Run of {} (PostgreSQL {version}, {} cores; pg_stat_statements: {has_pss})",
@@ -424,7 +460,8 @@ async fn main() {
 
     let runners = [
         Runner::Idem(Mode::Lease),
-        Runner::Idem(Mode::LeaseDedicated),
+        Runner::Idem(Mode::LeaseTuned),
+        Runner::Idem(Mode::LeaseThroughPool),
         Runner::Pgbench(pgbench::Script::Lease),
         Runner::Idem(Mode::Transactional),
         Runner::Pgbench(pgbench::Script::Transactional),
@@ -459,7 +496,8 @@ async fn main() {
     let mut rows = Vec::new();
     for runner in [
         Runner::Idem(Mode::Lease),
-        Runner::Idem(Mode::LeaseDedicated),
+        Runner::Idem(Mode::LeaseTuned),
+        Runner::Idem(Mode::LeaseThroughPool),
         Runner::Pgbench(pgbench::Script::Lease),
         Runner::Pgbench(pgbench::Script::Article),
     ] {
@@ -486,7 +524,8 @@ async fn main() {
     let mut series: Vec<(String, Vec<(u32, f64)>)> = Vec::new();
     for runner in [
         Runner::Idem(Mode::Lease),
-        Runner::Idem(Mode::LeaseDedicated),
+        Runner::Idem(Mode::LeaseTuned),
+        Runner::Idem(Mode::LeaseThroughPool),
         Runner::Idem(Mode::Transactional),
         Runner::Idem(Mode::HandWritten),
         Runner::Pgbench(pgbench::Script::Lease),

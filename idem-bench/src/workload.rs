@@ -13,10 +13,15 @@ pub const EXISTING_KEYS: u64 = 10_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// `#[idempotent]` lease mode: claim, (empty) body, complete.
+    /// `#[idempotent]` lease mode on `PgStore`'s defaults: claim, (empty) body, complete, on
+    /// connections held from the pool, claims and completions batched.
     Lease,
-    /// Lease mode with `PgStore::dedicated_connections` (no pool checkout per statement).
-    LeaseDedicated,
+    /// Lease mode tuned: `dedicated_connections` and `max_batches_in_flight` chosen for this
+    /// machine (see `tuned_store`).
+    LeaseTuned,
+    /// Lease mode with `through_pool()`: a pooled connection per statement, no batching (the
+    /// default before batching).
+    LeaseThroughPool,
     /// `#[idempotent(transaction = tx)]`: BEGIN, claim, body, complete, COMMIT.
     Transactional,
     /// The article's technique by hand: `INSERT .. ON CONFLICT DO NOTHING`, then the body.
@@ -32,8 +37,9 @@ pub enum Mode {
 impl Mode {
     pub fn label(self) -> &'static str {
         match self {
-            Mode::Lease => "idem lease",
-            Mode::LeaseDedicated => "idem lease, dedicated connections",
+            Mode::Lease => "idem lease (default)",
+            Mode::LeaseTuned => "idem lease, tuned",
+            Mode::LeaseThroughPool => "idem lease, through the pool",
             Mode::Transactional => "idem transactional",
             Mode::HandWritten => "hand-written (article)",
             Mode::SqlxSameStatements => "sqlx: idem lease SQL, no idem runtime",
@@ -162,7 +168,7 @@ pub async fn run(
 /// One call; returns whether the body ran.
 async fn call(mode: Mode, store: &PgStore, pool: &PgPool, hand_sql: &str, key: String) -> bool {
     match mode {
-        Mode::Lease | Mode::LeaseDedicated => {
+        Mode::Lease | Mode::LeaseTuned | Mode::LeaseThroughPool => {
             let outcome = Call::new(store, key)
                 .run(async { Ok::<_, Infallible>(()) })
                 .await

@@ -699,6 +699,104 @@ crate::declare_cases! { $ __store_cases:
         }
     }
 
+    /// Many concurrent claims and completions over many keys (a store may send them together,
+    /// as `PgStore` batches them): each is answered as if it had been alone. Every fresh key is
+    /// acquired exactly once, each duplicate gets its own key's output (never another's), a
+    /// reused key with another fingerprint is a mismatch, and every completion applies under its
+    /// own fence only.
+    pub async fn concurrent_calls_on_many_keys_each_get_their_own_answer(h: &impl Harness) {
+        const KEYS: usize = 60;
+        let store: Arc<dyn Store> = h.store();
+        // Keys `done-i` completed beforehand with output `i`; keys `fp-i` held with fingerprint 1.
+        for i in 0..KEYS {
+            let done = key(&format!("many-done-{i}"));
+            let fence = acquire(&*store, &done, LONG_LEASE).await;
+            let output = i.to_string();
+            assert_eq!(
+                complete(&*store, &done, fence, Some(output.as_bytes())).await,
+                Fenced::Applied
+            );
+            let held = key(&format!("many-fp-{i}"));
+            assert!(matches!(
+                claim_fp(&*store, &held, LONG_LEASE, Some(&fp(1))).await,
+                Claim::Acquired { .. }
+            ));
+        }
+        #[derive(Debug)]
+        enum Asked {
+            Fresh(usize),
+            Done(usize),
+            OtherFingerprint(usize),
+        }
+        let mut asks = Vec::new();
+        for i in 0..KEYS {
+            asks.extend([Asked::Fresh(i), Asked::Fresh(i), Asked::Done(i)]);
+            asks.extend([Asked::OtherFingerprint(i), Asked::Fresh(i)]);
+        }
+        let barrier = Arc::new(tokio::sync::Barrier::new(asks.len()));
+        let tasks: Vec<_> = asks
+            .into_iter()
+            .map(|asked| {
+                let (store, barrier) = (store.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let (k, fingerprint) = match asked {
+                        Asked::Fresh(i) => (key(&format!("many-fresh-{i}")), None),
+                        Asked::Done(i) => (key(&format!("many-done-{i}")), None),
+                        Asked::OtherFingerprint(i) => (key(&format!("many-fp-{i}")), Some(fp(2))),
+                    };
+                    let claimed = claim_fp(&*store, &k, LONG_LEASE, fingerprint.as_ref()).await;
+                    // A fresh key's winner completes at once, with its key's name as output,
+                    // while other claims are still in flight.
+                    let completed = match (&asked, &claimed) {
+                        (Asked::Fresh(i), Claim::Acquired { fence, .. }) => {
+                            let output = format!("fresh-{i}");
+                            Some(complete(&*store, &k, *fence, Some(output.as_bytes())).await)
+                        }
+                        _ => None,
+                    };
+                    (asked, claimed, completed)
+                })
+            })
+            .collect();
+        let mut acquired = vec![0; KEYS];
+        for task in tasks {
+            let (asked, claimed, completed) = task.await.expect("task");
+            match (&asked, &claimed) {
+                (Asked::Fresh(i), Claim::Acquired { .. }) => {
+                    acquired[*i] += 1;
+                    assert_eq!(completed, Some(Fenced::Applied), "{asked:?}");
+                }
+                (Asked::Fresh(_), Claim::InProgress { .. }) => {}
+                (Asked::Fresh(i), Claim::Completed { output, .. }) => {
+                    assert_eq!(output.as_deref(), Some(format!("fresh-{i}").as_bytes()));
+                }
+                (Asked::Done(i), Claim::Completed { output, .. }) => assert_eq!(
+                    output.as_deref(),
+                    Some(i.to_string().as_bytes()),
+                    "a duplicate gets its own key's output"
+                ),
+                (Asked::OtherFingerprint(_), Claim::Mismatch) => {}
+                _ => panic!("{asked:?} was answered {claimed:?}"),
+            }
+        }
+        assert!(
+            acquired.iter().all(|&n| n == 1),
+            "each fresh key is acquired exactly once: {acquired:?}"
+        );
+        for i in 0..KEYS {
+            let record = store
+                .get(&key(&format!("many-fresh-{i}")))
+                .await
+                .unwrap()
+                .expect("the fresh key has a record");
+            assert!(
+                matches!(&record.state, RecordState::Completed { output: Some(o), .. } if o == format!("fresh-{i}").as_bytes()),
+                "fresh-{i}: {record:?}"
+            );
+        }
+    }
+
     /// The journal stores an intent, then the completion with its output, per named effect.
     pub async fn effect_journal_records_intent_then_completion(h: &impl Harness) {
         let store = h.store();

@@ -1,41 +1,89 @@
-//! Dedicated connections: PgStore's own small set of connections, outside the pool.
+//! The store's own connections: a small set of connections that PgStore keeps checked out and
+//! runs its statements on, instead of checking one out of the pool for every statement.
 //!
 //! sqlx 0.8's pool tests every connection with a round trip when it is returned, so a
 //! one-statement store operation through the pool costs two round trips and about three times
-//! the client CPU of the statement alone (see BENCHMARKS.md). With dedicated connections a store
-//! operation is one round trip. A connection whose operation failed or was cancelled mid-way is
-//! closed rather than reused, since its state is unknown.
+//! the client CPU of the statement alone (see BENCHMARKS.md). On connections of its own a store
+//! operation is one round trip. They are either held from the pool (the default: taken from it
+//! once and kept, so the store never makes the server hold more connections than the pool
+//! allows) or opened apart from the pool with its connect options (`dedicated_connections`).
+//! A connection whose operation failed or was cancelled mid-way is closed rather than reused,
+//! since its state is unknown.
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgConnection};
 use sqlx::{PgPool, Postgres};
-use std::sync::Mutex;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use std::sync::{Arc, Mutex, Weak};
+use tokio::sync::{oneshot, Semaphore, SemaphorePermit};
+
+/// Where the store's own connections come from.
+pub(crate) enum Source {
+    /// Checked out of the pool once, then kept (never given back, so never pinged).
+    Pool(PgPool),
+    /// Opened with these options, apart from the pool.
+    Options(Box<PgConnectOptions>),
+}
+
+/// One of the store's own connections.
+enum Own {
+    Held(PoolConnection<Postgres>),
+    Opened(PgConnection),
+}
+
+impl Own {
+    fn get(&mut self) -> &mut PgConnection {
+        match self {
+            Own::Held(conn) => conn,
+            Own::Opened(conn) => conn,
+        }
+    }
+
+    /// Closes the connection (a held one is closed, not given back to the pool).
+    fn discard(self) {
+        if let Own::Held(mut conn) = self {
+            conn.close_on_drop();
+        }
+    }
+}
 
 pub(crate) struct Direct {
-    options: PgConnectOptions,
+    source: Source,
     connections: usize,
-    idle: Mutex<Vec<PgConnection>>,
+    idle: Arc<Mutex<Vec<Own>>>,
     permits: Semaphore,
+    /// Stops the task that gives held connections back when the pool is closed (so
+    /// `pool.close().await` does not wait for a store that is still alive); it ends when this
+    /// is dropped, with the store.
+    watching: Mutex<Option<oneshot::Sender<()>>>,
 }
 
 /// A connection checked out of [`Direct`]; closed on drop unless given back.
 pub(crate) struct Checkout<'a> {
     direct: &'a Direct,
-    conn: Option<PgConnection>,
+    conn: Option<Own>,
     reused: bool,
     _permit: SemaphorePermit<'a>,
 }
 
 impl Checkout<'_> {
     fn give_back(mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        if matches!(&self.direct.source, Source::Pool(pool) if pool.is_closed()) {
+            return conn.discard();
+        }
+        lock(&self.direct.idle).push(conn);
+    }
+}
+
+fn lock(idle: &Mutex<Vec<Own>>) -> std::sync::MutexGuard<'_, Vec<Own>> {
+    idle.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for Checkout<'_> {
+    fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            self.direct
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(conn);
+            conn.discard();
         }
     }
 }
@@ -48,13 +96,33 @@ fn is_connection_lost(error: &sqlx::Error) -> bool {
 }
 
 impl Direct {
-    pub fn new(options: PgConnectOptions, connections: usize) -> Direct {
+    pub fn new(source: Source, connections: usize) -> Direct {
         Direct {
-            options,
+            source,
             connections: connections.max(1),
-            idle: Mutex::new(Vec::with_capacity(connections)),
+            idle: Arc::new(Mutex::new(Vec::with_capacity(connections))),
             permits: Semaphore::new(connections.max(1)),
+            watching: Mutex::new(None),
         }
+    }
+
+    /// Takes a connection out of the pool to keep. The first one starts a task that empties
+    /// the idle connections into the pool when the pool is closed.
+    async fn hold(&self, pool: &PgPool) -> Result<Own, sqlx::Error> {
+        let conn = pool.acquire().await?;
+        let mut watching = self.watching.lock().unwrap_or_else(|e| e.into_inner());
+        if watching.is_none() {
+            let (stop, stopped) = oneshot::channel();
+            let (closed, idle) = (pool.close_event(), Arc::downgrade(&self.idle));
+            tokio::spawn(give_back_on_close(closed, stopped, idle));
+            *watching = Some(stop);
+        }
+        Ok(Own::Held(conn))
+    }
+
+    /// How many connections the store may hold.
+    pub fn connections(&self) -> usize {
+        self.connections
     }
 
     async fn checkout(&self) -> Result<Checkout<'_>, sqlx::Error> {
@@ -66,7 +134,13 @@ impl Direct {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let (conn, reused) = match idle {
             Some(conn) => (conn, true),
-            None => (self.options.connect().await?, false),
+            None => (
+                match &self.source {
+                    Source::Pool(pool) => self.hold(pool).await?,
+                    Source::Options(options) => Own::Opened(options.connect().await?),
+                },
+                false,
+            ),
         };
         Ok(Checkout {
             direct: self,
@@ -76,7 +150,7 @@ impl Direct {
         })
     }
 
-    /// Checks a connection out: a dedicated one if the store has them, else one of the pool's.
+    /// Checks a connection out: one of the store's own if it has them, else one of the pool's.
     pub async fn checkout_or_pool<'a>(
         direct: Option<&'a Direct>,
         pool: &PgPool,
@@ -85,6 +159,23 @@ impl Direct {
             Some(direct) => Conn::Direct(direct.checkout().await?),
             None => Conn::Pooled(pool.acquire().await?),
         })
+    }
+}
+
+/// Waits for the pool to close (or the store to go), then lets the idle held connections go.
+async fn give_back_on_close(
+    closed: sqlx::pool::CloseEvent,
+    stopped: oneshot::Receiver<()>,
+    idle: Weak<Mutex<Vec<Own>>>,
+) {
+    tokio::select! {
+        () = closed => {
+            if let Some(idle) = idle.upgrade() {
+                let conns: Vec<_> = lock(&idle).drain(..).collect();
+                conns.into_iter().for_each(Own::discard);
+            }
+        }
+        _ = stopped => {}
     }
 }
 
@@ -107,7 +198,7 @@ impl Conn<'_> {
     pub fn get(&mut self) -> &mut PgConnection {
         match self {
             Conn::Pooled(conn) => conn,
-            Conn::Direct(checkout) => checkout.conn.as_mut().expect("checked out"),
+            Conn::Direct(checkout) => checkout.conn.as_mut().expect("checked out").get(),
         }
     }
 

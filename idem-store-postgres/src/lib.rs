@@ -15,6 +15,8 @@
 
 #![warn(missing_docs)]
 
+mod batch;
+mod batched;
 pub mod claim_batch;
 mod direct;
 mod error;
@@ -28,4 +30,6 @@ mod transaction;
 
 pub use ident::MAX_IDENT_LEN;
 pub use sqlx;
-pub use store::{PgStore, PgStoreBuilder, DEFAULT_SCHEMA, DEFAULT_TABLE};
+pub use store::{
+    PgStore, PgStoreBuilder, DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_SCHEMA, DEFAULT_TABLE,
+};

@@ -19,6 +19,9 @@ use crate::time::micros_sql;
 /// complete: $1 key, $2 fence, $3 output, $4 keep (µs);
 /// release: $1 key, $2 fence; renew: $1 key, $2 fence, $3 lease (µs);
 /// get: $1 key; purge: $1 limit.
+/// claim_many: the claim's parameters as arrays, one element per record ($1 keys, $2 scopes,
+/// $3 fingerprints, $4 leases, $5 tokens); complete_many: $1 keys, $2 fences, $3 outputs,
+/// $4 keeps.
 #[derive(Debug)]
 pub(crate) struct RecordsSql {
     /// The quoted, schema-qualified table name.
@@ -26,8 +29,10 @@ pub(crate) struct RecordsSql {
     /// The quoted fence sequence name, as a `nextval` argument.
     seq: String,
     pub claim: String,
+    pub claim_many: String,
     pub takeover: String,
     pub complete: String,
+    pub complete_many: String,
     pub release: String,
     pub renew: String,
     pub get: String,
@@ -70,6 +75,44 @@ impl RecordsSql {
                         scope
                  FROM existing"
             ),
+            // The claim for many records at once (each at most once), answering a row per
+            // record with its position `i` (from 1) first. Each record is looked up on its own
+            // (`LATERAL .. LIMIT 1`, an index lookup whatever the plan), and fresh keys are
+            // inserted in key order, so two batches inserting the same keys wait on each other
+            // in one order and never deadlock. A record with no row in the answer raced a
+            // concurrent insert; its caller claims it again on its own.
+            claim_many: format!(
+                "WITH req AS (
+                    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[],
+                                         $5::bigint[])
+                    WITH ORDINALITY AS r(key, scope, fingerprint, lease, token, i)
+                 ), existing AS (
+                    SELECT req.i, found.*
+                    FROM req CROSS JOIN LATERAL (
+                        SELECT fence, fingerprint, completed_at, expires_at, output,
+                               expires_at <= now() AS lapsed, token, scope
+                        FROM {t} WHERE key = req.key AND scope IN (req.scope, '')
+                        ORDER BY scope DESC LIMIT 1
+                    ) AS found
+                 ), inserted AS (
+                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, token)
+                    SELECT key, scope, nextval({seq}), fingerprint,
+                           now() + lease * interval '1 microsecond', token
+                    FROM req WHERE NOT EXISTS (SELECT 1 FROM existing WHERE existing.i = req.i)
+                    ORDER BY key, scope
+                    ON CONFLICT (key, scope) DO NOTHING
+                    RETURNING key, scope, fence, expires_at
+                 )
+                 SELECT req.i, true AS inserted, inserted.fence, NULL::text AS fingerprint,
+                        NULL::bigint AS completed_us, {ins_expires} AS expires_us,
+                        NULL::bytea AS output, false AS lapsed, req.token, req.scope
+                 FROM inserted JOIN req ON req.key = inserted.key AND req.scope = inserted.scope
+                 UNION ALL
+                 SELECT i, false, fence, fingerprint, {completed}, {expires}, output, lapsed,
+                        token, scope
+                 FROM existing",
+                ins_expires = micros_sql("inserted.expires_at"),
+            ),
             // Only for a lapsed lease or an expired completion. The `WHERE` is re-checked on the
             // newest row version, so of two racing takeovers exactly one updates.
             takeover: format!(
@@ -85,6 +128,19 @@ impl RecordsSql {
                      expires_at = coalesce(completed_at, now()) + $4 * interval '1 microsecond',
                      output = $3
                  WHERE key = $1 AND fence = $2"
+            ),
+            // The completion of many claims at once (each record at most once), answering the
+            // position `i` (from 1) of each one that applied. The records are found by
+            // `key = ANY($1)` (an index lookup whatever the plan), then matched to their fences.
+            complete_many: format!(
+                "UPDATE {t} AS t
+                 SET completed_at = coalesce(t.completed_at, now()),
+                     expires_at = coalesce(t.completed_at, now()) + c.keep * interval '1 microsecond',
+                     output = c.output
+                 FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::bigint[])
+                      WITH ORDINALITY AS c(key, fence, output, keep, i)
+                 WHERE t.key = ANY($1::text[]) AND t.key = c.key AND t.fence = c.fence
+                 RETURNING c.i"
             ),
             release: format!(
                 "DELETE FROM {t} WHERE key = $1 AND fence = $2 AND completed_at IS NULL"

@@ -11,7 +11,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::direct::{on_conn, Direct};
+use crate::batch::{self, Batcher};
+use crate::batched::{token_param, ClaimOp, CompleteOp, OwnedClaim, OwnedCompletion};
+use crate::direct::{on_conn, Direct, Source};
 use crate::error::store_error;
 use crate::ident::validate_ident;
 use crate::records::RecordsSql;
@@ -31,6 +33,16 @@ pub const DEFAULT_TABLE: &str = "idem_records";
 /// Each [`Store`] operation is one SQL statement (one round trip): a fresh call costs two
 /// (claim, complete), a duplicate one. Lease expiry is judged by the database's `now()`, so app
 /// servers with skewed clocks agree. Run [`PgStore::migrate`] once at start-up.
+///
+/// **Connections and batching, by default.** The store runs its statements on up to half of
+/// the pool's `max_connections`, which it takes from the pool as it needs them and keeps (see
+/// [`PgStoreBuilder::dedicated_connections`] and [`PgStoreBuilder::through_pool`] for the
+/// alternatives). Claims of concurrent calls share one statement, and so do their
+/// completions: a batch is whatever queued while the previous statement was on the wire, so a
+/// lone call is sent at once and waits for nothing, and under load many calls cost one round
+/// trip ([`PgStoreBuilder::batching`]). Each call in a batch is answered as if it had been
+/// alone; a batch never holds two calls for one key; a batch the database refuses is sent
+/// again call by call, so a failure is reported to its own call only.
 ///
 /// ```no_run
 /// use idem_core::{idempotent, Outcome};
@@ -62,6 +74,24 @@ struct Shared {
     table: String,
     sql: RecordsSql,
     direct: Option<Direct>,
+    batches: Option<Batches>,
+}
+
+/// The queues of lease mode's batched operations.
+pub(crate) struct Batches {
+    pub claims: Batcher<ClaimOp>,
+    pub completions: Batcher<CompleteOp>,
+}
+
+/// Where the store's statements run.
+#[derive(Debug, Clone, Copy)]
+enum Connections {
+    /// Connections held from the pool: half of its `max_connections` (none of a pool of one).
+    HeldFromPool,
+    /// Connections of the store's own, apart from the pool: this many.
+    Dedicated(usize),
+    /// A connection checked out of the pool for each statement.
+    Pooled,
 }
 
 impl fmt::Debug for PgStore {
@@ -72,14 +102,20 @@ impl fmt::Debug for PgStore {
     }
 }
 
-/// Builds a [`PgStore`] with another schema or table name.
+/// Builds a [`PgStore`] with another schema or table name, or other connection settings.
 #[derive(Debug)]
 pub struct PgStoreBuilder {
     pool: PgPool,
     schema: String,
     table: String,
-    dedicated: Option<usize>,
+    connections: Connections,
+    batching: bool,
+    in_flight: usize,
 }
+
+/// How many batched statements of one kind (claims, completions) may be on the wire at once,
+/// unless set: see [`PgStoreBuilder::max_batches_in_flight`].
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
 
 impl PgStoreBuilder {
     /// The schema to keep the table in (default `public`). Created by `migrate` if missing.
@@ -94,17 +130,52 @@ impl PgStoreBuilder {
         self
     }
 
-    /// Runs the store's statements on up to `connections` connections of its own, opened with
-    /// the pool's connect options, instead of checking one out of the pool for each statement.
+    /// Runs the store's statements on up to `connections` connections opened apart from the
+    /// pool (with the pool's connect options), instead of the default: connections held from
+    /// the pool.
     ///
-    /// sqlx 0.8's pool tests each connection with a round trip when it is returned, which for
-    /// idem's one-statement operations doubles the round trips and triples the client CPU;
-    /// dedicated connections make each operation one round trip and bring lease mode to
-    /// pgbench's rate for the same statements (see BENCHMARKS.md). The cost: up to
-    /// `connections` more server connections. Transactional mode still takes its
-    /// transactions from the pool.
+    /// By default a store takes up to half of the pool's `max_connections` (rounded down; a
+    /// pool of one connection is used as [`through_pool`](Self::through_pool) does) out of the
+    /// pool as it needs them and keeps them: its statements then cost one round trip each
+    /// (sqlx 0.8's pool tests every connection with a round trip when it is given back, which
+    /// for idem's one-statement operations doubles the round trips and triples the client CPU;
+    /// see BENCHMARKS.md), and the server never sees more connections than the pool allows.
+    /// Use this to size the store apart from a pool that the application's own queries need
+    /// whole. Fewer connections make bigger batches under load; more let more statements run at
+    /// once. The cost: up to `connections` server connections besides the pool's.
     pub fn dedicated_connections(mut self, connections: usize) -> Self {
-        self.dedicated = Some(connections.max(1));
+        self.connections = Connections::Dedicated(connections.max(1));
+        self
+    }
+
+    /// Checks a connection out of the pool for every statement and gives it back after, as the
+    /// pool's other users do: the store holds no connection between statements, at the cost of
+    /// a round trip more per statement, and without batching.
+    pub fn through_pool(mut self) -> Self {
+        self.connections = Connections::Pooled;
+        self
+    }
+
+    /// Whether the claims of concurrent calls share one statement, and their completions too
+    /// (default on; needs the store's own connections). A batch is whatever was queued while
+    /// the previous statement was on the wire, so a lone call waits for nothing; turn it off
+    /// to send every claim and completion as a statement of its own.
+    pub fn batching(mut self, on: bool) -> Self {
+        self.batching = on;
+        self
+    }
+
+    /// How many batched statements of one kind (claims, completions) may be on the wire at
+    /// once (default [`DEFAULT_BATCHES_IN_FLIGHT`], one; never more than the store's
+    /// connections). A call that finds them busy joins the next batch, which goes out as soon
+    /// as one returns. One makes the biggest batches and so the least work per call for the
+    /// server (measured in BENCHMARKS.md); more let a batch that waits on a row lock hold up
+    /// fewer calls. A claim waits on a lock only while another transaction has inserted or
+    /// taken over the same key in the same scope and not committed: a transactional handler
+    /// given the same `scope` as a lease-mode one, or a transaction of your own on idem's
+    /// table. Raise this if your handlers do that.
+    pub fn max_batches_in_flight(mut self, batches: usize) -> Self {
+        self.in_flight = batches.max(1);
         self
     }
 
@@ -112,9 +183,29 @@ impl PgStoreBuilder {
     pub fn build(self) -> Result<PgStore, StoreError> {
         validate_ident("schema", &self.schema)?;
         validate_ident("table", &self.table)?;
-        let direct = self
-            .dedicated
-            .map(|n| Direct::new((*self.pool.connect_options()).clone(), n));
+        let direct = match self.connections {
+            Connections::HeldFromPool => {
+                match held_connections(self.pool.options().get_max_connections()) {
+                    0 => None,
+                    n => Some(Direct::new(Source::Pool(self.pool.clone()), n)),
+                }
+            }
+            Connections::Dedicated(n) => {
+                let options = (*self.pool.connect_options()).clone();
+                Some(Direct::new(Source::Options(Box::new(options)), n))
+            }
+            Connections::Pooled => None,
+        };
+        let batches = match &direct {
+            Some(direct) if self.batching => {
+                let in_flight = self.in_flight.min(direct.connections());
+                Some(Batches {
+                    claims: Batcher::new(in_flight),
+                    completions: Batcher::new(in_flight),
+                })
+            }
+            _ => None,
+        };
         let sql = RecordsSql::new(&self.schema, &self.table);
         Ok(PgStore {
             pool: self.pool,
@@ -123,13 +214,21 @@ impl PgStoreBuilder {
                 schema: self.schema,
                 table: self.table,
                 direct,
+                batches,
             }),
         })
     }
 }
 
+/// How many of a pool's `max_connections` a store holds by default: half, rounded down, so the
+/// other half serves the application's own queries and transactional mode. None of a pool of
+/// one: the store then checks it out for each statement.
+pub(crate) fn held_connections(pool_max: u32) -> usize {
+    pool_max as usize / 2
+}
+
 /// One decoded row of the claim statement.
-struct ClaimRow {
+pub(crate) struct ClaimRow {
     inserted: bool,
     fence: i64,
     fingerprint: Option<String>,
@@ -142,19 +241,30 @@ struct ClaimRow {
 }
 
 impl ClaimRow {
-    fn decode(row: &PgRow) -> Result<ClaimRow, sqlx::Error> {
+    /// Decodes the claim's columns, which start at column `first` of `row`.
+    pub(crate) fn decode_from(row: &PgRow, first: usize) -> Result<ClaimRow, sqlx::Error> {
         Ok(ClaimRow {
-            inserted: row.try_get(0)?,
-            fence: row.try_get(1)?,
-            fingerprint: row.try_get(2)?,
-            completed_at: row.try_get(3)?,
-            expires_at: row.try_get(4)?,
-            output: row.try_get(5)?,
-            lapsed: row.try_get(6)?,
-            token: row.try_get(7)?,
-            scope: row.try_get(8)?,
+            inserted: row.try_get(first)?,
+            fence: row.try_get(first + 1)?,
+            fingerprint: row.try_get(first + 2)?,
+            completed_at: row.try_get(first + 3)?,
+            expires_at: row.try_get(first + 4)?,
+            output: row.try_get(first + 5)?,
+            lapsed: row.try_get(first + 6)?,
+            token: row.try_get(first + 7)?,
+            scope: row.try_get(first + 8)?,
         })
     }
+}
+
+/// What one claim statement's answer means for one request.
+pub(crate) enum Judged {
+    /// The claim is settled.
+    Settled(Claim),
+    /// No row: a concurrent claim inserted the key after the statement's snapshot. Look again.
+    Raced,
+    /// The record's lease lapsed (or its completion expired): take it over, from `scope`.
+    Lapsed { scope: String },
 }
 
 fn fence(value: i64) -> Fence {
@@ -183,7 +293,9 @@ impl PgStore {
             pool,
             schema: DEFAULT_SCHEMA.to_owned(),
             table: DEFAULT_TABLE.to_owned(),
-            dedicated: None,
+            connections: Connections::HeldFromPool,
+            batching: true,
+            in_flight: DEFAULT_BATCHES_IN_FLIGHT,
         }
     }
 
@@ -201,6 +313,19 @@ impl PgStore {
 
     pub(crate) fn direct(&self) -> Option<&Direct> {
         self.shared.direct.as_ref()
+    }
+
+    /// How many claims and completions wait for a statement (always `(0, 0)` without
+    /// batching); for tests that need a batch to have formed.
+    #[doc(hidden)]
+    pub fn queued(&self) -> (usize, usize) {
+        self.batches()
+            .map_or((0, 0), |b| (b.claims.queued(), b.completions.queued()))
+    }
+
+    /// The batched operations' queues, when batching is on.
+    pub(crate) fn batches(&self) -> Option<&Batches> {
+        self.shared.batches.as_ref()
     }
 
     /// The records table's SQL, for the work queue that runs on this store.
@@ -244,8 +369,7 @@ impl PgStore {
         let key = request.key.as_str();
         let fingerprint = request.fingerprint.map(Fingerprint::as_str);
         let lease = duration_micros(request.lease);
-        // The token's bits, as the bigint column keeps them.
-        let token = request.token.map(|t| t.0 as i64);
+        let token = token_param(request.token);
         for _ in 0..CLAIM_ATTEMPTS {
             let row = sqlx::query(&sql.claim)
                 .bind(key)
@@ -255,68 +379,82 @@ impl PgStore {
                 .bind(request.key.scope())
                 .fetch_optional(&mut *conn)
                 .await?;
-            let Some(row) = row else {
-                // A concurrent claim inserted the key after this statement's snapshot.
-                continue;
+            let row = row.map(|row| ClaimRow::decode_from(&row, 0)).transpose()?;
+            let scope = match PgStore::judge(row, fingerprint, token) {
+                Judged::Settled(claim) => return Ok(claim),
+                Judged::Raced => continue,
+                Judged::Lapsed { scope } => scope,
             };
-            let row = ClaimRow::decode(&row)?;
-            if row.inserted {
-                return Ok(Claim::Acquired {
-                    fence: fence(row.fence),
-                    lease_expires_at: from_micros(row.expires_at),
-                    taken_over: false,
-                });
-            }
-            if !row.lapsed && row.completed_at.is_none() && token.is_some() && row.token == token {
-                // The caller's own claim, sent again after its answer was lost.
-                return Ok(Claim::Acquired {
-                    fence: fence(row.fence),
-                    lease_expires_at: from_micros(row.expires_at),
-                    taken_over: false,
-                });
-            }
-            if row.lapsed {
-                let taken = sqlx::query(&sql.takeover)
-                    .bind(key)
-                    .bind(fingerprint)
-                    .bind(lease)
-                    .bind(token)
-                    .bind(request.key.scope())
-                    .bind(&row.scope)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                match taken {
-                    Some(taken) => {
-                        return Ok(Claim::Acquired {
-                            fence: fence(taken.try_get(0)?),
-                            lease_expires_at: from_micros(taken.try_get(1)?),
-                            taken_over: true,
-                        })
-                    }
-                    // Another claim took it over (or it was renewed) first: look again.
-                    None => continue,
+            let taken = sqlx::query(&sql.takeover)
+                .bind(key)
+                .bind(fingerprint)
+                .bind(lease)
+                .bind(token)
+                .bind(request.key.scope())
+                .bind(&scope)
+                .fetch_optional(&mut *conn)
+                .await?;
+            match taken {
+                Some(taken) => {
+                    return Ok(Claim::Acquired {
+                        fence: fence(taken.try_get(0)?),
+                        lease_expires_at: from_micros(taken.try_get(1)?),
+                        taken_over: true,
+                    })
                 }
+                // Another claim took it over (or it was renewed) first: look again.
+                None => continue,
             }
-            let mismatch = matches!(
-                (row.fingerprint.as_deref(), fingerprint),
-                (Some(stored), Some(requested)) if stored != requested
-            );
-            return Ok(if mismatch {
-                Claim::Mismatch
-            } else if let Some(completed_at) = row.completed_at {
-                Claim::Completed {
-                    completed_at: from_micros(completed_at),
-                    output: row.output,
-                }
-            } else {
-                Claim::InProgress {
-                    lease_expires_at: from_micros(row.expires_at),
-                }
-            });
         }
         Err(sqlx::Error::Protocol(format!(
             "claim of {key:?} kept racing concurrent claims after {CLAIM_ATTEMPTS} attempts"
         )))
+    }
+
+    /// What the claim statement's row (or its absence) means for a request with `fingerprint`
+    /// and `token`: the one reading of a claim's answer, for single and batched claims.
+    pub(crate) fn judge(
+        row: Option<ClaimRow>,
+        fingerprint: Option<&str>,
+        token: Option<i64>,
+    ) -> Judged {
+        let Some(row) = row else {
+            return Judged::Raced;
+        };
+        if row.inserted {
+            return Judged::Settled(Claim::Acquired {
+                fence: fence(row.fence),
+                lease_expires_at: from_micros(row.expires_at),
+                taken_over: false,
+            });
+        }
+        if !row.lapsed && row.completed_at.is_none() && token.is_some() && row.token == token {
+            // The caller's own claim, sent again after its answer was lost.
+            return Judged::Settled(Claim::Acquired {
+                fence: fence(row.fence),
+                lease_expires_at: from_micros(row.expires_at),
+                taken_over: false,
+            });
+        }
+        if row.lapsed {
+            return Judged::Lapsed { scope: row.scope };
+        }
+        let mismatch = matches!(
+            (row.fingerprint.as_deref(), fingerprint),
+            (Some(stored), Some(requested)) if stored != requested
+        );
+        Judged::Settled(if mismatch {
+            Claim::Mismatch
+        } else if let Some(completed_at) = row.completed_at {
+            Claim::Completed {
+                completed_at: from_micros(completed_at),
+                output: row.output,
+            }
+        } else {
+            Claim::InProgress {
+                lease_expires_at: from_micros(row.expires_at),
+            }
+        })
     }
 
     pub(crate) async fn complete_on(
@@ -459,13 +597,16 @@ impl PgStore {
     }
 }
 
-fn fence_param(fence: Fence) -> i64 {
+pub(crate) fn fence_param(fence: Fence) -> i64 {
     i64::try_from(fence.0).unwrap_or(i64::MAX)
 }
 
 #[async_trait]
 impl Store for PgStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        if self.batches().is_some() {
+            return batch::submit::<ClaimOp>(self, OwnedClaim::new(request)).await;
+        }
         on_conn!(self, conn => self.claim_on(conn, request))
             .map_err(|e| store_error(e).during(Operation::Claim))
     }
@@ -476,6 +617,10 @@ impl Store for PgStore {
         fence: Fence,
         completion: Completion<'_>,
     ) -> Result<Fenced, StoreError> {
+        if self.batches().is_some() {
+            let completion = OwnedCompletion::new(key, fence, completion);
+            return batch::submit::<CompleteOp>(self, completion).await;
+        }
         on_conn!(self, conn => self.complete_on(conn, key, fence, completion))
             .map_err(|e| store_error(e).during(Operation::Complete))
     }

@@ -1,5 +1,6 @@
 //! The shared conformance suite, run against `PgStore` on a real PostgreSQL server, each test
-//! in its own schema.
+//! in its own schema: with the default connections (the store's own, claims and completions
+//! batched), an explicit number of them, and through the pool.
 
 mod support;
 
@@ -66,4 +67,17 @@ mod dedicated_connections {
     }
 
     idem_conformance::store_conformance!(pg_dedicated_harness);
+}
+
+/// The same rules with a pooled connection checked out for every statement (no batching).
+mod through_pool {
+    use super::*;
+
+    async fn pg_pooled_harness() -> PgHarness {
+        PgHarness {
+            test: TestStore::through_pool("pconf", 8).await,
+        }
+    }
+
+    idem_conformance::store_conformance!(pg_pooled_harness);
 }

@@ -1,7 +1,8 @@
 //! Calls survive a database restart (issue: after every idem connection was terminated, as a
 //! restart or failover does, 4 of the next 8 sequential calls failed with a store error: each
 //! retry picked another dead idle connection). A call made once the server is reachable again
-//! succeeds, through the pool and on dedicated connections.
+//! succeeds: with the store's default connections (its own, batched), with an explicit number
+//! of them, and through the pool.
 
 mod support;
 
@@ -56,8 +57,13 @@ async fn calls_survive_terminated_connections(test: TestStore) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_on_default_connections_survive_a_restart() {
+    calls_survive_terminated_connections(TestStore::new("restart_default", 8).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_through_the_pool_survive_a_restart() {
-    calls_survive_terminated_connections(TestStore::new("restart_pool", 8).await).await;
+    calls_survive_terminated_connections(TestStore::through_pool("restart_pool", 8).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,29 +18,43 @@ const LEASE: Duration = Duration::from_secs(60);
 
 /// A store whose single connection goes through a counting proxy.
 async fn counted_store(test: &TestStore) -> (PgStore, CountingProxy) {
-    counted_store_with(test, None).await
+    counted_store_with(test, Via::Default).await
 }
 
-async fn counted_store_with(
-    test: &TestStore,
-    dedicated: Option<usize>,
-) -> (PgStore, CountingProxy) {
+/// How a counted store runs its statements.
+#[derive(Clone, Copy)]
+enum Via {
+    Default,
+    Dedicated(usize),
+    ThroughPool,
+}
+
+async fn counted_store_with(test: &TestStore, via: Via) -> (PgStore, CountingProxy) {
     let options = PgConnectOptions::from_str(&support::database_url()).unwrap();
     let proxy = CountingProxy::start(options.get_host().to_owned(), options.get_port()).await;
     let options = options
         .host("127.0.0.1")
         .port(proxy.port)
         .ssl_mode(PgSslMode::Disable);
+    // Through the pool, one connection (so acquiring it waits until it is back, pinged); else
+    // two: the default store holds one, and transactional mode takes the other.
+    let max = if matches!(via, Via::ThroughPool) {
+        1
+    } else {
+        2
+    };
     let pool = PgPoolOptions::new()
-        .max_connections(1)
+        .max_connections(max)
         .test_before_acquire(false)
         .connect_with(options)
         .await
         .unwrap();
-    let mut builder = PgStore::builder(pool).schema(test.schema.clone());
-    if let Some(n) = dedicated {
-        builder = builder.dedicated_connections(n);
-    }
+    let builder = PgStore::builder(pool).schema(test.schema.clone());
+    let builder = match via {
+        Via::Default => builder,
+        Via::Dedicated(n) => builder.dedicated_connections(n),
+        Via::ThroughPool => builder.through_pool(),
+    };
     (builder.build().unwrap(), proxy)
 }
 
@@ -271,7 +285,7 @@ async fn transactional_claim_of_a_completed_key_reads_only() {
 #[tokio::test]
 async fn dedicated_connections_make_no_pings() {
     let test = TestStore::new("rt_dedicated", 2).await;
-    let (store, proxy) = counted_store_with(&test, Some(1)).await;
+    let (store, proxy) = counted_store_with(&test, Via::Dedicated(1)).await;
     exercise_every_statement(&store, "warm").await;
     store.pool().close().await; // the warm-up's transaction went through the pool
     let (_, _, pings_before) = proxy.counts();
@@ -294,7 +308,7 @@ async fn dedicated_connections_make_no_pings() {
 #[tokio::test]
 async fn pooled_connections_are_pinged_on_return() {
     let test = TestStore::new("rt_pooled_pings", 2).await;
-    let (store, proxy) = counted_store(&test).await;
+    let (store, proxy) = counted_store_with(&test, Via::ThroughPool).await;
     exercise_every_statement(&store, "warm").await;
     let (outcome, trips) = count(&proxy, Call::new(&store, key("p-fresh")).run(work())).await;
     assert!(outcome.unwrap().is_executed());
@@ -322,7 +336,7 @@ async fn a_queued_job_costs_one_claim_and_one_completion() {
             .await
             .unwrap();
     }
-    let (store, proxy) = counted_store_with(&test, Some(1)).await;
+    let (store, proxy) = counted_store_with(&test, Via::Dedicated(1)).await;
     let (statements_before, trips_before, pings_before) = proxy.counts();
     let workers = Queue::new(&store)
         .worker(|_job: Job| async { Ok::<_, std::io::Error>(()) })

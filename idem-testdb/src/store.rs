@@ -35,14 +35,36 @@ pub async fn named_pool(max_connections: u32, application_name: &str) -> PgPool 
 }
 
 /// A store in `schema` on a new pool of `connections`, with `dedicated` connections of its own
-/// when given. Every connection of the store shows the schema as its `application_name`. Not
-/// migrated: see [`TestStore`] for a migrated store in a schema of its own.
+/// when given (else as many as the pool may open: the store's default). Every connection of the
+/// store shows the schema as its `application_name`. Not migrated: see [`TestStore`] for a
+/// migrated store in a schema of its own.
 pub async fn pg_store(schema: &str, connections: u32, dedicated: Option<usize>) -> PgStore {
+    let via = match dedicated {
+        Some(n) => Via::Dedicated(n),
+        None => Via::Default,
+    };
+    pg_store_via(schema, connections, via).await
+}
+
+/// Where a test store's statements run.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// The store's default: connections of its own, as many as the pool, with batching.
+    Default,
+    /// `dedicated_connections(n)`.
+    Dedicated(usize),
+    /// `through_pool()`: a pooled connection per statement, no batching.
+    ThroughPool,
+}
+
+async fn pg_store_via(schema: &str, connections: u32, via: Via) -> PgStore {
     let pool = named_pool(connections, schema).await;
-    let mut builder = PgStore::builder(pool).schema(schema.to_owned());
-    if let Some(n) = dedicated {
-        builder = builder.dedicated_connections(n);
-    }
+    let builder = PgStore::builder(pool).schema(schema.to_owned());
+    let builder = match via {
+        Via::Default => builder,
+        Via::Dedicated(n) => builder.dedicated_connections(n),
+        Via::ThroughPool => builder.through_pool(),
+    };
     builder.build().expect("valid schema name")
 }
 
@@ -72,19 +94,25 @@ pub struct TestStore {
 }
 
 impl TestStore {
-    /// A store on a pool of `max_connections`.
+    /// A store on a pool of `max_connections`, with the store's default connections (as many
+    /// of its own as the pool, claims and completions batched).
     pub async fn new(prefix: &str, max_connections: u32) -> TestStore {
-        TestStore::with(prefix, max_connections, None).await
+        TestStore::with(prefix, max_connections, Via::Default).await
     }
 
     /// A store running its statements on `dedicated` connections of its own.
     pub async fn dedicated(prefix: &str, max_connections: u32, dedicated: usize) -> TestStore {
-        TestStore::with(prefix, max_connections, Some(dedicated)).await
+        TestStore::with(prefix, max_connections, Via::Dedicated(dedicated)).await
     }
 
-    async fn with(prefix: &str, max_connections: u32, dedicated: Option<usize>) -> TestStore {
+    /// A store that checks a pooled connection out for every statement (no batching).
+    pub async fn through_pool(prefix: &str, max_connections: u32) -> TestStore {
+        TestStore::with(prefix, max_connections, Via::ThroughPool).await
+    }
+
+    async fn with(prefix: &str, max_connections: u32, via: Via) -> TestStore {
         let schema = unique_schema(prefix);
-        let store = pg_store(&schema, max_connections, dedicated).await;
+        let store = pg_store_via(&schema, max_connections, via).await;
         store.migrate().await.expect("migrate");
         TestStore { store, schema }
     }

@@ -1,0 +1,212 @@
+//! Adaptive batching: the claims (and the completions) of concurrent calls share one statement.
+//!
+//! A call puts its request in a queue. When fewer batches than the store has connections are
+//! on the wire, it starts a driver; otherwise a driver that is running takes the request as soon
+//! as its statement returns. A driver takes everything queued (up to [`MAX_BATCH`], and never
+//! two requests for one record), sends it as one statement, answers each caller, and goes on
+//! until the queue is empty. So a lone call is sent at once, in a batch of one, and under load a
+//! batch is whatever queued while the previous statement was on the wire: nobody waits for a
+//! batch to fill.
+//!
+//! Drivers run in tasks of their own, so a caller that is cancelled never cancels a statement
+//! that carries other callers' requests. Every request is answered: with its own result, or
+//! with an error when the driver could not finish (its runtime shut down, or it panicked).
+
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::sync::Mutex;
+
+use idem_core::StoreError;
+use tokio::sync::oneshot;
+
+use crate::store::PgStore;
+
+/// The most requests one statement carries.
+pub(crate) const MAX_BATCH: usize = 128;
+
+/// One kind of batched operation.
+pub(crate) trait Op: Send + Sync + Sized + 'static {
+    /// What one caller asks for (owned: it travels to the driver's task).
+    type Request: Send + 'static;
+    /// What one caller is answered.
+    type Answer: Send + 'static;
+
+    /// The batcher of this operation in `store`.
+    fn batcher(store: &PgStore) -> &Batcher<Self>;
+
+    /// Feeds the record `request` names to `state`: two requests for one record never share a
+    /// statement (a batch with the same key twice could answer both from one row).
+    fn record(request: &Self::Request, state: &mut impl Hasher);
+
+    /// Sends `batch` (one or more requests for distinct records) and answers each request, in
+    /// order. Never fails as a whole: a failure is each request's own answer.
+    fn run(
+        store: &PgStore,
+        batch: Vec<Self::Request>,
+    ) -> impl Future<Output = Vec<Result<Self::Answer, StoreError>>> + Send;
+}
+
+struct Waiting<O: Op> {
+    request: O::Request,
+    answer: oneshot::Sender<Result<O::Answer, StoreError>>,
+}
+
+struct State<O: Op> {
+    queue: VecDeque<Waiting<O>>,
+    /// Drivers running (each with at most one statement on the wire).
+    running: usize,
+}
+
+/// The queue of one batched operation.
+pub(crate) struct Batcher<O: Op> {
+    state: Mutex<State<O>>,
+    drivers: usize,
+    hasher: RandomState,
+}
+
+impl<O: Op> Batcher<O> {
+    /// A batcher that runs at most `drivers` statements at once.
+    pub fn new(drivers: usize) -> Batcher<O> {
+        Batcher {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                running: 0,
+            }),
+            drivers: drivers.max(1),
+            hasher: RandomState::new(),
+        }
+    }
+
+    /// How many requests wait for a statement.
+    pub fn queued(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<O>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the next batch off the queue, or retires the calling driver when the queue is
+    /// empty (under the same lock a caller queues under, so no request is left without one).
+    fn next_batch(&self, retired: &mut bool) -> Vec<Waiting<O>> {
+        let mut state = self.lock();
+        let Some(first) = state.queue.pop_front() else {
+            state.running -= 1;
+            *retired = true;
+            return Vec::new();
+        };
+        let mut batch = vec![first];
+        if state.queue.is_empty() {
+            return batch;
+        }
+        let hash = |request: &O::Request| {
+            let mut h = self.hasher.build_hasher();
+            O::record(request, &mut h);
+            h.finish()
+        };
+        let mut seen: HashSet<u64> = HashSet::from([hash(&batch[0].request)]);
+        let mut deferred = Vec::new();
+        while batch.len() < MAX_BATCH {
+            let Some(waiting) = state.queue.pop_front() else {
+                break;
+            };
+            // A hash collision only defers a request to the next statement.
+            if seen.insert(hash(&waiting.request)) {
+                batch.push(waiting);
+            } else {
+                deferred.push(waiting);
+            }
+        }
+        for waiting in deferred.into_iter().rev() {
+            state.queue.push_front(waiting);
+        }
+        batch
+    }
+}
+
+/// Sends `request` in the next statement of its kind and waits for its answer.
+pub(crate) async fn submit<O: Op>(
+    store: &PgStore,
+    request: O::Request,
+) -> Result<O::Answer, StoreError> {
+    let batcher = O::batcher(store);
+    let (answer, answered) = oneshot::channel();
+    let start = {
+        let mut state = batcher.lock();
+        state.queue.push_back(Waiting { request, answer });
+        let start = state.running < batcher.drivers;
+        if start {
+            state.running += 1;
+        }
+        start
+    };
+    if start {
+        let driver = drive::<O>(store.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(driver);
+            }
+            // No Tokio runtime to spawn on: drive in this call (it cannot be cancelled apart
+            // from the caller's own future, which then holds the only requests it took).
+            Err(_) => driver.await,
+        }
+    }
+    answered.await.unwrap_or_else(|_| {
+        Err(StoreError::msg(
+            "the statement carrying this request was abandoned (its runtime shut down); it may \
+             or may not have been applied",
+        ))
+    })
+}
+
+/// Runs batches until the queue is empty.
+async fn drive<O: Op>(store: PgStore) {
+    let mut slot = Slot {
+        batcher: O::batcher(&store),
+        retired: false,
+    };
+    loop {
+        let batch = slot.batcher.next_batch(&mut slot.retired);
+        if batch.is_empty() {
+            return;
+        }
+        let (requests, answers): (Vec<_>, Vec<_>) =
+            batch.into_iter().map(|w| (w.request, w.answer)).unzip();
+        let results = O::run(&store, requests).await;
+        debug_assert_eq!(results.len(), answers.len());
+        for (answer, result) in answers.into_iter().zip(results) {
+            // A caller that gave up waiting has nobody to tell.
+            let _ = answer.send(result);
+        }
+    }
+}
+
+/// A driver's place among the running ones. A driver that ends without retiring (its task was
+/// dropped with its runtime, or it panicked) gives its place back and fails every request still
+/// queued, so no caller waits for a driver that will never come; the next request starts a new
+/// one.
+struct Slot<'a, O: Op> {
+    batcher: &'a Batcher<O>,
+    retired: bool,
+}
+
+impl<O: Op> Drop for Slot<'_, O> {
+    fn drop(&mut self) {
+        if self.retired {
+            return;
+        }
+        let stranded: Vec<_> = {
+            let mut state = self.batcher.lock();
+            state.running -= 1;
+            state.queue.drain(..).collect()
+        };
+        drop(stranded); // each waiting caller sees its answer dropped: an error, never a hang
+    }
+}
+
+/// A helper for [`Op::record`]: a record named by key and scope.
+pub(crate) fn hash_record(key: &str, scope: &str, state: &mut impl Hasher) {
+    key.hash(state);
+    scope.hash(state);
+}

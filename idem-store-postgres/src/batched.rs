@@ -1,0 +1,223 @@
+//! The two batched operations of lease mode, claims and completions: their one-statement forms
+//! for many records (`claim_many`, `complete_many` in records.rs), and what a batch falls back to
+//! when that statement fails: each request on its own, so a failure is reported per call and
+//! never drops a request.
+
+use std::hash::Hasher;
+use std::time::Duration;
+
+use idem_core::{Claim, ClaimRequest, ClaimToken, Completion, Fence, Fenced, Fingerprint, Key};
+use idem_core::{Operation, StoreError};
+use sqlx::{PgConnection, Row};
+
+use crate::batch::{hash_record, Batcher, Op};
+use crate::direct::on_conn;
+use crate::error::store_error;
+use crate::store::{fence_param, ClaimRow, Judged, PgStore};
+use crate::time::duration_micros;
+
+/// A claim request that owns its parts, to travel to a batch's driver.
+pub(crate) struct OwnedClaim {
+    key: Key,
+    fingerprint: Option<Fingerprint>,
+    lease: Duration,
+    token: Option<ClaimToken>,
+}
+
+impl OwnedClaim {
+    pub fn new(request: ClaimRequest<'_>) -> OwnedClaim {
+        OwnedClaim {
+            key: request.key.clone(),
+            fingerprint: request.fingerprint.cloned(),
+            lease: request.lease,
+            token: request.token,
+        }
+    }
+
+    fn request(&self) -> ClaimRequest<'_> {
+        ClaimRequest {
+            key: &self.key,
+            fingerprint: self.fingerprint.as_ref(),
+            lease: self.lease,
+            token: self.token,
+        }
+    }
+}
+
+/// A completion that owns its parts.
+pub(crate) struct OwnedCompletion {
+    key: Key,
+    fence: Fence,
+    output: Option<Vec<u8>>,
+    keep: Duration,
+}
+
+impl OwnedCompletion {
+    pub fn new(key: &Key, fence: Fence, completion: Completion<'_>) -> OwnedCompletion {
+        OwnedCompletion {
+            key: key.clone(),
+            fence,
+            output: completion.output.map(<[u8]>::to_vec),
+            keep: completion.keep,
+        }
+    }
+
+    fn completion(&self) -> Completion<'_> {
+        Completion {
+            output: self.output.as_deref(),
+            keep: self.keep,
+        }
+    }
+}
+
+/// Claims of concurrent calls, in one statement.
+pub(crate) struct ClaimOp;
+
+impl Op for ClaimOp {
+    type Request = OwnedClaim;
+    type Answer = Claim;
+
+    fn batcher(store: &PgStore) -> &Batcher<Self> {
+        &store.batches().expect("batching is on").claims
+    }
+
+    fn record(request: &OwnedClaim, state: &mut impl Hasher) {
+        hash_record(request.key.as_str(), request.key.scope(), state);
+    }
+
+    async fn run(store: &PgStore, batch: Vec<OwnedClaim>) -> Vec<Result<Claim, StoreError>> {
+        if batch.len() > 1 {
+            match on_conn!(store, conn => claim_many_on(store, conn, &batch)) {
+                Ok(claims) => return claims.into_iter().map(Ok).collect(),
+                Err(e) => tracing::debug!(
+                    error = %e,
+                    size = batch.len(),
+                    "a batched claim failed; claiming each key on its own"
+                ),
+            }
+        }
+        let mut answers = Vec::with_capacity(batch.len());
+        for claim in &batch {
+            let answer = on_conn!(store, conn => store.claim_on(conn, claim.request()));
+            answers.push(answer.map_err(|e| store_error(e).during(Operation::Claim)));
+        }
+        answers
+    }
+}
+
+/// Completions of concurrent calls, in one statement.
+pub(crate) struct CompleteOp;
+
+impl Op for CompleteOp {
+    type Request = OwnedCompletion;
+    type Answer = Fenced;
+
+    fn batcher(store: &PgStore) -> &Batcher<Self> {
+        &store.batches().expect("batching is on").completions
+    }
+
+    fn record(request: &OwnedCompletion, state: &mut impl Hasher) {
+        hash_record(request.key.as_str(), "", state);
+    }
+
+    async fn run(store: &PgStore, batch: Vec<OwnedCompletion>) -> Vec<Result<Fenced, StoreError>> {
+        if batch.len() > 1 {
+            match on_conn!(store, conn => complete_many_on(store, conn, &batch)) {
+                Ok(fenced) => return fenced.into_iter().map(Ok).collect(),
+                Err(e) => tracing::debug!(
+                    error = %e,
+                    size = batch.len(),
+                    "a batched completion failed; completing each on its own"
+                ),
+            }
+        }
+        let mut answers = Vec::with_capacity(batch.len());
+        for c in &batch {
+            let answer =
+                on_conn!(store, conn => store.complete_on(conn, &c.key, c.fence, c.completion()));
+            answers.push(answer.map_err(|e| store_error(e).during(Operation::Complete)));
+        }
+        answers
+    }
+}
+
+/// The batch's claims in one statement. A record the statement could not settle (it raced a
+/// concurrent insert, or its lease lapsed and must be taken over) is claimed on its own, on the
+/// same connection.
+async fn claim_many_on(
+    store: &PgStore,
+    conn: &mut PgConnection,
+    batch: &[OwnedClaim],
+) -> Result<Vec<Claim>, sqlx::Error> {
+    let keys: Vec<&str> = batch.iter().map(|c| c.key.as_str()).collect();
+    let scopes: Vec<&str> = batch.iter().map(|c| c.key.scope()).collect();
+    let fingerprints: Vec<Option<&str>> = batch
+        .iter()
+        .map(|c| c.fingerprint.as_ref().map(Fingerprint::as_str))
+        .collect();
+    let leases: Vec<i64> = batch.iter().map(|c| duration_micros(c.lease)).collect();
+    let tokens: Vec<Option<i64>> = batch.iter().map(|c| token_param(c.token)).collect();
+    let rows = sqlx::query(&store.records().claim_many)
+        .bind(keys)
+        .bind(scopes)
+        .bind(fingerprints)
+        .bind(leases)
+        .bind(tokens)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut found: Vec<Option<ClaimRow>> = (0..batch.len()).map(|_| None).collect();
+    for row in &rows {
+        let i: i64 = row.try_get(0)?;
+        let slot = usize::try_from(i - 1)
+            .ok()
+            .and_then(|i| found.get_mut(i))
+            .ok_or_else(|| sqlx::Error::Protocol(format!("batched claim answered row {i}")))?;
+        *slot = Some(ClaimRow::decode_from(row, 1)?);
+    }
+    let mut claims = Vec::with_capacity(batch.len());
+    for (claim, row) in batch.iter().zip(found) {
+        let request = claim.request();
+        let fingerprint = request.fingerprint.map(Fingerprint::as_str);
+        claims.push(
+            match PgStore::judge(row, fingerprint, token_param(request.token)) {
+                Judged::Settled(claim) => claim,
+                Judged::Raced | Judged::Lapsed { .. } => store.claim_on(conn, request).await?,
+            },
+        );
+    }
+    Ok(claims)
+}
+
+/// The batch's completions in one statement: each applies while its record holds its fence.
+async fn complete_many_on(
+    store: &PgStore,
+    conn: &mut PgConnection,
+    batch: &[OwnedCompletion],
+) -> Result<Vec<Fenced>, sqlx::Error> {
+    let keys: Vec<&str> = batch.iter().map(|c| c.key.as_str()).collect();
+    let fences: Vec<i64> = batch.iter().map(|c| fence_param(c.fence)).collect();
+    let outputs: Vec<Option<&[u8]>> = batch.iter().map(|c| c.output.as_deref()).collect();
+    let keeps: Vec<i64> = batch.iter().map(|c| duration_micros(c.keep)).collect();
+    let rows = sqlx::query(&store.records().complete_many)
+        .bind(keys)
+        .bind(fences)
+        .bind(outputs)
+        .bind(keeps)
+        .fetch_all(conn)
+        .await?;
+    let mut fenced = vec![Fenced::Lost; batch.len()];
+    for row in &rows {
+        let i: i64 = row.try_get(0)?;
+        let slot = usize::try_from(i - 1)
+            .ok()
+            .and_then(|i| fenced.get_mut(i))
+            .ok_or_else(|| sqlx::Error::Protocol(format!("batched completion answered {i}")))?;
+        *slot = Fenced::Applied;
+    }
+    Ok(fenced)
+}
+
+/// A token's bits, as the bigint column keeps them.
+pub(crate) fn token_param(token: Option<ClaimToken>) -> Option<i64> {
+    token.map(|t| t.0 as i64)
+}

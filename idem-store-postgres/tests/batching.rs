@@ -1,0 +1,415 @@
+//! Adaptive batching, counted on the wire: claims (and completions) queued while a statement is
+//! on the wire go out together in one statement, each answered as if it had been alone; a batch
+//! whose connection dies is sent again; a batch that fails is retried call by call, so one bad
+//! call fails alone and no call is dropped.
+//!
+//! Batches are formed deterministically: the store has one connection, and its statement is held
+//! on the wire by a row another transaction has inserted and not committed (a claim of that key
+//! waits for it), while the test queues the calls that make the next batch.
+
+mod support;
+
+use idem_core::{Claim, ClaimRequest, Completion, Fence, Fenced, Key, Store, StoreError};
+use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
+use idem_store_postgres::sqlx::{self, Postgres, Transaction};
+use idem_store_postgres::PgStore;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+use support::wire::CountingProxy;
+use support::TestStore;
+
+const LEASE: Duration = Duration::from_secs(600);
+
+fn key(name: &str) -> Key {
+    Key::new(name).unwrap()
+}
+
+/// A store with one connection of its own, through a counting proxy, named `app` in
+/// `pg_stat_activity`, with `lock_timeout` set when given.
+async fn one_connection_store(
+    test: &TestStore,
+    app: &str,
+    lock_timeout: Option<&str>,
+) -> (PgStore, CountingProxy) {
+    let options = PgConnectOptions::from_str(&support::database_url()).unwrap();
+    let proxy = CountingProxy::start(options.get_host().to_owned(), options.get_port()).await;
+    let mut options = options
+        .host("127.0.0.1")
+        .port(proxy.port)
+        .ssl_mode(PgSslMode::Disable)
+        .application_name(app);
+    if let Some(timeout) = lock_timeout {
+        options = options.options([("lock_timeout", timeout)]);
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with(options);
+    let store = PgStore::builder(pool)
+        .schema(test.schema.clone())
+        .dedicated_connections(1)
+        .build()
+        .unwrap();
+    (store, proxy)
+}
+
+async fn claim(store: &PgStore, key: &Key) -> Result<Claim, StoreError> {
+    store
+        .claim(ClaimRequest {
+            key,
+            fingerprint: None,
+            lease: LEASE,
+            token: None,
+        })
+        .await
+}
+
+async fn complete(store: &PgStore, key: &Key, fence: Fence, output: &[u8]) -> Fenced {
+    store
+        .complete(
+            key,
+            fence,
+            Completion {
+                output: Some(output),
+                keep: LEASE,
+            },
+        )
+        .await
+        .unwrap()
+}
+
+/// Inserts `key`'s record in a transaction left open: a claim of `key` waits for it.
+async fn hold_insert(test: &TestStore, key: &str) -> Transaction<'static, Postgres> {
+    let mut tx = test.store.pool().begin().await.unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO {} (key, scope, fence, expires_at) VALUES ($1, 'default', -1, now())",
+        test.store.table()
+    ))
+    .bind(key)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx
+}
+
+/// Waits until a backend named `app` waits for a lock: its statement is on the wire, held.
+async fn until_lock_wait(test: &TestStore, app: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(app)
+        .fetch_one(test.store.pool())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{app}'s statement never waited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until `claims` claims and `completions` completions are queued behind the statement on
+/// the wire.
+async fn until_queued(store: &PgStore, claims: usize, completions: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.queued() != (claims, completions) {
+        assert!(
+            Instant::now() < deadline,
+            "queued {:?}, expected ({claims}, {completions})",
+            store.queued()
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The keys of one batch: fresh ones, ones completed beforehand (with their name as output) and
+/// ones held by a live claim.
+struct Mix {
+    fresh: Vec<Key>,
+    done: Vec<Key>,
+    held: Vec<Key>,
+}
+
+async fn prepare_mix(store: &PgStore, prefix: &str) -> Mix {
+    let names = |kind: &str| -> Vec<Key> {
+        (0..10)
+            .map(|i| key(&format!("{prefix}-{kind}-{i}")))
+            .collect()
+    };
+    let mix = Mix {
+        fresh: names("fresh"),
+        done: names("done"),
+        held: names("held"),
+    };
+    for k in &mix.done {
+        let Claim::Acquired { fence, .. } = claim(store, k).await.unwrap() else {
+            panic!("acquire {k}")
+        };
+        assert_eq!(
+            complete(store, k, fence, k.as_str().as_bytes()).await,
+            Fenced::Applied
+        );
+    }
+    for k in &mix.held {
+        assert!(matches!(
+            claim(store, k).await.unwrap(),
+            Claim::Acquired { .. }
+        ));
+    }
+    mix
+}
+
+/// Claims every key of `mix` in a task of its own; returns the tasks, in `mix`'s order.
+fn claim_all(
+    store: &PgStore,
+    mix: &Mix,
+) -> Vec<(Key, tokio::task::JoinHandle<Result<Claim, StoreError>>)> {
+    mix.fresh
+        .iter()
+        .chain(&mix.done)
+        .chain(&mix.held)
+        .map(|k| {
+            let (store, k2) = (store.clone(), k.clone());
+            (
+                k.clone(),
+                tokio::spawn(async move { claim(&store, &k2).await }),
+            )
+        })
+        .collect()
+}
+
+/// Checks each key's answer: fresh keys acquired, completed ones their own output, held ones in
+/// progress. Returns the fresh keys' fences.
+async fn check_answers(
+    mix: &Mix,
+    tasks: Vec<(Key, tokio::task::JoinHandle<Result<Claim, StoreError>>)>,
+) -> Vec<(Key, Fence)> {
+    let mut fences = Vec::new();
+    for (k, task) in tasks {
+        let answer = task.await.unwrap().unwrap();
+        if mix.fresh.contains(&k) {
+            let Claim::Acquired { fence, .. } = answer else {
+                panic!("{k}: {answer:?}")
+            };
+            fences.push((k, fence));
+        } else if mix.done.contains(&k) {
+            let Claim::Completed { output, .. } = &answer else {
+                panic!("{k}: {answer:?}")
+            };
+            assert_eq!(
+                output.as_deref(),
+                Some(k.as_str().as_bytes()),
+                "{k}'s own output"
+            );
+        } else {
+            assert!(
+                matches!(answer, Claim::InProgress { .. }),
+                "{k}: {answer:?}"
+            );
+        }
+    }
+    fences
+}
+
+/// Sends every statement once (a statement is prepared on its first use on a connection), so
+/// later counts hold only executions.
+async fn warm_up(store: &PgStore, test: &TestStore, app: &str) {
+    let mix = prepare_mix(store, "warm").await;
+    let blocker = hold_insert(test, "warm-blocker").await;
+    let first = {
+        let store = store.clone();
+        tokio::spawn(async move { claim(&store, &key("warm-blocker")).await })
+    };
+    until_lock_wait(test, app).await;
+    let tasks = claim_all(store, &mix);
+    until_queued(store, 30, 0).await;
+    blocker.rollback().await.unwrap();
+    assert!(matches!(
+        first.await.unwrap().unwrap(),
+        Claim::Acquired { .. }
+    ));
+    let fences = check_answers(&mix, tasks).await;
+    let completions: Vec<_> = fences
+        .into_iter()
+        .map(|(k, fence)| {
+            let store = store.clone();
+            tokio::spawn(async move { complete(&store, &k, fence, b"x").await })
+        })
+        .collect();
+    for c in completions {
+        assert_eq!(c.await.unwrap(), Fenced::Applied);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_and_completions_queued_behind_a_statement_share_one() {
+    let test = TestStore::new("batch_one", 4).await;
+    let app = format!("{}-counted", test.schema);
+    let (store, proxy) = one_connection_store(&test, &app, None).await;
+    warm_up(&store, &test, &app).await;
+    let mix = prepare_mix(&store, "b").await;
+
+    // Claims: one held on the wire, 30 queued behind it.
+    let blocker = hold_insert(&test, "b-blocker").await;
+    let first = {
+        let store = store.clone();
+        tokio::spawn(async move { claim(&store, &key("b-blocker")).await })
+    };
+    until_lock_wait(&test, &app).await;
+    let (statements_before, trips_before, _) = proxy.counts();
+    let tasks = claim_all(&store, &mix);
+    until_queued(&store, 30, 0).await;
+    blocker.rollback().await.unwrap();
+    let Claim::Acquired {
+        fence: first_fence, ..
+    } = first.await.unwrap().unwrap()
+    else {
+        panic!("the held claim acquires once the blocker rolls back")
+    };
+    let fences = check_answers(&mix, tasks).await;
+    let (statements, trips, _) = proxy.counts();
+    assert_eq!(
+        (statements - statements_before, trips - trips_before),
+        (1, 1),
+        "the 30 queued claims went out as one statement, in one round trip"
+    );
+
+    // Completions: one held on the wire by a row lock, 10 queued behind it.
+    let b = key("b-blocker");
+    let mut lock = test.store.pool().begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM {} WHERE key = 'b-blocker' FOR UPDATE",
+        test.store.table()
+    ))
+    .execute(&mut *lock)
+    .await
+    .unwrap();
+    let held = {
+        let store = store.clone();
+        tokio::spawn(async move { complete(&store, &b, first_fence, b"first").await })
+    };
+    until_lock_wait(&test, &app).await;
+    let (statements_before, trips_before, _) = proxy.counts();
+    let completions: Vec<_> = fences
+        .iter()
+        .map(|(k, fence)| {
+            let (store, k, fence) = (store.clone(), k.clone(), *fence);
+            tokio::spawn(async move { complete(&store, &k, fence, k.as_str().as_bytes()).await })
+        })
+        .collect();
+    until_queued(&store, 0, 10).await;
+    lock.rollback().await.unwrap();
+    assert_eq!(held.await.unwrap(), Fenced::Applied);
+    for c in completions {
+        assert_eq!(c.await.unwrap(), Fenced::Applied);
+    }
+    let (statements, trips, _) = proxy.counts();
+    assert_eq!(
+        (statements - statements_before, trips - trips_before),
+        (1, 1),
+        "the 10 queued completions went out as one statement"
+    );
+    // Each completion wrote its own key's output, and a stale fence is refused inside a batch.
+    for (k, _) in &fences {
+        let Claim::Completed { output, .. } = claim(&store, k).await.unwrap() else {
+            panic!("{k} completed")
+        };
+        assert_eq!(output.as_deref(), Some(k.as_str().as_bytes()));
+    }
+    let stale = fences
+        .iter()
+        .map(|(k, fence)| {
+            let (store, k, fence) = (store.clone(), k.clone(), Fence(fence.0 + 1_000_000));
+            tokio::spawn(async move { complete(&store, &k, fence, b"stale").await })
+        })
+        .collect::<Vec<_>>();
+    for c in stale {
+        assert_eq!(c.await.unwrap(), Fenced::Lost, "another fence is refused");
+    }
+}
+
+/// The connection carrying a batch dies mid-statement (a restart or failover): the batch is sent
+/// again on a new connection, and every call gets its own answer; nothing was applied twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_connection_dies_is_sent_again() {
+    let test = TestStore::new("batch_kill", 4).await;
+    let app = format!("{}-counted", test.schema);
+    let (store, _proxy) = one_connection_store(&test, &app, None).await;
+    warm_up(&store, &test, &app).await;
+    let mut mix = prepare_mix(&store, "k").await;
+    // The batch itself waits: one of its fresh keys is held by an uncommitted insert.
+    let in_batch = key("k-fresh-in-batch");
+    mix.fresh.push(in_batch.clone());
+    let second = hold_insert(&test, in_batch.as_str()).await;
+    let first_blocker = hold_insert(&test, "k-blocker").await;
+    let first = {
+        let store = store.clone();
+        tokio::spawn(async move { claim(&store, &key("k-blocker")).await })
+    };
+    until_lock_wait(&test, &app).await;
+    let tasks = claim_all(&store, &mix);
+    until_queued(&store, 31, 0).await;
+    first_blocker.rollback().await.unwrap();
+    assert!(matches!(
+        first.await.unwrap().unwrap(),
+        Claim::Acquired { .. }
+    ));
+    // Now the batch of 31 is on the wire, waiting for `second`: cut its connection.
+    until_lock_wait(&test, &app).await;
+    let terminated: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = $1) AS t",
+    )
+    .bind(&app)
+    .fetch_one(test.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(terminated, 1);
+    // Sent again on a new connection, it waits for `second` again; let it through.
+    until_lock_wait(&test, &app).await;
+    second.rollback().await.unwrap();
+    let fences = check_answers(&mix, tasks).await;
+    assert_eq!(fences.len(), 11);
+}
+
+/// A batch that the database refuses as a whole (here: one of its keys is locked past the
+/// connection's `lock_timeout`) is retried call by call: the call that cannot be served fails
+/// with a store error of its own, and every other call gets its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_batch_is_retried_call_by_call() {
+    let test = TestStore::new("batch_refused", 4).await;
+    let app = format!("{}-counted", test.schema);
+    let (store, _proxy) = one_connection_store(&test, &app, Some("1s")).await;
+    let mix = prepare_mix(&store, "r").await;
+    let stuck = key("r-stuck");
+    let stuck_insert = hold_insert(&test, stuck.as_str()).await;
+    let first_blocker = hold_insert(&test, "r-blocker").await;
+    let first = {
+        let store = store.clone();
+        tokio::spawn(async move { claim(&store, &key("r-blocker")).await })
+    };
+    until_lock_wait(&test, &app).await;
+    let tasks = claim_all(&store, &mix);
+    let stuck_call = {
+        let (store, stuck) = (store.clone(), stuck.clone());
+        tokio::spawn(async move { claim(&store, &stuck).await })
+    };
+    until_queued(&store, 31, 0).await;
+    first_blocker.rollback().await.unwrap();
+    assert!(matches!(
+        first.await.unwrap().unwrap(),
+        Claim::Acquired { .. }
+    ));
+    let fences = check_answers(&mix, tasks).await;
+    assert_eq!(fences.len(), 10, "every other call was answered");
+    let refused = stuck_call.await.unwrap();
+    assert!(refused.is_err(), "the stuck call fails alone: {refused:?}");
+    stuck_insert.rollback().await.unwrap();
+    assert!(matches!(
+        claim(&store, &stuck).await.unwrap(),
+        Claim::Acquired { .. }
+    ));
+}
