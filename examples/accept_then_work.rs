@@ -206,10 +206,9 @@ async fn main() {
     let args: Args = clap::Parser::parse();
     let (addr, workers, work_ms) = (args.addr, args.workers, args.work_ms);
     let pool = idem_examples::connect(&args.database_url, workers as u32 + 8).await;
+    // The defaults: the store holds up to half the pool for the workers' statements.
     let store = PgStore::builder(pool)
         .schema(args.schema)
-        // One statement per round trip for the workers' claims and completions.
-        .dedicated_connections(workers + 2)
         .build()
         .expect("--schema must be a plain lowercase name");
     store.migrate().await.expect("migrate");

@@ -162,10 +162,8 @@ async fn store(database_url: Option<&str>) -> Arc<dyn Store> {
         None => Arc::new(MemoryStore::new()),
         Some(url) => {
             let pool = idem_examples::connect(url, 16).await;
-            let store = PgStore::builder(pool)
-                .dedicated_connections(8)
-                .build()
-                .expect("store");
+            // The defaults: up to half the pool held by the store, claims batched.
+            let store = PgStore::new(pool);
             store.migrate().await.expect("migrate");
             Arc::new(store)
         }

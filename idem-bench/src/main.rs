@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p idem-bench -- [--concurrency 16] [--calls 20000]
-//!     [--sweep 1,2,4,8,16,32,64] [--sweep-calls 4000] [--large-rows 10000000]
+//!     [--sweep 1,2,4,8,16,32,64,128,256] [--sweep-calls 4000] [--large-rows 10000000]
 //!     [--purge-rows 1000000] [--plot BENCHMARKS-throughput.png] [--database-url URL]
 //!     [--main-only x]
 //! ```
@@ -35,7 +35,11 @@ struct Args {
     #[arg(long, default_value_t = 20_000)]
     calls: u64,
     /// Caller counts of the concurrency sweep.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,4,8,16,32,64,128,256"
+    )]
     sweep: Vec<u32>,
     /// Calls per point of the sweep (at least 50 per caller).
     #[arg(long, default_value_t = 4_000)]
@@ -53,7 +57,7 @@ struct Args {
     #[arg(long)]
     database_url: Option<String>,
     /// Connections of the tuned store's own.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 2)]
     tuned_connections: usize,
     /// Batches of each kind the tuned store keeps on the wire.
     #[arg(long, default_value_t = 1)]
@@ -411,7 +415,7 @@ async fn main() {
         }
     };
     let pool = PgPoolOptions::new()
-        .max_connections(72)
+        .max_connections(32)
         .connect(&url)
         .await
         .expect("connect");

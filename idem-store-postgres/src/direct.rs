@@ -134,13 +134,14 @@ impl Direct {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let (conn, reused) = match idle {
             Some(conn) => (conn, true),
-            None => (
-                match &self.source {
+            None => {
+                let mut conn = match &self.source {
                     Source::Pool(pool) => self.hold(pool).await?,
                     Source::Options(options) => Own::Opened(options.connect().await?),
-                },
-                false,
-            ),
+                };
+                set_up(conn.get()).await?;
+                (conn, false)
+            }
         };
         Ok(Checkout {
             direct: self,
@@ -161,6 +162,40 @@ impl Direct {
         })
     }
 }
+
+/// Readies a connection that has just joined the store, so its plans do not depend on the
+/// table's statistics:
+///
+/// - `enable_seqscan = off`: every statement of the store's finds its rows through an index
+///   (the primary key, or `expires_at` for the purge), but on a table that is new, small, or was
+///   analyzed while it was empty, the planner believes a sequential scan is cheaper and keeps
+///   that plan as the table grows: measured, a store whose table was analyzed empty ran 25 times
+///   slower (BENCHMARKS.md). With sequential scans off, the index is used whatever the
+///   statistics say.
+/// - `plan_cache_mode = force_generic_plan`: prepared statements keep one generic plan. The
+///   batched statements take arrays, for which the default plans every execution anew (a custom
+///   plan looks cheaper for the array in hand), and planning costs more than running them.
+///
+/// The settings stay on this connection only: a held one is closed, never given back to the
+/// pool with them. (A server that lacks a setting, such as `plan_cache_mode` before
+/// PostgreSQL 12, plans as before.)
+async fn set_up(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    for setting in [
+        "SET enable_seqscan = off",
+        "SET plan_cache_mode = force_generic_plan",
+    ] {
+        // A `&str` with no arguments goes out as a simple query: one round trip.
+        let set = sqlx::Executor::execute(&mut *conn, setting).await;
+        match set {
+            Err(e) if crate::error::sqlstate(&e).as_deref() == Some(UNDEFINED_SETTING) => {}
+            other => other.map(drop)?,
+        }
+    }
+    Ok(())
+}
+
+/// SQLSTATE: no such configuration parameter.
+const UNDEFINED_SETTING: &str = "42704";
 
 /// Waits for the pool to close (or the store to go), then lets the idle held connections go.
 async fn give_back_on_close(

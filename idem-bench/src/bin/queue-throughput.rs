@@ -184,8 +184,8 @@ async fn main() {
     );
     println!();
     println!(
-        "| workers | idem queue, pool (items/s) | idem queue, dedicated connections (items/s) \
-         | hand-written SKIP LOCKED loop (items/s) | idem / hand-written |"
+        "| workers | idem queue, through the pool (items/s) | idem queue, default store (items/s) \
+         | hand-written SKIP LOCKED loop (items/s) | idem / hand-written (pool / default) |"
     );
     println!("| ---: | ---: | ---: | ---: | ---: |");
     let mut enqueue_rates = Vec::new();
@@ -193,10 +193,10 @@ async fn main() {
         let schema = format!("idem_bench_queue_{workers}");
         fresh_schema(&pool, &schema).await;
         let mut rates = Vec::new();
-        for dedicated in [false, true] {
+        for default in [false, true] {
             let mut builder = PgStore::builder(pool.clone()).schema(schema.clone());
-            if dedicated {
-                builder = builder.dedicated_connections(workers + 2);
+            if !default {
+                builder = builder.through_pool();
             }
             let store = builder.build().unwrap();
             store.migrate().await.unwrap();
@@ -215,11 +215,11 @@ async fn main() {
         }
         fill_by_hand(&pool, &schema, args.items).await;
         let by_hand = drain_by_hand(&pool, &schema, workers, args.batch).await;
-        let (pooled, dedicated) = (rates[0], rates[1]);
+        let (pooled, default) = (rates[0], rates[1]);
         println!(
-            "| {workers} | {pooled:.0} | {dedicated:.0} | {by_hand:.0} | {:.2} / {:.2} |",
+            "| {workers} | {pooled:.0} | {default:.0} | {by_hand:.0} | {:.2} / {:.2} |",
             pooled / by_hand,
-            dedicated / by_hand
+            default / by_hand
         );
         sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(&pool)
