@@ -87,7 +87,7 @@ impl Op for ClaimOp {
 
     async fn run(store: &PgStore, batch: Vec<OwnedClaim>) -> Vec<Result<Claim, StoreError>> {
         if batch.len() > 1 {
-            match on_conn!(store, conn => claim_many_on(store, conn, &batch)) {
+            match on_conn!(indexed store, conn => claim_many_on(store, conn, &batch)) {
                 Ok(claims) => return claims.into_iter().map(Ok).collect(),
                 Err(e) => tracing::debug!(
                     error = %e,
@@ -98,7 +98,7 @@ impl Op for ClaimOp {
         }
         let mut answers = Vec::with_capacity(batch.len());
         for claim in &batch {
-            let answer = on_conn!(store, conn => store.claim_on(conn, claim.request()));
+            let answer = on_conn!(indexed store, conn => store.claim_on(conn, claim.request()));
             answers.push(answer.map_err(|e| store_error(e).during(Operation::Claim)));
         }
         answers
@@ -122,7 +122,7 @@ impl Op for CompleteOp {
 
     async fn run(store: &PgStore, batch: Vec<OwnedCompletion>) -> Vec<Result<Fenced, StoreError>> {
         if batch.len() > 1 {
-            match on_conn!(store, conn => complete_many_on(store, conn, &batch)) {
+            match on_conn!(indexed store, conn => complete_many_on(store, conn, &batch)) {
                 Ok(fenced) => return fenced.into_iter().map(Ok).collect(),
                 Err(e) => tracing::debug!(
                     error = %e,
@@ -133,8 +133,7 @@ impl Op for CompleteOp {
         }
         let mut answers = Vec::with_capacity(batch.len());
         for c in &batch {
-            let answer =
-                on_conn!(store, conn => store.complete_on(conn, &c.key, c.fence, c.completion()));
+            let answer = on_conn!(indexed store, conn => store.complete_on(conn, &c.key, c.fence, c.completion()));
             answers.push(answer.map_err(|e| store_error(e).during(Operation::Complete)));
         }
         answers

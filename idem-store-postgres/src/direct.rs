@@ -47,10 +47,43 @@ impl Own {
     }
 }
 
+/// How a connection of the store's is set up for the statements it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tuning {
+    /// The server's defaults: for the queue's statements, whose plans depend on the data.
+    Default,
+    /// For the records table's statements, each a lookup by index: sequential scans off and
+    /// one generic plan per statement (see [`tune`]).
+    Indexed,
+}
+
+/// Idle connections, by how they are set up.
+#[derive(Default)]
+struct Idle {
+    default: Vec<Own>,
+    indexed: Vec<Own>,
+}
+
+impl Idle {
+    fn of(&mut self, tuning: Tuning) -> &mut Vec<Own> {
+        match tuning {
+            Tuning::Default => &mut self.default,
+            Tuning::Indexed => &mut self.indexed,
+        }
+    }
+
+    fn other(&mut self, tuning: Tuning) -> &mut Vec<Own> {
+        match tuning {
+            Tuning::Default => &mut self.indexed,
+            Tuning::Indexed => &mut self.default,
+        }
+    }
+}
+
 pub(crate) struct Direct {
     source: Source,
     connections: usize,
-    idle: Arc<Mutex<Vec<Own>>>,
+    idle: Arc<Mutex<Idle>>,
     permits: Semaphore,
     /// Stops the task that gives held connections back when the pool is closed (so
     /// `pool.close().await` does not wait for a store that is still alive); it ends when this
@@ -62,6 +95,7 @@ pub(crate) struct Direct {
 pub(crate) struct Checkout<'a> {
     direct: &'a Direct,
     conn: Option<Own>,
+    tuning: Tuning,
     reused: bool,
     _permit: SemaphorePermit<'a>,
 }
@@ -72,11 +106,11 @@ impl Checkout<'_> {
         if matches!(&self.direct.source, Source::Pool(pool) if pool.is_closed()) {
             return conn.discard();
         }
-        lock(&self.direct.idle).push(conn);
+        lock(&self.direct.idle).of(self.tuning).push(conn);
     }
 }
 
-fn lock(idle: &Mutex<Vec<Own>>) -> std::sync::MutexGuard<'_, Vec<Own>> {
+fn lock(idle: &Mutex<Idle>) -> std::sync::MutexGuard<'_, Idle> {
     idle.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -100,7 +134,7 @@ impl Direct {
         Direct {
             source,
             connections: connections.max(1),
-            idle: Arc::new(Mutex::new(Vec::with_capacity(connections))),
+            idle: Arc::new(Mutex::new(Idle::default())),
             permits: Semaphore::new(connections.max(1)),
             watching: Mutex::new(None),
         }
@@ -125,68 +159,104 @@ impl Direct {
         self.connections
     }
 
-    async fn checkout(&self) -> Result<Checkout<'_>, sqlx::Error> {
+    /// Checks out a connection set up for `tuning`: an idle one set up so, else an idle one set
+    /// up the other way (set up again, one round trip per setting), else a new one.
+    async fn checkout(&self, tuning: Tuning) -> Result<Checkout<'_>, sqlx::Error> {
         let permit = self
             .permits
             .acquire()
             .await
             .map_err(|_| sqlx::Error::PoolClosed)?;
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let (conn, reused) = match idle {
-            Some(conn) => (conn, true),
-            None => {
-                let mut conn = match &self.source {
-                    Source::Pool(pool) => self.hold(pool).await?,
-                    Source::Options(options) => Own::Opened(options.connect().await?),
-                };
-                set_up(conn.get()).await?;
-                (conn, false)
+        // Each idle connection is tried at most once: one that died while idle (a server
+        // restart) fails its set-up and is closed.
+        for _ in 0..=self.connections {
+            let (idle, retune) = {
+                let mut idle = lock(&self.idle);
+                match idle.of(tuning).pop() {
+                    Some(conn) => (Some(conn), false),
+                    None => (idle.other(tuning).pop(), true),
+                }
+            };
+            let (mut conn, reused) = match idle {
+                Some(conn) => (conn, true),
+                None => (
+                    match &self.source {
+                        Source::Pool(pool) => self.hold(pool).await?,
+                        Source::Options(options) => Own::Opened(options.connect().await?),
+                    },
+                    false,
+                ),
+            };
+            // A new connection has the server's defaults.
+            let set_up = match (reused, retune) {
+                (true, false) => Ok(()),
+                (false, _) if tuning == Tuning::Default => Ok(()),
+                _ => tune(conn.get(), tuning).await,
+            };
+            match set_up {
+                Ok(()) => {
+                    return Ok(Checkout {
+                        direct: self,
+                        conn: Some(conn),
+                        tuning,
+                        reused,
+                        _permit: permit,
+                    })
+                }
+                Err(e) if reused && is_connection_lost(&e) => conn.discard(),
+                Err(e) => {
+                    conn.discard();
+                    return Err(e);
+                }
             }
-        };
-        Ok(Checkout {
-            direct: self,
-            conn: Some(conn),
-            reused,
-            _permit: permit,
-        })
+        }
+        Err(sqlx::Error::Protocol(
+            "every idle connection of the store was lost".into(),
+        ))
     }
 
     /// Checks a connection out: one of the store's own if it has them, else one of the pool's.
     pub async fn checkout_or_pool<'a>(
         direct: Option<&'a Direct>,
         pool: &PgPool,
+        tuning: Tuning,
     ) -> Result<Conn<'a>, sqlx::Error> {
         Ok(match direct {
-            Some(direct) => Conn::Direct(direct.checkout().await?),
+            Some(direct) => Conn::Direct(direct.checkout(tuning).await?),
             None => Conn::Pooled(pool.acquire().await?),
         })
     }
 }
 
-/// Readies a connection that has just joined the store, so its plans do not depend on the
-/// table's statistics:
+/// Sets a connection of the store's up for `tuning`. [`Tuning::Indexed`], for the records
+/// table's statements, makes their plans independent of the table's statistics:
 ///
-/// - `enable_seqscan = off`: every statement of the store's finds its rows through an index
-///   (the primary key, or `expires_at` for the purge), but on a table that is new, small, or was
+/// - `enable_seqscan = off`: each of those statements finds its rows through an index (the
+///   primary key, or `expires_at` for the purge), but on a table that is new, small, or was
 ///   analyzed while it was empty, the planner believes a sequential scan is cheaper and keeps
-///   that plan as the table grows: measured, a store whose table was analyzed empty ran 25 times
-///   slower (BENCHMARKS.md). With sequential scans off, the index is used whatever the
-///   statistics say.
+///   that plan as the table grows: measured, a store whose table was analyzed empty ran 25
+///   times slower, and one on a new table 4 times (BENCHMARKS.md). With sequential scans off,
+///   the index is used whatever the statistics say.
 /// - `plan_cache_mode = force_generic_plan`: prepared statements keep one generic plan. The
-///   batched statements take arrays, for which the default plans every execution anew (a custom
-///   plan looks cheaper for the array in hand), and planning costs more than running them.
+///   batched statements take arrays, for which the default plans every execution anew (a
+///   custom plan looks cheaper for the array in hand), and planning costs more than running
+///   them.
 ///
-/// The settings stay on this connection only: a held one is closed, never given back to the
-/// pool with them. (A server that lacks a setting, such as `plan_cache_mode` before
-/// PostgreSQL 12, plans as before.)
-async fn set_up(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    for setting in [
-        "SET enable_seqscan = off",
-        "SET plan_cache_mode = force_generic_plan",
-    ] {
+/// [`Tuning::Default`] resets both, for the queue's statements (whose plans depend on the data:
+/// with these settings the queue ran at a third of its speed). The settings stay on the
+/// connection only: a held one is closed, never given back to the pool with them. A server that
+/// lacks a setting (`plan_cache_mode` before PostgreSQL 12) plans as before.
+async fn tune(conn: &mut PgConnection, tuning: Tuning) -> Result<(), sqlx::Error> {
+    let settings = match tuning {
+        Tuning::Indexed => [
+            "SET enable_seqscan = off",
+            "SET plan_cache_mode = force_generic_plan",
+        ],
+        Tuning::Default => ["RESET enable_seqscan", "RESET plan_cache_mode"],
+    };
+    for setting in settings {
         // A `&str` with no arguments goes out as a simple query: one round trip.
-        let set = sqlx::Executor::execute(&mut *conn, setting).await;
-        match set {
+        match sqlx::Executor::execute(&mut *conn, setting).await {
             Err(e) if crate::error::sqlstate(&e).as_deref() == Some(UNDEFINED_SETTING) => {}
             other => other.map(drop)?,
         }
@@ -201,12 +271,17 @@ const UNDEFINED_SETTING: &str = "42704";
 async fn give_back_on_close(
     closed: sqlx::pool::CloseEvent,
     stopped: oneshot::Receiver<()>,
-    idle: Weak<Mutex<Vec<Own>>>,
+    idle: Weak<Mutex<Idle>>,
 ) {
     tokio::select! {
         () = closed => {
             if let Some(idle) = idle.upgrade() {
-                let conns: Vec<_> = lock(&idle).drain(..).collect();
+                let conns: Vec<_> = {
+                    let mut idle = lock(&idle);
+                    let mut conns: Vec<_> = idle.default.drain(..).collect();
+                    conns.append(&mut idle.indexed);
+                    conns
+                };
                 conns.into_iter().for_each(Own::discard);
             }
         }
@@ -273,14 +348,23 @@ impl Conn<'_> {
 /// Runs `$body` (an expression using the `&mut PgConnection` bound to `$conn`) on a connection of
 /// `$store`, settling the connection and retrying on another while idle connections turn out
 /// dead (at most once per connection the store may hold, plus one). Evaluates to
-/// `Result<_, sqlx::Error>`.
+/// `Result<_, sqlx::Error>`. `on_conn!(indexed store, ..)` runs it on a connection set up for
+/// the records table's statements ([`Tuning::Indexed`]); without `indexed`, on one with the
+/// server's defaults (the queue's statements).
 macro_rules! on_conn {
-    ($store:expr, $conn:ident => $body:expr) => {{
+    (indexed $store:expr, $conn:ident => $body:expr) => {
+        $crate::direct::on_conn!(@run $crate::direct::Tuning::Indexed, $store, $conn => $body)
+    };
+    ($store:expr, $conn:ident => $body:expr) => {
+        $crate::direct::on_conn!(@run $crate::direct::Tuning::Default, $store, $conn => $body)
+    };
+    (@run $tuning:expr, $store:expr, $conn:ident => $body:expr) => {{
         let mut retries = $crate::direct::retry_budget($store.direct(), $store.pool());
         loop {
             let mut checkout = match $crate::direct::Direct::checkout_or_pool(
                 $store.direct(),
                 $store.pool(),
+                $tuning,
             )
             .await
             {

@@ -607,7 +607,7 @@ impl Store for PgStore {
         if self.batches().is_some() {
             return batch::submit::<ClaimOp>(self, OwnedClaim::new(request)).await;
         }
-        on_conn!(self, conn => self.claim_on(conn, request))
+        on_conn!(indexed self, conn => self.claim_on(conn, request))
             .map_err(|e| store_error(e).during(Operation::Claim))
     }
 
@@ -621,29 +621,29 @@ impl Store for PgStore {
             let completion = OwnedCompletion::new(key, fence, completion);
             return batch::submit::<CompleteOp>(self, completion).await;
         }
-        on_conn!(self, conn => self.complete_on(conn, key, fence, completion))
+        on_conn!(indexed self, conn => self.complete_on(conn, key, fence, completion))
             .map_err(|e| store_error(e).during(Operation::Complete))
     }
 
     async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
-        on_conn!(self, conn => self.release_on(conn, key.as_str(), fence))
+        on_conn!(indexed self, conn => self.release_on(conn, key.as_str(), fence))
             .map(fenced)
             .map_err(|e| store_error(e).during(Operation::Release))
     }
 
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
-        on_conn!(self, conn => self.renew_on(conn, key, fence, lease))
+        on_conn!(indexed self, conn => self.renew_on(conn, key, fence, lease))
             .map(fenced)
             .map_err(|e| store_error(e).during(Operation::Renew))
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
-        on_conn!(self, conn => self.get_on(conn, key))
+        on_conn!(indexed self, conn => self.get_on(conn, key))
             .map_err(|e| store_error(e).during(Operation::Get))
     }
 
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
-        on_conn!(self, conn => self.effect_on(conn, key, effect))
+        on_conn!(indexed self, conn => self.effect_on(conn, key, effect))
             .map_err(|e| store_error(e).during(Operation::JournalRead))
     }
 
@@ -653,7 +653,7 @@ impl Store for PgStore {
         fence: Fence,
         record: EffectRecord<'_>,
     ) -> Result<Fenced, StoreError> {
-        on_conn!(self, conn => self.record_effect_on(conn, key, fence, record))
+        on_conn!(indexed self, conn => self.record_effect_on(conn, key, fence, record))
             .map_err(|e| store_error(e).during(Operation::JournalWrite))
     }
 
@@ -670,7 +670,7 @@ impl Store for PgStore {
         let store = self.clone();
         let key = key.as_str().to_owned();
         runtime.spawn(async move {
-            let released = on_conn!(store, conn => store.release_on(conn, &key, fence));
+            let released = on_conn!(indexed store, conn => store.release_on(conn, &key, fence));
             if let Err(e) = released {
                 tracing::warn!(
                     key,
@@ -688,7 +688,7 @@ impl Store for PgStore {
 impl Purge for PgStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        on_conn!(self, conn => self.purge_on(conn, limit))
+        on_conn!(indexed self, conn => self.purge_on(conn, limit))
             .map_err(|e| store_error(e).during(Operation::Purge))
     }
 }
