@@ -18,7 +18,10 @@ use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::Mutex;
 
 use idem_core::StoreError;
+use sqlx::PgConnection;
 use tokio::sync::oneshot;
+
+use crate::direct::on_conn;
 
 use crate::store::PgStore;
 
@@ -28,7 +31,7 @@ pub(crate) const MAX_BATCH: usize = 128;
 /// One kind of batched operation.
 pub(crate) trait Op: Send + Sync + Sized + 'static {
     /// What one caller asks for (owned: it travels to the driver's task).
-    type Request: Send + 'static;
+    type Request: Send + Sync + 'static;
     /// What one caller is answered.
     type Answer: Send + 'static;
 
@@ -39,12 +42,44 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
     /// statement (a batch with the same key twice could answer both from one row).
     fn record(request: &Self::Request, state: &mut impl Hasher);
 
-    /// Sends `batch` (one or more requests for distinct records) and answers each request, in
-    /// order. Never fails as a whole: a failure is each request's own answer.
-    fn run(
+    /// What a failed batch is logged as ("claim", "completion").
+    const NAME: &'static str;
+
+    /// Sends `batch` (two or more requests for distinct records) as one statement on `conn`,
+    /// answering each request in order.
+    fn many<'a>(
+        store: &'a PgStore,
+        conn: &'a mut PgConnection,
+        batch: &'a [Self::Request],
+    ) -> impl Future<Output = Result<Vec<Self::Answer>, sqlx::Error>> + Send + 'a;
+
+    /// Sends one request as a statement of its own (a batch of one, or a batch's call-by-call
+    /// retry).
+    fn one(
         store: &PgStore,
-        batch: Vec<Self::Request>,
-    ) -> impl Future<Output = Vec<Result<Self::Answer, StoreError>>> + Send;
+        request: &Self::Request,
+    ) -> impl Future<Output = Result<Self::Answer, StoreError>> + Send;
+}
+
+/// Sends `batch` and answers each request, in order. Never fails as a whole: a batch the
+/// database refuses is sent again call by call, so a failure is each request's own answer.
+async fn run<O: Op>(store: &PgStore, batch: Vec<O::Request>) -> Vec<Result<O::Answer, StoreError>> {
+    if batch.len() > 1 {
+        match on_conn!(indexed store, conn => O::many(store, conn, &batch)) {
+            Ok(answers) => return answers.into_iter().map(Ok).collect(),
+            Err(e) => tracing::debug!(
+                error = %e,
+                size = batch.len(),
+                "a batched {} failed; sending each on its own",
+                O::NAME
+            ),
+        }
+    }
+    let mut answers = Vec::with_capacity(batch.len());
+    for request in &batch {
+        answers.push(O::one(store, request).await);
+    }
+    answers
 }
 
 struct Waiting<O: Op> {
@@ -173,7 +208,7 @@ async fn drive<O: Op>(store: PgStore) {
         }
         let (requests, answers): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|w| (w.request, w.answer)).unzip();
-        let results = O::run(&store, requests).await;
+        let results = run::<O>(&store, requests).await;
         debug_assert_eq!(results.len(), answers.len());
         for (answer, result) in answers.into_iter().zip(results) {
             // A caller that gave up waiting has nobody to tell.

@@ -1,8 +1,8 @@
 //! The two batched operations of lease mode, claims and completions: their one-statement forms
-//! for many records (`claim_many`, `complete_many` in records.rs), and what a batch falls back to
-//! when that statement fails: each request on its own, so a failure is reported per call and
-//! never drops a request.
+//! for many records (`claim_many`, `complete_many` in records.rs), and each request's statement
+//! of its own, which a batch of one uses and a refused batch falls back to (batch.rs).
 
+use std::future::Future;
 use std::hash::Hasher;
 use std::time::Duration;
 
@@ -85,23 +85,19 @@ impl Op for ClaimOp {
         hash_record(request.key.as_str(), request.key.scope(), state);
     }
 
-    async fn run(store: &PgStore, batch: Vec<OwnedClaim>) -> Vec<Result<Claim, StoreError>> {
-        if batch.len() > 1 {
-            match on_conn!(indexed store, conn => claim_many_on(store, conn, &batch)) {
-                Ok(claims) => return claims.into_iter().map(Ok).collect(),
-                Err(e) => tracing::debug!(
-                    error = %e,
-                    size = batch.len(),
-                    "a batched claim failed; claiming each key on its own"
-                ),
-            }
-        }
-        let mut answers = Vec::with_capacity(batch.len());
-        for claim in &batch {
-            let answer = on_conn!(indexed store, conn => store.claim_on(conn, claim.request()));
-            answers.push(answer.map_err(|e| store_error(e).during(Operation::Claim)));
-        }
-        answers
+    const NAME: &'static str = "claim";
+
+    fn many<'a>(
+        store: &'a PgStore,
+        conn: &'a mut PgConnection,
+        batch: &'a [OwnedClaim],
+    ) -> impl Future<Output = Result<Vec<Claim>, sqlx::Error>> + Send + 'a {
+        claim_many_on(store, conn, batch)
+    }
+
+    async fn one(store: &PgStore, claim: &OwnedClaim) -> Result<Claim, StoreError> {
+        on_conn!(indexed store, conn => store.claim_on(conn, claim.request()))
+            .map_err(|e| store_error(e).during(Operation::Claim))
     }
 }
 
@@ -120,23 +116,19 @@ impl Op for CompleteOp {
         hash_record(request.key.as_str(), "", state);
     }
 
-    async fn run(store: &PgStore, batch: Vec<OwnedCompletion>) -> Vec<Result<Fenced, StoreError>> {
-        if batch.len() > 1 {
-            match on_conn!(indexed store, conn => complete_many_on(store, conn, &batch)) {
-                Ok(fenced) => return fenced.into_iter().map(Ok).collect(),
-                Err(e) => tracing::debug!(
-                    error = %e,
-                    size = batch.len(),
-                    "a batched completion failed; completing each on its own"
-                ),
-            }
-        }
-        let mut answers = Vec::with_capacity(batch.len());
-        for c in &batch {
-            let answer = on_conn!(indexed store, conn => store.complete_on(conn, &c.key, c.fence, c.completion()));
-            answers.push(answer.map_err(|e| store_error(e).during(Operation::Complete)));
-        }
-        answers
+    const NAME: &'static str = "completion";
+
+    fn many<'a>(
+        store: &'a PgStore,
+        conn: &'a mut PgConnection,
+        batch: &'a [OwnedCompletion],
+    ) -> impl Future<Output = Result<Vec<Fenced>, sqlx::Error>> + Send + 'a {
+        complete_many_on(store, conn, batch)
+    }
+
+    async fn one(store: &PgStore, c: &OwnedCompletion) -> Result<Fenced, StoreError> {
+        on_conn!(indexed store, conn => store.complete_on(conn, &c.key, c.fence, c.completion()))
+            .map_err(|e| store_error(e).during(Operation::Complete))
     }
 }
 

@@ -421,15 +421,10 @@ impl PgStore {
         let Some(row) = row else {
             return Judged::Raced;
         };
-        if row.inserted {
-            return Judged::Settled(Claim::Acquired {
-                fence: fence(row.fence),
-                lease_expires_at: from_micros(row.expires_at),
-                taken_over: false,
-            });
-        }
-        if !row.lapsed && row.completed_at.is_none() && token.is_some() && row.token == token {
-            // The caller's own claim, sent again after its answer was lost.
+        // Inserted now, or the caller's own claim, sent again after its answer was lost.
+        let own =
+            !row.lapsed && row.completed_at.is_none() && token.is_some() && row.token == token;
+        if row.inserted || own {
             return Judged::Settled(Claim::Acquired {
                 fence: fence(row.fence),
                 lease_expires_at: from_micros(row.expires_at),

@@ -214,23 +214,41 @@ async fn check_answers(
     fences
 }
 
+/// Holds a claim of `blocker` on the wire (an uncommitted insert of the key makes it wait), runs
+/// `queue` to start the calls that make the next batch, waits until `queued` claims wait behind
+/// the held one, then lets it through. Returns what `queue` returned and the held claim's fence.
+async fn behind_a_held_claim<T>(
+    test: &TestStore,
+    store: &PgStore,
+    app: &str,
+    blocker: &str,
+    queued: usize,
+    queue: impl FnOnce() -> T,
+) -> (T, Fence) {
+    let held = hold_insert(test, blocker).await;
+    let first = {
+        let (store, blocker) = (store.clone(), key(blocker));
+        tokio::spawn(async move { claim(&store, &blocker).await })
+    };
+    until_lock_wait(test, app).await;
+    let queued_calls = queue();
+    until_queued(store, queued, 0).await;
+    held.rollback().await.unwrap();
+    let answer = first.await.unwrap().unwrap();
+    let Claim::Acquired { fence, .. } = answer else {
+        panic!("the held claim acquires once the blocker rolls back: {answer:?}")
+    };
+    (queued_calls, fence)
+}
+
 /// Sends every statement once (a statement is prepared on its first use on a connection), so
 /// later counts hold only executions.
 async fn warm_up(store: &PgStore, test: &TestStore, app: &str) {
     let mix = prepare_mix(store, "warm").await;
-    let blocker = hold_insert(test, "warm-blocker").await;
-    let first = {
-        let store = store.clone();
-        tokio::spawn(async move { claim(&store, &key("warm-blocker")).await })
-    };
-    until_lock_wait(test, app).await;
-    let tasks = claim_all(store, &mix);
-    until_queued(store, 30, 0).await;
-    blocker.rollback().await.unwrap();
-    assert!(matches!(
-        first.await.unwrap().unwrap(),
-        Claim::Acquired { .. }
-    ));
+    let (tasks, _) = behind_a_held_claim(test, store, app, "warm-blocker", 30, || {
+        claim_all(store, &mix)
+    })
+    .await;
     let fences = check_answers(&mix, tasks).await;
     let completions: Vec<_> = fences
         .into_iter()
@@ -253,22 +271,12 @@ async fn claims_and_completions_queued_behind_a_statement_share_one() {
     let mix = prepare_mix(&store, "b").await;
 
     // Claims: one held on the wire, 30 queued behind it.
-    let blocker = hold_insert(&test, "b-blocker").await;
-    let first = {
-        let store = store.clone();
-        tokio::spawn(async move { claim(&store, &key("b-blocker")).await })
-    };
-    until_lock_wait(&test, &app).await;
-    let (statements_before, trips_before, _) = proxy.counts();
-    let tasks = claim_all(&store, &mix);
-    until_queued(&store, 30, 0).await;
-    blocker.rollback().await.unwrap();
-    let Claim::Acquired {
-        fence: first_fence, ..
-    } = first.await.unwrap().unwrap()
-    else {
-        panic!("the held claim acquires once the blocker rolls back")
-    };
+    let ((tasks, (statements_before, trips_before, _)), first_fence) =
+        behind_a_held_claim(&test, &store, &app, "b-blocker", 30, || {
+            let counts = proxy.counts();
+            (claim_all(&store, &mix), counts)
+        })
+        .await;
     let fences = check_answers(&mix, tasks).await;
     let (statements, trips, _) = proxy.counts();
     assert_eq!(
@@ -344,19 +352,10 @@ async fn a_batch_whose_connection_dies_is_sent_again() {
     let in_batch = key("k-fresh-in-batch");
     mix.fresh.push(in_batch.clone());
     let second = hold_insert(&test, in_batch.as_str()).await;
-    let first_blocker = hold_insert(&test, "k-blocker").await;
-    let first = {
-        let store = store.clone();
-        tokio::spawn(async move { claim(&store, &key("k-blocker")).await })
-    };
-    until_lock_wait(&test, &app).await;
-    let tasks = claim_all(&store, &mix);
-    until_queued(&store, 31, 0).await;
-    first_blocker.rollback().await.unwrap();
-    assert!(matches!(
-        first.await.unwrap().unwrap(),
-        Claim::Acquired { .. }
-    ));
+    let (tasks, _) = behind_a_held_claim(&test, &store, &app, "k-blocker", 31, || {
+        claim_all(&store, &mix)
+    })
+    .await;
     // Now the batch of 31 is on the wire, waiting for `second`: cut its connection.
     until_lock_wait(&test, &app).await;
     let terminated: i64 = sqlx::query_scalar(
@@ -386,23 +385,16 @@ async fn a_refused_batch_is_retried_call_by_call() {
     let mix = prepare_mix(&store, "r").await;
     let stuck = key("r-stuck");
     let stuck_insert = hold_insert(&test, stuck.as_str()).await;
-    let first_blocker = hold_insert(&test, "r-blocker").await;
-    let first = {
-        let store = store.clone();
-        tokio::spawn(async move { claim(&store, &key("r-blocker")).await })
-    };
-    until_lock_wait(&test, &app).await;
-    let tasks = claim_all(&store, &mix);
-    let stuck_call = {
-        let (store, stuck) = (store.clone(), stuck.clone());
-        tokio::spawn(async move { claim(&store, &stuck).await })
-    };
-    until_queued(&store, 31, 0).await;
-    first_blocker.rollback().await.unwrap();
-    assert!(matches!(
-        first.await.unwrap().unwrap(),
-        Claim::Acquired { .. }
-    ));
+    let ((tasks, stuck_call), _) =
+        behind_a_held_claim(&test, &store, &app, "r-blocker", 31, || {
+            let tasks = claim_all(&store, &mix);
+            let stuck_call = {
+                let (store, stuck) = (store.clone(), stuck.clone());
+                tokio::spawn(async move { claim(&store, &stuck).await })
+            };
+            (tasks, stuck_call)
+        })
+        .await;
     let fences = check_answers(&mix, tasks).await;
     assert_eq!(fences.len(), 10, "every other call was answered");
     let refused = stuck_call.await.unwrap();

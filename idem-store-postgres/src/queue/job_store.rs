@@ -20,6 +20,7 @@ use sqlx::Row;
 use super::Queue;
 use crate::direct::on_conn;
 use crate::error::store_error;
+use crate::store::fence_param;
 use crate::time::duration_micros;
 use crate::PgStore;
 
@@ -59,10 +60,6 @@ impl JobStore {
     fn inner(&self) -> &PgStore {
         &self.queue.store
     }
-}
-
-fn fence_param(fence: Fence) -> i64 {
-    i64::try_from(fence.0).unwrap_or(i64::MAX)
 }
 
 #[async_trait]
