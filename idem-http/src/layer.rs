@@ -1,0 +1,233 @@
+//! The layer and its options: what it applies to, how it names callers and requests, what it
+//! keeps, and for how long.
+
+use http::header::HeaderName;
+use http::{Method, StatusCode};
+use idem_core::{Store, DEFAULT_KEEP, DEFAULT_LEASE};
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_layer::Layer;
+
+use crate::problem::DEFAULT_PROBLEM_BASE;
+use crate::scope::ScopeFn;
+use crate::service::Idempotency;
+
+/// The largest request body the layer reads by default (1 MiB); larger ones get 413.
+pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
+
+/// The largest response body recorded by default (1 MiB); larger responses are sent but not
+/// recorded, and their key is released.
+pub const DEFAULT_MAX_RESPONSE_BODY: usize = 1024 * 1024;
+
+/// The `Retry-After` of a 409 (in progress) or 503 (store unavailable) answer by default.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Which statuses are recorded and replayed by default: every 2xx, 3xx and 4xx except 408
+/// (Request Timeout), 409 (Conflict), 425 (Too Early) and 429 (Too Many Requests), which say
+/// "try again", as do all 5xx. Those release the key, so a retry runs again.
+pub fn default_records(status: StatusCode) -> bool {
+    (200..500).contains(&status.as_u16()) && !matches!(status.as_u16(), 408 | 409 | 425 | 429)
+}
+
+/// A tower [`Layer`] that makes the requests it wraps idempotent per the `Idempotency-Key`
+/// header (IETF httpapi draft "The Idempotency-Key HTTP Header Field"), on any idem [`Store`].
+///
+/// Every option has a default that is the safe one; see each method. The layer is cheap to
+/// clone (its options are shared).
+#[derive(Clone)]
+pub struct IdempotencyLayer {
+    pub(crate) config: Arc<Config>,
+}
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub store: Arc<dyn Store>,
+    pub methods: Vec<Method>,
+    pub require_key: bool,
+    pub scope: ScopeFn,
+    pub fingerprint_headers: Vec<HeaderName>,
+    pub wait: Option<Duration>,
+    pub lease: Duration,
+    pub keep: Duration,
+    pub max_request_body: usize,
+    pub max_response_body: usize,
+    pub records: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
+    pub replay_headers: Vec<HeaderName>,
+    pub problem_base: Cow<'static, str>,
+    pub retry_after: Duration,
+}
+
+impl IdempotencyLayer {
+    /// A layer recording requests in `store` (a `MemoryStore`, a `PgStore`, an
+    /// `Arc<dyn Store>`: any idem store), with every option at its default.
+    pub fn new<S: Store + 'static>(store: S) -> IdempotencyLayer {
+        IdempotencyLayer {
+            config: Arc::new(Config {
+                store: Arc::new(store),
+                methods: vec![Method::POST, Method::PATCH],
+                require_key: true,
+                scope: Arc::new(crate::scope::authorization_header),
+                fingerprint_headers: Vec::new(),
+                wait: None,
+                lease: DEFAULT_LEASE,
+                keep: DEFAULT_KEEP,
+                max_request_body: DEFAULT_MAX_REQUEST_BODY,
+                max_response_body: DEFAULT_MAX_RESPONSE_BODY,
+                records: Arc::new(default_records),
+                replay_headers: Vec::new(),
+                problem_base: Cow::Borrowed(DEFAULT_PROBLEM_BASE),
+                retry_after: DEFAULT_RETRY_AFTER,
+            }),
+        }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Config)) -> IdempotencyLayer {
+        change(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// The methods the layer applies to (default POST and PATCH, the methods the draft names as
+    /// not idempotent). Requests with other methods pass through untouched.
+    pub fn methods(self, methods: impl IntoIterator<Item = Method>) -> IdempotencyLayer {
+        let methods = methods.into_iter().collect();
+        self.with(|c| c.methods = methods)
+    }
+
+    /// Whether a request (of the layer's methods) without an `Idempotency-Key` is refused with
+    /// 400 (default `true`). With `false` it passes through untouched, unprotected.
+    pub fn require_key(self, require: bool) -> IdempotencyLayer {
+        self.with(|c| c.require_key = require)
+    }
+
+    /// Names the caller a request comes from; two callers sending the same key never see each
+    /// other's responses. A function that returns `None` refuses the request with 401 before
+    /// anything runs. Default [`scope::authorization_header`](crate::scope::authorization_header)
+    /// (a hash of the `Authorization` header; requests without one share one scope); see also
+    /// [`scope::bearer_token`](crate::scope::bearer_token). Return a stable caller id (a user
+    /// or client id set by your authentication), not a secret: it is stored as given (hashed
+    /// only when over 123 bytes).
+    pub fn scope<F>(self, scope: F) -> IdempotencyLayer
+    where
+        F: Fn(&http::request::Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        self.with(|c| c.scope = Arc::new(scope))
+    }
+
+    /// Adds a request header to the fingerprint (default: none; the fingerprint is the method,
+    /// path, query and a SHA-256 of the body). The same key with another fingerprint gets 422.
+    pub fn fingerprint_header(self, name: HeaderName) -> IdempotencyLayer {
+        self.with(|c| c.fingerprint_headers.push(name))
+    }
+
+    /// On a request whose key is held by a live run, wait up to `wait` for that run's response
+    /// and replay it (default: answer 409 at once, with `Retry-After`). Past `wait`, 409.
+    pub fn wait(self, wait: Duration) -> IdempotencyLayer {
+        self.with(|c| c.wait = Some(wait))
+    }
+
+    /// How long a claim holds without renewal (default 30 s). It is renewed every third of a
+    /// lease while the inner service runs, so only a server that died (or stalled this long)
+    /// loses its claim; then a retry runs the request again once the lease has lapsed.
+    pub fn lease(self, lease: Duration) -> IdempotencyLayer {
+        self.with(|c| c.lease = lease)
+    }
+
+    /// How long a recorded response is replayed (default 24 h, as Stripe keeps keys). After
+    /// that the key is new again.
+    pub fn keep(self, keep: Duration) -> IdempotencyLayer {
+        self.with(|c| c.keep = keep)
+    }
+
+    /// The largest request body read (default 1 MiB): a larger one gets 413 before anything is
+    /// claimed. The layer reads the whole body before it claims, to fingerprint it.
+    pub fn max_request_body(self, bytes: usize) -> IdempotencyLayer {
+        self.with(|c| c.max_request_body = bytes)
+    }
+
+    /// The largest response body recorded (default 1 MiB). A larger response, and a streaming
+    /// one (no exact length: SSE, chunked), is sent to the client but not recorded: its key is
+    /// released (so a retry runs again) and a warning is logged.
+    pub fn max_response_body(self, bytes: usize) -> IdempotencyLayer {
+        self.with(|c| c.max_response_body = bytes)
+    }
+
+    /// Which statuses are recorded and replayed (default [`default_records`]). A status it
+    /// refuses releases the key, so a retry runs the request again.
+    pub fn records<F>(self, records: F) -> IdempotencyLayer
+    where
+        F: Fn(StatusCode) -> bool + Send + Sync + 'static,
+    {
+        self.with(|c| c.records = Arc::new(records))
+    }
+
+    /// Records and replays a header that is not replayed by default (one of
+    /// [`NOT_REPLAYED`](crate::NOT_REPLAYED): hop-by-hop headers, `Set-Cookie`, `Date`).
+    pub fn replay_header(self, name: HeaderName) -> IdempotencyLayer {
+        self.with(|c| c.replay_headers.push(name))
+    }
+
+    /// The `Retry-After` (rounded up to whole seconds) of 409 and 503 answers (default 1 s).
+    pub fn retry_after(self, after: Duration) -> IdempotencyLayer {
+        self.with(|c| c.retry_after = after)
+    }
+
+    /// Where the `type` links of the layer's problem answers point (default
+    /// [`DEFAULT_PROBLEM_BASE`](crate::DEFAULT_PROBLEM_BASE)); each adds `#` and an anchor
+    /// naming the rule, such as `#idempotency-key-reused`.
+    pub fn problem_base(self, base: impl Into<Cow<'static, str>>) -> IdempotencyLayer {
+        let base = base.into();
+        self.with(|c| c.problem_base = base)
+    }
+}
+
+impl fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        f.debug_struct("IdempotencyLayer")
+            .field("store", &c.store)
+            .field("methods", &c.methods)
+            .field("require_key", &c.require_key)
+            .field("fingerprint_headers", &c.fingerprint_headers)
+            .field("wait", &c.wait)
+            .field("lease", &c.lease)
+            .field("keep", &c.keep)
+            .field("max_request_body", &c.max_request_body)
+            .field("max_response_body", &c.max_response_body)
+            .field("replay_headers", &c.replay_headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Idempotency<S> {
+        Idempotency {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_records_final_answers_and_releases_try_again_answers() {
+        for kept in [200, 201, 204, 301, 303, 400, 401, 404, 410, 422] {
+            assert!(
+                default_records(StatusCode::from_u16(kept).unwrap()),
+                "{kept}"
+            );
+        }
+        for released in [408, 409, 425, 429, 500, 502, 503, 504] {
+            assert!(
+                !default_records(StatusCode::from_u16(released).unwrap()),
+                "{released}"
+            );
+        }
+    }
+}

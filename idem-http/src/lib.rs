@@ -1,0 +1,78 @@
+//! # idem-http: `Idempotency-Key` for tower and axum, on any idem store
+//!
+//! Clients retry POSTs: a timeout after the server charged the card, a retry after a slow
+//! answer. With an `Idempotency-Key` header (IETF httpapi draft "The Idempotency-Key HTTP
+//! Header Field", as Stripe's API uses it) the server can answer the retry with the first
+//! answer instead of charging again. [`IdempotencyLayer`] does that for any tower service, on
+//! any idem [`Store`](idem_core::Store) (`MemoryStore`, `PgStore`, ...): one atomic claim before
+//! the inner service runs, its lease renewed while it runs, the response recorded after.
+//!
+//! ```
+//! use axum::{routing::post, Router};
+//! use idem_core::MemoryStore;
+//! use idem_http::{scope, IdempotencyLayer};
+//!
+//! let app: Router = Router::new()
+//!     .route("/charges", post(|| async { (axum::http::StatusCode::CREATED, "charged") }))
+//!     .layer(IdempotencyLayer::new(MemoryStore::new()).scope(scope::bearer_token));
+//! ```
+//!
+//! ## What each request gets
+//!
+//! Requests whose method the layer handles (default POST and PATCH):
+//!
+//! | the request | the answer |
+//! | --- | --- |
+//! | the scope function names no caller | 401, nothing runs |
+//! | no `Idempotency-Key` | 400 (or passes through with `require_key(false)`) |
+//! | a malformed key: empty, over 255 characters, not visible ASCII, bad quoting, repeated | 400 |
+//! | a body over the limit (default 1 MiB) | 413, nothing claimed |
+//! | a new key | the inner service runs; its answer is recorded if kept (below) |
+//! | a completed key, same request | the recorded status, headers and body, plus `Idempotent-Replayed: true` |
+//! | a completed or running key, other method, path, query or body | 422 |
+//! | a key whose first request is still running | 409 with `Retry-After` (or, with `wait(d)`, the first answer once it is there) |
+//! | the store cannot be reached | 503 with `Retry-After`; nothing runs (fail closed) |
+//!
+//! **What is kept.** 2xx, 3xx and 4xx answers except 408, 409, 425 and 429 are recorded and
+//! replayed ([`default_records`], see [`IdempotencyLayer::records`]); 5xx and those four
+//! release the key so a retry runs again. Streaming answers (no exact length) and answers over
+//! [`max_response_body`](IdempotencyLayer::max_response_body) are sent but not recorded: the key
+//! is released and a warning logged. Hop-by-hop headers, `Set-Cookie` and `Date` are not
+//! replayed ([`NOT_REPLAYED`]) unless named with [`IdempotencyLayer::replay_header`].
+//!
+//! **Who shares a key.** A record's key is the caller's scope, the method, the path and the
+//! client's key, so two callers sending one key, or one caller sending it to two endpoints,
+//! never see each other's answers. The default scope is a hash of the `Authorization` header;
+//! [`scope::bearer_token`] refuses requests without a bearer token (401); a function of your
+//! own can read your authentication's result.
+//!
+//! **Leases.** The claim's lease (default 30 s) is renewed while the inner service runs. If the
+//! client goes away (the request's future is dropped) or the service panics, the key is freed
+//! at once; if the server dies, a retry runs again once the lease lapses. Recorded answers are
+//! replayed for [`keep`](IdempotencyLayer::keep) (default 24 h).
+//!
+//! Every answer the layer makes itself is `application/problem+json` (RFC 9457) whose `type`
+//! links to the README's entry for the rule broken.
+//!
+//! Inside the inner service, [`idem_core::context::current`] is the request's call: hand its
+//! key (or a [`sub_key`](idem_core::context::CallContext::sub_key)) to a payment provider as
+//! its idempotency key.
+
+#![warn(missing_docs)]
+
+mod header;
+mod layer;
+mod problem;
+mod request;
+pub mod scope;
+mod service;
+mod stored;
+
+pub use header::{BadKey, IDEMPOTENCY_KEY, MAX_CLIENT_KEY_LEN};
+pub use layer::{
+    default_records, IdempotencyLayer, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY,
+    DEFAULT_RETRY_AFTER,
+};
+pub use problem::{DEFAULT_PROBLEM_BASE, PROBLEM_JSON};
+pub use service::{Idempotency, RequestBody, ResponseBody};
+pub use stored::{IDEMPOTENT_REPLAYED, NOT_REPLAYED};

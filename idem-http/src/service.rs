@@ -1,0 +1,228 @@
+//! The service the layer wraps around another: one request through the idem runtime. In order:
+//! refuse what cannot be served (no caller 401, bad key 400, body too large 413) before
+//! anything is claimed; claim the record; run the inner service while the lease is renewed;
+//! record its response (or release the key); answer duplicates from the record.
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use idem_core::{Call, Error, Operation, Outcome};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+use crate::header::client_key;
+use crate::layer::Config;
+use crate::problem::Problem;
+use crate::request::{fingerprint, read_body, record_key};
+use crate::stored::{ResponseCodec, StoredResponse};
+
+/// The body the inner service receives: the buffered body of a request the layer handled
+/// (`Left`), or the original body of one it passed through (`Right`).
+pub type RequestBody<B> = Either<Full<Bytes>, B>;
+
+/// The body the layer answers with: a recorded, replayed or problem answer (`Left`), or the
+/// inner service's own body, passed through (`Right`).
+pub type ResponseBody<B> = Either<Full<Bytes>, B>;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The service [`IdempotencyLayer`](crate::IdempotencyLayer) makes.
+#[derive(Clone)]
+pub struct Idempotency<S> {
+    pub(crate) inner: S,
+    pub(crate) config: Arc<Config>,
+}
+
+impl<S: std::fmt::Debug> std::fmt::Debug for Idempotency<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Idempotency")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a response was not recorded: the key is released and the response (or error) goes to
+/// the client as it is.
+enum NotKept<B, E> {
+    Response(Response<B>),
+    Service(E),
+    BodyFailed,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Idempotency<S>
+where
+    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    ReqBody: Body<Data = Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The clone is not ready; the ready one goes with this request (tower's usual swap).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        if !config.methods.contains(request.method()) {
+            return Box::pin(pass_through(inner, request));
+        }
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let problem = |p: Problem| Ok(p.to_response(&config.problem_base).map(Either::Left));
+            let Some(caller) = (config.scope)(&parts) else {
+                return problem(Problem::UnknownCaller);
+            };
+            let client_key = match client_key(&parts.headers) {
+                Ok(Some(key)) => key,
+                Ok(None) if config.require_key => return problem(Problem::MissingKey),
+                Ok(None) => {
+                    let request = Request::from_parts(parts, body);
+                    return pass_through(inner, request).await;
+                }
+                Err(bad) => return problem(Problem::BadKey(bad)),
+            };
+            let body = match read_body(&parts, body, config.max_request_body).await {
+                Ok(body) => body,
+                Err(p) => return problem(p),
+            };
+            let key = record_key(&parts, &caller, &client_key);
+            let fingerprint = fingerprint(&parts, &body, &config.fingerprint_headers);
+            let request = Request::from_parts(parts, Either::Left(Full::new(body)));
+
+            // Kept aside so that a response whose record failed still reaches its client.
+            let sent: Mutex<Option<StoredResponse>> = Mutex::new(None);
+            let work = async {
+                let response = inner.call(request).await.map_err(NotKept::Service)?;
+                let stored = record(&config, response).await?;
+                *sent.lock().unwrap_or_else(|e| e.into_inner()) = Some(stored.clone());
+                Ok(stored)
+            };
+            let mut call = Call::new(&*config.store, key)
+                .name("idem_http")
+                .fingerprint(fingerprint)
+                .lease(config.lease)
+                .keep(config.keep);
+            if let Some(wait) = config.wait {
+                call = call.wait(wait);
+            }
+            let retry_after = config.retry_after.as_secs_f64().ceil() as u64;
+            match call.run_with(ResponseCodec, work).await {
+                Ok(Outcome::Executed(stored)) => Ok(stored.to_response(false).map(Either::Left)),
+                Ok(Outcome::Duplicate {
+                    value: Some(stored),
+                    ..
+                }) => Ok(stored.to_response(true).map(Either::Left)),
+                Ok(Outcome::Duplicate { value: None, .. }) => problem(Problem::ReplayUnreadable),
+                Ok(Outcome::InProgress { .. }) => problem(Problem::InProgress { retry_after }),
+                Err(Error::Handler(NotKept::Response(response))) => Ok(response.map(Either::Right)),
+                Err(Error::Handler(NotKept::Service(e))) => Err(e),
+                Err(Error::Handler(NotKept::BodyFailed)) => problem(Problem::ResponseFailed),
+                Err(Error::KeyReused { .. }) => problem(Problem::KeyReused),
+                Err(Error::Store(e)) if e.operation() == Some(Operation::Claim) => {
+                    problem(Problem::StoreUnavailable { retry_after })
+                }
+                // The inner service ran and answered, but the answer was not recorded (the
+                // store failed, or a newer run took the key over after this one stalled past
+                // its lease): the client still gets it. Both were logged by the runtime.
+                Err(e @ (Error::Store(_) | Error::LostClaim { .. })) => {
+                    let sent = sent.into_inner().unwrap_or_else(|e| e.into_inner());
+                    match sent {
+                        Some(stored) => {
+                            tracing::warn!(error = %e.map_handler(|_| "response"), "answering with a response that was not recorded");
+                            Ok(stored.to_response(false).map(Either::Left))
+                        }
+                        None => problem(Problem::StoreUnavailable { retry_after }),
+                    }
+                }
+                Err(Error::Codec(e)) => {
+                    tracing::error!(error = %e, "a recorded response could not be read back");
+                    problem(Problem::ReplayUnreadable)
+                }
+                Err(Error::InvalidKey(e)) => {
+                    // Record keys are valid by construction; say so loudly if one is not.
+                    tracing::error!(error = %e, "the layer built an invalid record key");
+                    problem(Problem::ReplayUnreadable)
+                }
+                Err(e) => {
+                    tracing::error!(error = %e.map_handler(|_| "response"), "unexpected idem error");
+                    problem(Problem::StoreUnavailable { retry_after })
+                }
+            }
+        })
+    }
+}
+
+/// A request the layer does not handle: to the inner service and back, untouched.
+async fn pass_through<S, ReqBody, ResBody>(
+    mut inner: S,
+    request: Request<ReqBody>,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>>,
+{
+    let response = inner.call(request.map(Either::Right)).await?;
+    Ok(response.map(Either::Right))
+}
+
+/// Buffers `response` for the record if it is kept: a status the options record, and a body of
+/// known length within the limit. Anything else is handed back to be sent as it is.
+async fn record<B, E>(
+    config: &Config,
+    response: Response<B>,
+) -> Result<StoredResponse, NotKept<B, E>>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let status = response.status();
+    if !(config.records)(status) {
+        tracing::debug!(%status, "status not recorded; the key is released");
+        return Err(NotKept::Response(response));
+    }
+    match response.body().size_hint().exact() {
+        Some(len) if len <= config.max_response_body as u64 => {}
+        Some(len) => {
+            tracing::warn!(
+                len,
+                limit = config.max_response_body,
+                "response over the recording limit: sent but not recorded; the key is released"
+            );
+            return Err(NotKept::Response(response));
+        }
+        None => {
+            tracing::warn!(
+                "streaming response (no exact length): sent but not recorded; the key is released"
+            );
+            return Err(NotKept::Response(response));
+        }
+    }
+    let (parts, body) = response.into_parts();
+    match Limited::new(body, config.max_response_body).collect().await {
+        Ok(collected) => Ok(StoredResponse::new(
+            parts.status,
+            &parts.headers,
+            collected.to_bytes(),
+            &config.replay_headers,
+        )),
+        Err(e) => {
+            tracing::error!(error = %e, "the response body failed; the key is released");
+            Err(NotKept::BodyFailed)
+        }
+    }
+}
