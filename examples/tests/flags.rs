@@ -57,6 +57,7 @@ fn a_misspelled_flag_exits_2_with_usage() {
             &["--database-url", "postgres://x", "--wokers", "2"][..],
         ),
         ("payments", &["--provider", "http://x"][..]),
+        ("http_api", &["--databse-url", "postgres://x"][..]),
         (
             "payments",
             &["job", "--provider", "http://x", "--pause", "1"][..],
@@ -69,6 +70,7 @@ fn a_misspelled_flag_exits_2_with_usage() {
 #[test]
 fn a_flag_without_its_value_exits_2() {
     assert_refused("accept_then_work", &["--database-url"], "--database-url");
+    assert_refused("http_api", &["--lease-ms", "soon"], "--lease-ms");
 }
 
 #[test]
@@ -98,10 +100,12 @@ fn an_unreachable_database_fails_at_once_naming_it() {
             "postgres://postgres@127.0.0.1:1/nowhere",
         ][..],
     ] {
-        let output = run("accept_then_work", args, QUICK);
-        let text = stderr(&output);
-        assert_eq!(output.status.code(), Some(1), "{args:?}: {text}");
-        assert!(text.contains("127.0.0.1:1"), "names the address: {text}");
-        assert!(text.to_lowercase().contains("refused"), "says why: {text}");
+        for name in ["accept_then_work", "http_api"] {
+            let output = run(name, args, QUICK);
+            let text = stderr(&output);
+            assert_eq!(output.status.code(), Some(1), "{name} {args:?}: {text}");
+            assert!(text.contains("127.0.0.1:1"), "names the address: {text}");
+            assert!(text.to_lowercase().contains("refused"), "says why: {text}");
+        }
     }
 }

@@ -105,14 +105,16 @@ where
             let fingerprint = fingerprint(&parts, &body, &config.fingerprint_headers);
             let request = Request::from_parts(parts, Either::Left(Full::new(body)));
 
-            // Kept aside so that a response whose record failed still reaches its client.
-            let sent: Mutex<Option<StoredResponse>> = Mutex::new(None);
+            // The answer as the inner service gave it, every header included (the record
+            // leaves some out): for this client, also when recording it failed.
+            let live: Mutex<Option<Response<Full<Bytes>>>> = Mutex::new(None);
             let work = async {
                 let response = inner.call(request).await.map_err(NotKept::Service)?;
-                let stored = record(&config, response).await?;
-                *sent.lock().unwrap_or_else(|e| e.into_inner()) = Some(stored.clone());
+                let (stored, response) = record(&config, response).await?;
+                *live.lock().unwrap_or_else(|e| e.into_inner()) = Some(response);
                 Ok(stored)
             };
+            let live = || live.lock().unwrap_or_else(|e| e.into_inner()).take();
             let mut call = Call::new(&*config.store, key)
                 .name("idem_http")
                 .fingerprint(fingerprint)
@@ -123,7 +125,10 @@ where
             }
             let retry_after = config.retry_after.as_secs_f64().ceil() as u64;
             match call.run_with(ResponseCodec, work).await {
-                Ok(Outcome::Executed(stored)) => Ok(stored.to_response(false).map(Either::Left)),
+                Ok(Outcome::Executed(stored)) => {
+                    let response = live().unwrap_or_else(|| stored.to_response(false));
+                    Ok(response.map(Either::Left))
+                }
                 Ok(Outcome::Duplicate {
                     value: Some(stored),
                     ..
@@ -140,16 +145,14 @@ where
                 // The inner service ran and answered, but the answer was not recorded (the
                 // store failed, or a newer run took the key over after this one stalled past
                 // its lease): the client still gets it. Both were logged by the runtime.
-                Err(e @ (Error::Store(_) | Error::LostClaim { .. })) => {
-                    let sent = sent.into_inner().unwrap_or_else(|e| e.into_inner());
-                    match sent {
-                        Some(stored) => {
-                            tracing::warn!(error = %e.map_handler(|_| "response"), "answering with a response that was not recorded");
-                            Ok(stored.to_response(false).map(Either::Left))
-                        }
-                        None => problem(Problem::StoreUnavailable { retry_after }),
+                Err(e @ (Error::Store(_) | Error::LostClaim { .. })) => match live() {
+                    Some(response) => {
+                        let e = e.map_handler(|_| "response");
+                        tracing::warn!(error = %e, "answering with a response that was not recorded");
+                        Ok(response.map(Either::Left))
                     }
-                }
+                    None => problem(Problem::StoreUnavailable { retry_after }),
+                },
                 Err(Error::Codec(e)) => {
                     tracing::error!(error = %e, "a recorded response could not be read back");
                     problem(Problem::ReplayUnreadable)
@@ -185,7 +188,7 @@ where
 async fn record<B, E>(
     config: &Config,
     response: Response<B>,
-) -> Result<StoredResponse, NotKept<B, E>>
+) -> Result<(StoredResponse, Response<Full<Bytes>>), NotKept<B, E>>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
@@ -214,12 +217,16 @@ where
     }
     let (parts, body) = response.into_parts();
     match Limited::new(body, config.max_response_body).collect().await {
-        Ok(collected) => Ok(StoredResponse::new(
-            parts.status,
-            &parts.headers,
-            collected.to_bytes(),
-            &config.replay_headers,
-        )),
+        Ok(collected) => {
+            let body = collected.to_bytes();
+            let stored = StoredResponse::new(
+                parts.status,
+                &parts.headers,
+                body.clone(),
+                &config.replay_headers,
+            );
+            Ok((stored, Response::from_parts(parts, Full::new(body))))
+        }
         Err(e) => {
             tracing::error!(error = %e, "the response body failed; the key is released");
             Err(NotKept::BodyFailed)

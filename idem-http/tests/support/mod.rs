@@ -1,0 +1,97 @@
+//! What the layer's tests share: the stores every test runs on (the embedded one and
+//! PostgreSQL), a real server on a real port, and a real HTTP client.
+
+#![allow(dead_code)]
+
+use axum::Router;
+use idem_core::{MemoryStore, Store};
+use idem_testdb::TestStore;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A store under test, and what keeps it alive (a PostgreSQL schema of its own).
+pub struct Backend {
+    pub name: &'static str,
+    pub store: Arc<dyn Store>,
+    _schema: Option<TestStore>,
+}
+
+/// Every store the layer is tested on: `MemoryStore` and `PgStore` (which needs PostgreSQL:
+/// `DATABASE_URL`, or the throwaway server `scripts/test` starts; without one this fails).
+pub async fn backends() -> Vec<Backend> {
+    let pg = TestStore::new("idem_t_http", 8).await;
+    vec![
+        Backend {
+            name: "memory",
+            store: Arc::new(MemoryStore::new()),
+            _schema: None,
+        },
+        Backend {
+            name: "postgres",
+            store: Arc::new(pg.store.clone()),
+            _schema: Some(pg),
+        },
+    ]
+}
+
+/// Serves `router` on 127.0.0.1 on a port of its own, until the test ends; returns its base URL.
+pub async fn serve(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    base
+}
+
+/// What came back.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    pub fn replayed(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+}
+
+/// A request to `url` with `method`, key and body, as a client would send it.
+pub async fn send(method: &str, url: &str, key: Option<&str>, body: &str) -> Answer {
+    try_send(method, url, key, body, &[], Duration::from_secs(30))
+        .await
+        .expect("an answer")
+}
+
+/// [`send`] with extra headers and a timeout; `None` when no answer came in time (or the
+/// connection broke).
+pub async fn try_send(
+    method: &str,
+    url: &str,
+    key: Option<&str>,
+    body: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> Option<Answer> {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut request = reqwest::Client::new()
+        .request(method, url)
+        .body(body.to_owned())
+        .timeout(timeout);
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.ok()?;
+    Some(Answer {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        body: response.text().await.ok()?,
+    })
+}
