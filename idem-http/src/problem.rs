@@ -29,6 +29,7 @@ pub(crate) enum Problem {
     StoreUnavailable { retry_after: u64 },
     ReplayUnreadable,
     ResponseFailed,
+    Unexpected,
 }
 
 impl Problem {
@@ -42,7 +43,7 @@ impl Problem {
             Problem::KeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Problem::InProgress { .. } => StatusCode::CONFLICT,
             Problem::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Problem::ReplayUnreadable | Problem::ResponseFailed => {
+            Problem::ReplayUnreadable | Problem::ResponseFailed | Problem::Unexpected => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
         }
@@ -61,6 +62,7 @@ impl Problem {
             Problem::StoreUnavailable { .. } => "idempotency-store-unavailable",
             Problem::ReplayUnreadable => "idempotency-replay-unreadable",
             Problem::ResponseFailed => "idempotency-response-failed",
+            Problem::Unexpected => "idempotency-unexpected",
         }
     }
 
@@ -76,6 +78,7 @@ impl Problem {
             Problem::StoreUnavailable { .. } => "Idempotency store unavailable",
             Problem::ReplayUnreadable => "Recorded response unreadable",
             Problem::ResponseFailed => "Response could not be read",
+            Problem::Unexpected => "Unexpected idempotency error",
         }
     }
 
@@ -112,6 +115,9 @@ impl Problem {
                 .to_owned(),
             Problem::ResponseFailed => "the response failed while it was being recorded; it \
                                         was not kept, so a retry with the same key runs again"
+                .to_owned(),
+            Problem::Unexpected => "the idempotency layer met an error it does not know; it \
+                                    was logged"
                 .to_owned(),
         }
     }
@@ -154,5 +160,27 @@ mod tests {
         assert_eq!(json["type"], "https://docs/x#idempotency-in-progress");
         assert_eq!(json["status"], 409);
         assert!(json["title"].as_str().unwrap().contains("in progress"));
+    }
+
+    #[test]
+    fn every_problem_type_links_to_an_entry_of_the_readme() {
+        let readme = include_str!("../../README.md");
+        let all = [
+            Problem::MissingKey,
+            Problem::BadKey(BadKey::Empty),
+            Problem::UnknownCaller,
+            Problem::BodyTooLarge { limit: 1 },
+            Problem::BodyUnreadable,
+            Problem::KeyReused,
+            Problem::InProgress { retry_after: 1 },
+            Problem::StoreUnavailable { retry_after: 1 },
+            Problem::ReplayUnreadable,
+            Problem::ResponseFailed,
+            Problem::Unexpected,
+        ];
+        for problem in all {
+            let anchor = format!("<a id=\"{}\"></a>", problem.anchor());
+            assert!(readme.contains(&anchor), "README.md lacks {anchor}");
+        }
     }
 }

@@ -157,14 +157,11 @@ where
                     tracing::error!(error = %e, "a recorded response could not be read back");
                     problem(Problem::ReplayUnreadable)
                 }
-                Err(Error::InvalidKey(e)) => {
-                    // Record keys are valid by construction; say so loudly if one is not.
-                    tracing::error!(error = %e, "the layer built an invalid record key");
-                    problem(Problem::ReplayUnreadable)
-                }
+                // Not expected: record keys are valid by construction, and `Error` may grow.
                 Err(e) => {
-                    tracing::error!(error = %e.map_handler(|_| "response"), "unexpected idem error");
-                    problem(Problem::StoreUnavailable { retry_after })
+                    let e = e.map_handler(|_| "response");
+                    tracing::error!(error = %e, "unexpected idem error");
+                    problem(Problem::Unexpected)
                 }
             }
         })
