@@ -17,11 +17,17 @@ use std::time::Duration;
 /// Enqueues `jobs` jobs `job:0..` from 8 concurrent tasks, through the public API.
 async fn enqueue(schema: &Schema, jobs: u32) -> Queue {
     let queue = Queue::new(&idem_testdb::pg_store(&schema.name, 8, None).await);
+    enqueue_range(&queue, 0, jobs).await;
+    queue
+}
+
+/// Enqueues jobs `job:from..job:to` on `queue` from 8 concurrent tasks.
+async fn enqueue_range(queue: &Queue, from: u32, to: u32) {
     let tasks: Vec<_> = (0..8)
         .map(|t| {
             let queue = queue.clone();
             tokio::spawn(async move {
-                for i in (t..jobs).step_by(8) {
+                for i in (from + t..to).step_by(8) {
                     let job =
                         NewJob::new(format!("job:{i}"), &serde_json::json!({"i": i})).unwrap();
                     let _ = queue.enqueue(job).await.unwrap();
@@ -32,7 +38,6 @@ async fn enqueue(schema: &Schema, jobs: u32) -> Queue {
     for task in tasks {
         task.await.unwrap();
     }
-    queue
 }
 
 fn worker(schema: &Schema, total: u32, extra: &[(&str, String)]) -> Child {
@@ -66,11 +71,14 @@ async fn all_done(schema: &Schema, queue: &Queue, total: u32) -> (i64, i64) {
 async fn four_worker_processes_drain_20000_jobs_running_each_once() {
     const JOBS: u32 = 20_000;
     let schema = Schema::new("q_drain").await;
-    // Two processes start before the work exists (they are woken by notifications), two after.
+    // Two processes start before the work exists (they are woken by notifications), two while
+    // it is being enqueued (half of it is there; the other half, which takes longer to enqueue
+    // than a process takes to start, comes after them).
     let mut workers = vec![worker(&schema, JOBS, &[]), worker(&schema, JOBS, &[])];
-    let queue = enqueue(&schema, JOBS).await;
+    let queue = enqueue(&schema, JOBS / 2).await;
     workers.push(worker(&schema, JOBS, &[]));
     workers.push(worker(&schema, JOBS, &[]));
+    enqueue_range(&queue, JOBS / 2, JOBS).await;
     let per_process: Vec<u64> = workers.into_iter().map(|w| summary(w)[0]).collect();
     let (runs, _) = all_done(&schema, &queue, JOBS).await;
     assert_eq!(runs, i64::from(JOBS), "no job ran twice: {per_process:?}");
