@@ -1,35 +1,62 @@
-//! A worker process for the multi-process PostgreSQL tests (`tests/pg_*.rs` of this crate).
-//! Not part of idem's API.
+//! A worker process for the multi-process tests of this crate, on PostgreSQL (`tests/pg_*.rs`)
+//! or, with `--sqlite PATH`, on a SQLite database file (`tests/sqlite_*.rs`). Not part of
+//! idem's API.
 //!
 //! ```text
 //! DATABASE_URL=.. idem-pg-worker storm --schema S --keys N --rounds R --tasks T --seed X
 //! DATABASE_URL=.. idem-pg-worker crash --schema S --keys N --tasks T --work-ms W --seed X
 //! DATABASE_URL=.. idem-pg-worker sweep --schema S --keys N --tasks T
+//! idem-pg-worker storm --sqlite PATH --schema S ..     (the same modes, on SQLite)
+//! idem-pg-worker hold-lock --sqlite PATH --schema S --work-ms W
 //! ```
 //!
 //! Keys are `first..first + keys` (`--first`, default 0).
 //!
 //! Every handler body inserts a row into `<schema>.executions` (no unique constraint, so a
-//! body that runs twice shows up twice) before it returns. `crash` bodies then sleep up to
+//! body that runs twice shows up twice) before it returns; on SQLite it appends `key pid` to
+//! the file `PATH.executions` instead (and lost claims to `PATH.lost`). `hold-lock` takes
+//! SQLite's write lock (`BEGIN IMMEDIATE`), prints `LOCKED`, and holds it for `--work-ms`. `crash` bodies then sleep up to
 //! `--work-ms`, so workers killed with SIGKILL die mid-body. A run that loses its claim writes
 //! a row to `<schema>.lost_claims`. Each mode prints one summary line:
 //! `executed=N duplicate=N in_progress=N errors=N lost=N`.
 
 use clap::{Parser, ValueEnum};
-use idem_core::{idempotent, Error, Outcome};
+use idem_core::{idempotent, Error, Outcome, Store};
 use idem_process_tests::{Random, WorkerFlags};
 use idem_store_postgres::sqlx::{self, PgPool};
-use idem_store_postgres::PgStore;
+use idem_store_sqlite::SqliteStore;
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 struct Ctx {
-    store: PgStore,
-    pool: PgPool,
-    schema: String,
+    store: Arc<dyn Store>,
+    sink: Sink,
     work_ms: u64,
     seed: Random,
+}
+
+/// Where bodies record that they ran (and runs that they lost their claim).
+enum Sink {
+    Postgres {
+        pool: PgPool,
+        schema: String,
+    },
+    Files {
+        executions: Mutex<std::fs::File>,
+        lost: Mutex<std::fs::File>,
+    },
+}
+
+fn append(path: PathBuf) -> Mutex<std::fs::File> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    Mutex::new(file)
 }
 
 impl Ctx {
@@ -38,15 +65,34 @@ impl Ctx {
     }
 
     async fn record_execution(&self, key: &str) -> Result<(), sqlx::Error> {
-        sqlx::query(&format!(
-            "INSERT INTO \"{}\".executions (key, pid) VALUES ($1, $2)",
-            self.schema
-        ))
-        .bind(key)
-        .bind(std::process::id() as i32)
-        .execute(&self.pool)
-        .await
-        .map(|_| ())
+        self.record("executions", key).await
+    }
+
+    async fn record(&self, table: &str, key: &str) -> Result<(), sqlx::Error> {
+        match &self.sink {
+            Sink::Postgres { pool, schema } => sqlx::query(&format!(
+                "INSERT INTO \"{schema}\".{table} (key, pid) VALUES ($1, $2)"
+            ))
+            .bind(key)
+            .bind(std::process::id() as i32)
+            .execute(pool)
+            .await
+            .map(|_| ()),
+            Sink::Files { executions, lost } => {
+                let file = if table == "executions" {
+                    executions
+                } else {
+                    lost
+                };
+                // One write per line, on a file opened for appending: lines of processes
+                // writing at once never interleave, and a line written survives a SIGKILL.
+                let line = format!("{key} {}\n", std::process::id());
+                file.lock()
+                    .unwrap()
+                    .write_all(line.as_bytes())
+                    .map_err(sqlx::Error::Io)
+            }
+        }
     }
 }
 
@@ -87,6 +133,8 @@ enum Mode {
     Crash,
     /// Deliveries that wait for (or take over) keys left by crashed workers.
     Sweep,
+    /// SQLite only: hold the database's write lock for `--work-ms`.
+    HoldLock,
 }
 
 #[derive(Debug, Parser)]
@@ -97,11 +145,14 @@ struct Args {
     #[command(flatten)]
     worker: WorkerFlags,
     /// Concurrent delivery tasks.
-    #[arg(long)]
+    #[arg(long, default_value_t = 1)]
     tasks: usize,
     /// How many keys.
-    #[arg(long)]
+    #[arg(long, default_value_t = 0)]
     keys: u32,
+    /// Run on this SQLite database file instead of PostgreSQL.
+    #[arg(long)]
+    sqlite: Option<PathBuf>,
     /// The first key.
     #[arg(long, default_value_t = 0)]
     first: u32,
@@ -114,12 +165,33 @@ struct Args {
 async fn main() {
     let args = Args::parse();
     let (mode, tasks, keys, first) = (args.mode, args.tasks, args.keys, args.first);
-    let store = args.worker.store(tasks as u32 + 2).await;
-    let pool = store.pool().clone();
+    let (store, sink): (Arc<dyn Store>, Sink) = match &args.sqlite {
+        Some(path) => {
+            let store = SqliteStore::open(path)
+                .await
+                .expect("open the SQLite database");
+            if mode == Mode::HoldLock {
+                return hold_lock(&store, args.worker.work_ms).await;
+            }
+            let sink = Sink::Files {
+                executions: append(path.with_extension("executions")),
+                lost: append(path.with_extension("lost")),
+            };
+            (Arc::new(store), sink)
+        }
+        None => {
+            let store = args.worker.store(tasks as u32 + 2).await;
+            let pool = store.pool().clone();
+            let sink = Sink::Postgres {
+                pool,
+                schema: args.worker.schema.clone(),
+            };
+            (Arc::new(store), sink)
+        }
+    };
     let ctx = Arc::new(Ctx {
         store,
-        pool,
-        schema: args.worker.schema.clone(),
+        sink,
         work_ms: args.worker.work_ms,
         seed: Random::for_process(args.worker.seed),
     });
@@ -174,6 +246,7 @@ async fn deliver(ctx: &Ctx, tally: &Tally, mode: Mode, k: u32, queue: &Mutex<Vec
             Mode::Storm => storm_job(ctx, k).await,
             Mode::Crash => crash_job(ctx, k).await,
             Mode::Sweep => sweep_job(ctx, k).await,
+            Mode::HoldLock => unreachable!("hold-lock runs no deliveries"),
         };
         match result {
             Ok(Outcome::Executed(())) => {
@@ -194,14 +267,7 @@ async fn deliver(ctx: &Ctx, tally: &Tally, mode: Mode, k: u32, queue: &Mutex<Vec
             }
             Err(Error::LostClaim { key }) => {
                 tally.lost.fetch_add(1, Ordering::SeqCst);
-                let _ = sqlx::query(&format!(
-                    "INSERT INTO \"{}\".lost_claims (key, pid) VALUES ($1, $2)",
-                    ctx.schema
-                ))
-                .bind(&key)
-                .bind(std::process::id() as i32)
-                .execute(&ctx.pool)
-                .await;
+                let _ = ctx.record("lost_claims", &key).await;
                 return;
             }
             Err(e) => {
@@ -212,4 +278,21 @@ async fn deliver(ctx: &Ctx, tally: &Tally, mode: Mode, k: u32, queue: &Mutex<Vec
         }
     }
     panic!("delivery of {k} kept failing");
+}
+
+/// Takes SQLite's write lock, says so, and holds it for `ms`: another process's claims must
+/// wait for it (up to their busy timeout), then fail closed.
+async fn hold_lock(store: &SqliteStore, ms: u64) {
+    let mut conn = store.pool().acquire().await.expect("a connection");
+    idem_store_sqlite::sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut *conn)
+        .await
+        .expect("take the write lock");
+    println!("LOCKED");
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    idem_store_sqlite::sqlx::raw_sql("ROLLBACK")
+        .execute(&mut *conn)
+        .await
+        .expect("let the lock go");
+    println!("RELEASED");
 }

@@ -1,0 +1,36 @@
+//! Versioned migrations, recorded in `<table>_migrations` and applied in one `BEGIN IMMEDIATE`
+//! transaction, so processes migrating at once take turns and the later ones find nothing to
+//! do.
+
+use sqlx::SqlitePool;
+
+use crate::sql::Sql;
+
+pub(crate) async fn migrate(pool: &SqlitePool, table: &str, sql: &Sql) -> Result<(), sqlx::Error> {
+    let history = format!("\"{table}_migrations\"");
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE IF NOT EXISTS {history} (version INTEGER PRIMARY KEY, applied_us INTEGER NOT NULL)"
+    ))
+    .execute(&mut *tx)
+    .await?;
+    let applied: Option<i64> = sqlx::query_scalar(&format!("SELECT max(version) FROM {history}"))
+        .fetch_one(&mut *tx)
+        .await?;
+    // Version 1: records, the fence counter, the effect journal.
+    let migrations: [&str; 1] = [&sql.create];
+    for (i, migration) in migrations.iter().enumerate() {
+        let version = i as i64 + 1;
+        if applied.is_some_and(|v| v >= version) {
+            continue;
+        }
+        sqlx::raw_sql(migration).execute(&mut *tx).await?;
+        sqlx::query(&format!(
+            "INSERT INTO {history} (version, applied_us) VALUES ($1, CAST(unixepoch('subsec') * 1000000 AS INTEGER))"
+        ))
+        .bind(version)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await
+}

@@ -1,0 +1,428 @@
+//! `SqliteStore`: the claim lifecycle on one SQLite database file. Every step that reads and
+//! writes runs in one `BEGIN IMMEDIATE` transaction: SQLite has one writer at a time, so the
+//! read and the write of a claim are one atomic step for every connection and every process on
+//! the file.
+
+use async_trait::async_trait;
+use idem_core::{
+    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced,
+    Fingerprint, Key, Operation, Purge, Record, RecordState, Store, StoreError,
+};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::sql::Sql;
+
+/// The default table: `idem_records` (and `idem_records_effects`, `idem_records_fence`,
+/// `idem_records_migrations`).
+pub const DEFAULT_TABLE: &str = "idem_records";
+
+/// How long [`SqliteStore::open`] lets a statement wait for another connection's (or process's)
+/// write lock before it fails with [`StoreError`] (the call then fails closed): 5 s.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections of the pool [`SqliteStore::open`] makes: SQLite writes one at a time, so more
+/// only serve concurrent reads (duplicates, `get`).
+pub const DEFAULT_CONNECTIONS: u32 = 4;
+
+/// An idem store in a SQLite database: durable (a claim is on disk before the body runs),
+/// embedded (no server), and shared by every process that opens the same file on one machine.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
+/// use idem_core::{Call, Outcome};
+/// use idem_store_sqlite::SqliteStore;
+///
+/// let dir = std::env::temp_dir().join(format!("idem-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let store = SqliteStore::open(dir.join("idem.db")).await?;
+/// store.migrate().await?;
+/// let first = Call::new(&store, "invoice-run:2026-11").run(async { Ok::<_, std::io::Error>(()) });
+/// assert_eq!(first.await.unwrap(), Outcome::Executed(()));
+/// let again = Call::new(&store, "invoice-run:2026-11").run(async { Ok::<_, std::io::Error>(()) });
+/// assert!(again.await.unwrap().is_duplicate());
+/// # std::fs::remove_dir_all(dir).unwrap();
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    table: String,
+    sql: Sql,
+}
+
+/// A table name idem can put in its statements: a lowercase letter or `_`, then lowercase
+/// letters, digits or `_`, at most 48 characters.
+fn valid_table(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 48
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX / 4)
+}
+
+fn at(us: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(us.max(0) as u64)
+}
+
+fn store_error(e: sqlx::Error) -> StoreError {
+    let busy = matches!(&e, sqlx::Error::Database(d) if d.message().contains("locked") || d.message().contains("busy"));
+    let message = if busy {
+        "the SQLite database stayed locked by another writer past the busy timeout"
+    } else {
+        "the SQLite store failed"
+    };
+    StoreError::new(message, e)
+}
+
+impl SqliteStore {
+    /// Opens (creating it if missing) the database file at `path`, in WAL mode (readers never
+    /// wait for the writer), with `synchronous = FULL` (a claim survives a power cut before the
+    /// body runs) and a busy timeout of [`DEFAULT_BUSY_TIMEOUT`]; a pool of
+    /// [`DEFAULT_CONNECTIONS`]. Call [`migrate`](Self::migrate) once before use.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(DEFAULT_BUSY_TIMEOUT);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(DEFAULT_CONNECTIONS)
+            .connect_with(options)
+            .await
+            .map_err(|e| store_error(e).during(Operation::Setup))?;
+        Ok(SqliteStore::new(pool))
+    }
+
+    /// A store on your own pool (its connect options are yours: set WAL mode and a busy
+    /// timeout, as [`open`](Self::open) does), in the table [`DEFAULT_TABLE`].
+    pub fn new(pool: SqlitePool) -> SqliteStore {
+        SqliteStore::with_table(pool, DEFAULT_TABLE).expect("the default table name is valid")
+    }
+
+    /// A store in `table` (a lowercase name: letters, digits, `_`, at most 48 characters), so
+    /// several stores can share one file.
+    pub fn with_table(pool: SqlitePool, table: &str) -> Result<SqliteStore, StoreError> {
+        if !valid_table(table) {
+            return Err(StoreError::msg(format!(
+                "{table:?} is not a table name idem accepts: a lowercase letter or `_`, then \
+                 lowercase letters, digits or `_`, at most 48 characters"
+            ))
+            .during(Operation::Setup));
+        }
+        Ok(SqliteStore {
+            pool,
+            inner: Arc::new(Inner {
+                table: table.to_owned(),
+                sql: Sql::new(table),
+            }),
+        })
+    }
+
+    /// The pool, for your own statements (and transactions) on the same file.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Creates the store's tables if they are not there, or brings them to this version; safe
+    /// to run from several processes at once (they take turns on the write lock).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        crate::migrate::migrate(&self.pool, &self.inner.table, &self.inner.sql)
+            .await
+            .map_err(|e| store_error(e).during(Operation::Setup))
+    }
+
+    async fn claim_in_tx(&self, request: ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
+        let sql = &self.inner.sql;
+        let (key, scope) = (request.key.as_str(), request.key.scope());
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let row = sqlx::query(&sql.get)
+            .bind(key)
+            .bind(scope)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let now = now_us();
+        let expires = now.saturating_add(micros(request.lease));
+        let fingerprint = request.fingerprint.map(Fingerprint::as_str);
+        let token = request.token.map(|t| t.0 as i64);
+        let (statement, taken_over) = match &row {
+            None => (&sql.insert, false),
+            Some(row) if row.get::<i64, _>("expires_us") <= now => (&sql.take_over, true),
+            Some(row) => {
+                tx.commit().await?;
+                return Ok(judge(row, fingerprint, token));
+            }
+        };
+        let fence: i64 = sqlx::query(&sql.next_fence)
+            .fetch_one(&mut *tx)
+            .await?
+            .get(0);
+        sqlx::query(statement)
+            .bind(key)
+            .bind(scope)
+            .bind(fence)
+            .bind(fingerprint)
+            .bind(token)
+            .bind(expires)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Claim::Acquired {
+            fence: Fence(fence as u64),
+            lease_expires_at: at(expires),
+            taken_over,
+        })
+    }
+
+    async fn fenced(
+        &self,
+        statement: &str,
+        key: &Key,
+        fence: Fence,
+        extra: Option<i64>,
+    ) -> Result<Fenced, StoreError> {
+        let mut query = sqlx::query(statement)
+            .bind(key.as_str())
+            .bind(key.scope())
+            .bind(fence.0 as i64);
+        if let Some(extra) = extra {
+            query = query.bind(extra);
+        }
+        let done = query.execute(&self.pool).await.map_err(store_error)?;
+        Ok(applied(done.rows_affected()))
+    }
+}
+
+fn applied(rows: u64) -> Fenced {
+    if rows == 1 {
+        Fenced::Applied
+    } else {
+        Fenced::Lost
+    }
+}
+
+/// The answer for a live record (a claim in progress, or a completion within its keep).
+fn judge(row: &sqlx::sqlite::SqliteRow, fingerprint: Option<&str>, token: Option<i64>) -> Claim {
+    let stored: Option<String> = row.get("fingerprint");
+    if let (Some(stored), Some(asked)) = (stored.as_deref(), fingerprint) {
+        if stored != asked {
+            return Claim::Mismatch;
+        }
+    }
+    let expires: i64 = row.get("expires_us");
+    match row.get::<Option<i64>, _>("completed_us") {
+        Some(completed) => Claim::Completed {
+            completed_at: at(completed),
+            output: row.get("output"),
+        },
+        None if token.is_some() && row.get::<Option<i64>, _>("token") == token => Claim::Acquired {
+            fence: Fence(row.get::<i64, _>("fence") as u64),
+            lease_expires_at: at(expires),
+            taken_over: false,
+        },
+        None => Claim::InProgress {
+            lease_expires_at: at(expires),
+        },
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.claim_in_tx(request).await.map_err(store_error)
+    }
+
+    async fn complete(
+        &self,
+        key: &Key,
+        fence: Fence,
+        completion: Completion<'_>,
+    ) -> Result<Fenced, StoreError> {
+        let done = sqlx::query(&self.inner.sql.complete)
+            .bind(key.as_str())
+            .bind(key.scope())
+            .bind(fence.0 as i64)
+            .bind(now_us())
+            .bind(micros(completion.keep))
+            .bind(completion.output)
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(applied(done.rows_affected()))
+    }
+
+    async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
+        self.fenced(&self.inner.sql.release, key, fence, None).await
+    }
+
+    async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
+        let expires = now_us().saturating_add(micros(lease));
+        self.fenced(&self.inner.sql.renew, key, fence, Some(expires))
+            .await
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+        let row = sqlx::query(&self.inner.sql.get)
+            .bind(key.as_str())
+            .bind(key.scope())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(row.map(|row| {
+            let expires: i64 = row.get("expires_us");
+            let state = match row.get::<Option<i64>, _>("completed_us") {
+                Some(completed) => RecordState::Completed {
+                    completed_at: at(completed),
+                    expires_at: at(expires),
+                    output: row.get("output"),
+                },
+                None => RecordState::InProgress {
+                    lease_expires_at: at(expires),
+                },
+            };
+            Record {
+                key: key.clone(),
+                fence: Fence(row.get::<i64, _>("fence") as u64),
+                fingerprint: row
+                    .get::<Option<String>, _>("fingerprint")
+                    .map(Fingerprint::from_stored),
+                state,
+            }
+        }))
+    }
+
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+
+    /// Frees the key at once, on the current Tokio runtime (without one, at the latest when
+    /// the lease lapses).
+    fn abandon(&self, key: &Key, fence: Fence) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (store, key) = (self.clone(), key.clone());
+            runtime.spawn(async move {
+                if let Err(e) = store.release(&key, fence).await {
+                    tracing::warn!(%key, error = %e, "releasing an abandoned claim failed; it lapses with its lease");
+                }
+            });
+        }
+    }
+
+    async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
+        let row = sqlx::query(&self.inner.sql.effect)
+            .bind(key.as_str())
+            .bind(key.scope())
+            .bind(effect)
+            .bind(now_us())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(row.map(|row| EffectEntry {
+            state: if row.get::<i64, _>("state") == 1 {
+                EffectState::Done
+            } else {
+                EffectState::Started
+            },
+            output: row.get("output"),
+            fence: Fence(row.get::<i64, _>("fence") as u64),
+        }))
+    }
+
+    async fn record_effect(
+        &self,
+        key: &Key,
+        fence: Fence,
+        record: EffectRecord<'_>,
+    ) -> Result<Fenced, StoreError> {
+        let sql = &self.inner.sql;
+        let run = async {
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let held = sqlx::query(&sql.holder)
+                .bind(key.as_str())
+                .bind(key.scope())
+                .bind(fence.0 as i64)
+                .fetch_optional(&mut *tx)
+                .await?
+                .is_some();
+            if !held {
+                tx.commit().await?;
+                return Ok(Fenced::Lost);
+            }
+            let now = now_us();
+            let state = match record.state {
+                EffectState::Started => 0i64,
+                EffectState::Done => 1,
+            };
+            let written = sqlx::query(&sql.record_effect)
+                .bind(key.as_str())
+                .bind(key.scope())
+                .bind(record.effect)
+                .bind(state)
+                .bind(record.output)
+                .bind(fence.0 as i64)
+                .bind(now)
+                .bind(now.saturating_add(micros(record.keep)))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            Ok::<_, sqlx::Error>(applied(written))
+        };
+        run.await.map_err(store_error)
+    }
+}
+
+#[async_trait]
+impl Purge for SqliteStore {
+    async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        let sql = &self.inner.sql;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let now = now_us();
+        let mut purged = 0;
+        for statement in [&sql.purge_records, &sql.purge_effects] {
+            purged += sqlx::query(statement)
+                .bind(now)
+                .bind(limit)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| store_error(e).during(Operation::Purge))?
+                .rows_affected();
+        }
+        Ok(purged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_table;
+
+    #[test]
+    fn table_names_are_plain_lowercase_identifiers() {
+        for ok in ["idem_records", "_x", "jobs_2026"] {
+            assert!(valid_table(ok), "{ok}");
+        }
+        for bad in ["", "Idem", "1x", "a-b", "a\"b", &"x".repeat(49)] {
+            assert!(!valid_table(bad), "{bad}");
+        }
+    }
+}
