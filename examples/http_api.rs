@@ -4,7 +4,8 @@
 //! ```text
 //! cargo run --example http_api -- --addr 127.0.0.1:5001            # embedded MemoryStore
 //! cargo run --example http_api -- --addr 127.0.0.1:5001 \
-//!     --database-url postgres://postgres@127.0.0.1:5432/test       # PgStore: processes share keys
+//!     --database-url postgres://postgres@127.0.0.1:5432/test       # PgStore: servers share keys
+//! cargo run --example http_api -- --database-url sqlite://idem.db # SqliteStore: one machine
 //!
 //! curl -si localhost:5001/charges -H 'authorization: Bearer tok_1' \
 //!     -H 'idempotency-key: 8e03978e' -d '{"customer":"c1","amount":100}'
@@ -24,9 +25,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idem_core::{context, MemoryStore, Store};
+use idem_core::{context, Store};
 use idem_http::{scope, IdempotencyLayer};
-use idem_store_postgres::PgStore;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -148,8 +148,9 @@ struct Args {
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1:5001")]
     addr: String,
-    /// A PostgreSQL database to keep the keys in (shared by every process on it). Without it,
-    /// keys live in this process's memory.
+    /// Where to keep the keys: a PostgreSQL URL (shared by every server on it) or
+    /// `sqlite://PATH` (a file, shared by the processes of this machine). Without it, keys live
+    /// in this process's memory.
     #[arg(long)]
     database_url: Option<String>,
     /// The schema of the store's table (PostgreSQL only).
@@ -166,18 +167,7 @@ struct Args {
 #[tokio::main]
 async fn main() {
     let args: Args = clap::Parser::parse();
-    let (store, which): (Arc<dyn Store>, &str) = match &args.database_url {
-        None => (Arc::new(MemoryStore::new()), "memory"),
-        Some(url) => {
-            let pool = idem_examples::connect(url, 16).await;
-            let store = PgStore::builder(pool)
-                .schema(args.schema.clone())
-                .build()
-                .expect("--schema must be a plain lowercase name");
-            store.migrate().await.expect("migrate");
-            (Arc::new(store), "postgres")
-        }
-    };
+    let (store, which) = idem_examples::store(args.database_url.as_deref(), &args.schema).await;
     let listener = tokio::net::TcpListener::bind(&args.addr)
         .await
         .expect("bind --addr");

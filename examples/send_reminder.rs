@@ -20,8 +20,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idem_core::{idempotent, Error, MemoryStore, Outcome, Store};
-use idem_store_postgres::PgStore;
+use idem_core::{idempotent, Error, Outcome, Store};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -155,19 +154,10 @@ fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// The embedded store, or PostgreSQL when a URL is given (an unreachable one exits at once,
-/// naming the address: never a silent fallback to the embedded store).
-async fn store(database_url: Option<&str>) -> Arc<dyn Store> {
-    match database_url {
-        None => Arc::new(MemoryStore::new()),
-        Some(url) => {
-            let pool = idem_examples::connect(url, 16).await;
-            // The defaults: up to half the pool held by the store, claims batched.
-            let store = PgStore::new(pool);
-            store.migrate().await.expect("migrate");
-            Arc::new(store)
-        }
-    }
+/// The embedded store, or the one a URL names (PostgreSQL, or `sqlite://PATH`); an unreachable
+/// one exits at once, naming the address: never a silent fallback to the embedded store.
+async fn store(database_url: Option<&str>) -> (Arc<dyn Store>, &'static str) {
+    idem_examples::store(database_url, "public").await
 }
 
 /// The article's endpoint. Unknown flags and missing values exit with status 2 and the usage.
@@ -177,7 +167,8 @@ struct Args {
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1:5000")]
     addr: String,
-    /// Keep the keys in PostgreSQL (shared by every server on it); without it, in the embedded
+    /// Keep the keys in PostgreSQL (shared by every server on it) or in a SQLite file
+    /// (`sqlite://PATH`, shared by the processes of this machine); without it, in the embedded
     /// store of this process.
     #[arg(long, env = "DATABASE_URL")]
     database_url: Option<String>,
@@ -186,8 +177,9 @@ struct Args {
 #[tokio::main]
 async fn main() {
     let Args { addr, database_url } = clap::Parser::parse();
+    let (store, kind) = store(database_url.as_deref()).await;
     let app = Arc::new(App {
-        store: store(database_url.as_deref()).await,
+        store,
         emails_sent: AtomicU64::new(0),
     });
     let listener = tokio::net::TcpListener::bind(&addr)
@@ -195,10 +187,10 @@ async fn main() {
         .expect("bind --addr");
     println!(
         "send_reminder listening on http://{addr} ({} store)",
-        if database_url.is_some() {
-            "PostgreSQL"
-        } else {
-            "embedded"
+        match kind {
+            "postgres" => "PostgreSQL",
+            "sqlite" => "SQLite",
+            _ => "embedded",
         }
     );
     let stop = async {
@@ -212,6 +204,7 @@ async fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idem_core::MemoryStore;
 
     async fn start(store: Arc<dyn Store>) -> (String, Arc<App>) {
         let app = Arc::new(App {
@@ -299,7 +292,18 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn parallel_deliveries_send_once_on_postgres() {
         let url = idem_testdb::database_url();
-        parallel_deliveries_send_once(store(Some(&url)).await).await;
+        parallel_deliveries_send_once(store(Some(&url)).await.0).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn parallel_deliveries_send_once_on_sqlite() {
+        let dir = std::env::temp_dir().join(format!("idem-reminder-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("idem.db").display());
+        let (store, kind) = store(Some(&url)).await;
+        assert_eq!(kind, "sqlite");
+        parallel_deliveries_send_once(store).await;
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// Bad input gets a 4xx JSON error that names the problem, and changes nothing.

@@ -1,10 +1,57 @@
-//! What the examples share: connecting to PostgreSQL so that a wrong address fails at once and
-//! says why. Not part of idem's API.
+//! What the examples share: picking the store a `--database-url` names (PostgreSQL, SQLite, or
+//! the embedded memory store without one), connecting so that a wrong address fails at once and
+//! says why, and serving HTTP. Not part of idem's API.
 
 use std::time::Duration;
 
 use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem_store_postgres::sqlx::{ConnectOptions, Connection, PgPool};
+
+/// The store `url` names, migrated, and its kind for the example's first line:
+///
+/// - none: the embedded `MemoryStore` (this process only; forgotten on exit);
+/// - `sqlite://PATH` (or `sqlite:PATH`): a `SqliteStore` in that file, created if missing
+///   (durable; shared by the processes of this machine);
+/// - anything else: a PostgreSQL URL, a `PgStore` with `schema` (shared by every server).
+///
+/// A URL that cannot be opened exits with status 1 and says why: never a silent fallback to the
+/// embedded store, where two servers would each do the same work.
+pub async fn store(
+    url: Option<&str>,
+    schema: &str,
+) -> (std::sync::Arc<dyn idem_core::Store>, &'static str) {
+    use std::sync::Arc;
+    let Some(url) = url else {
+        return (Arc::new(idem_core::MemoryStore::new()), "memory");
+    };
+    if let Some(path) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    {
+        let opened = match idem_store_sqlite::SqliteStore::open(path).await {
+            Ok(store) => store.migrate().await.map(|()| store),
+            Err(e) => Err(e),
+        };
+        return match opened {
+            Ok(store) => (Arc::new(store), "sqlite"),
+            Err(e) => {
+                eprintln!("error: cannot open the SQLite database {path:?}: {e}");
+                std::process::exit(1);
+            }
+        };
+    }
+    let pool = connect(url, 16).await;
+    // The defaults: up to half the pool held by the store, claims batched.
+    let store = idem_store_postgres::PgStore::builder(pool)
+        .schema(schema.to_owned())
+        .build()
+        .unwrap_or_else(|e| {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        });
+    store.migrate().await.expect("migrate");
+    (Arc::new(store), "postgres")
+}
 
 /// How long the first connection may take before the example gives up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

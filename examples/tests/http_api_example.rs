@@ -151,6 +151,18 @@ async fn two_servers_on_one_database_split_one_key_and_charge_once() {
 }
 
 #[tokio::test]
+async fn two_servers_on_one_sqlite_file_split_one_key_and_charge_once() {
+    let dir = std::env::temp_dir().join(format!("idem-http-sqlite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("idem.db").display());
+    let a = Server::start(&["--database-url", &url]);
+    let b = Server::start(&["--database-url", &url]);
+    fifty_concurrent_requests_charge_once(&[&a, &b]).await;
+    drop((a, b));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
 async fn a_retry_after_success_replays_status_body_and_location_byte_for_byte() {
     let server = Server::start(&[]);
     let first = post(&server.base, Some("tok_1"), Some(b"k-replay"), CHARGE).await;
