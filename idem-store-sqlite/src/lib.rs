@@ -14,6 +14,10 @@
 //! - **`synchronous = FULL`**: a claim is on disk before the body runs, so not even a power
 //!   cut turns a claimed run into one that can run again while its lease lives.
 //!
+//! Transactional mode (`#[idempotent(transaction = tx)]`, [`idem_core::TransactionalStore`])
+//! runs the claim, the handler's writes and the completion in one SQLite transaction; it holds
+//! the file's write lock from claim to commit, so keep those bodies short.
+//!
 //! Times are the processes' wall clock in microseconds (the processes share a machine); a
 //! lease therefore moves with a step of that clock.
 

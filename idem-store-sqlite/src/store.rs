@@ -6,10 +6,11 @@
 use async_trait::async_trait;
 use idem_core::{
     Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced,
-    Fingerprint, Key, Operation, Purge, Record, RecordState, Store, StoreError,
+    Fingerprint, Key, Operation, Purge, Record, RecordState, Store, StoreError, TransactionalStore,
+    TxClaim,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -152,61 +153,93 @@ impl SqliteStore {
             .map_err(|e| store_error(e).during(Operation::Setup))
     }
 
-    async fn claim_in_tx(&self, request: ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
-        let sql = &self.inner.sql;
-        let (key, scope) = (request.key.as_str(), request.key.scope());
-        let fingerprint = request.fingerprint.map(Fingerprint::as_str);
-        let token = request.token.map(|t| t.0 as i64);
-        // A live record (completed, or claimed and not lapsed) is answered from a read, without
-        // the write lock: a WAL read sees one committed state, and the answer is the one the
-        // locked path would give at that moment (a live record changes only by its holder's
-        // completion or release, after which either answer is one a caller could have got).
-        // So duplicates never queue behind writers. Only a fresh or lapsed key takes the lock.
-        let seen = sqlx::query(&sql.get)
-            .bind(key)
-            .bind(scope)
+    /// The answer for a live record (completed, or claimed and not lapsed), from a plain read
+    /// without the write lock: a WAL read sees one committed state, and the answer is the one
+    /// the locked path would give at that moment (a live record changes only by its holder's
+    /// completion or release, after which either answer is one a caller could have got). So
+    /// duplicates never queue behind writers. `None`: the key is fresh or lapsed.
+    async fn answer_live(&self, request: &ClaimRequest<'_>) -> Result<Option<Claim>, sqlx::Error> {
+        let row = sqlx::query(&self.inner.sql.get)
+            .bind(request.key.as_str())
+            .bind(request.key.scope())
             .fetch_optional(&self.pool)
             .await?;
-        if let Some(row) = &seen {
-            if row.get::<i64, _>("expires_us") > now_us() {
-                return Ok(judge(row, fingerprint, token));
-            }
-        }
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        Ok(row
+            .filter(|row| row.get::<i64, _>("expires_us") > now_us())
+            .map(|row| judge(&row, fingerprint(request), token(request))))
+    }
+
+    /// The claim inside `tx`, a `BEGIN IMMEDIATE` transaction (so holding SQLite's write lock):
+    /// the record is read again and, fresh or lapsed, claimed with a new fence.
+    async fn claim_locked(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        request: &ClaimRequest<'_>,
+    ) -> Result<Claim, sqlx::Error> {
+        let sql = &self.inner.sql;
+        let (key, scope) = (request.key.as_str(), request.key.scope());
         let row = sqlx::query(&sql.get)
             .bind(key)
             .bind(scope)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut **tx)
             .await?;
         let now = now_us();
-        let expires = now.saturating_add(micros(request.lease));
         let (statement, taken_over) = match &row {
             None => (&sql.insert, false),
             Some(row) if row.get::<i64, _>("expires_us") <= now => (&sql.take_over, true),
-            Some(row) => {
-                tx.commit().await?;
-                return Ok(judge(row, fingerprint, token));
-            }
+            Some(row) => return Ok(judge(row, fingerprint(request), token(request))),
         };
         let fence: i64 = sqlx::query(&sql.next_fence)
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut **tx)
             .await?
             .get(0);
+        let expires = now.saturating_add(micros(request.lease));
         sqlx::query(statement)
             .bind(key)
             .bind(scope)
             .bind(fence)
-            .bind(fingerprint)
-            .bind(token)
+            .bind(fingerprint(request))
+            .bind(token(request))
             .bind(expires)
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?;
-        tx.commit().await?;
         Ok(Claim::Acquired {
             fence: Fence(fence as u64),
             lease_expires_at: at(expires),
             taken_over,
         })
+    }
+
+    async fn claim_now(&self, request: ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
+        if let Some(claim) = self.answer_live(&request).await? {
+            return Ok(claim);
+        }
+        let mut tx = self.begin_immediate().await?;
+        let claim = self.claim_locked(&mut tx, &request).await?;
+        tx.commit().await?;
+        Ok(claim)
+    }
+
+    /// A transaction holding SQLite's write lock from its start (a deferred one could fail to
+    /// upgrade its read to a write without waiting for the busy timeout).
+    async fn begin_immediate(&self) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
+    /// The completion statement, to run on the pool or in a transaction.
+    fn completion<'q>(
+        &'q self,
+        key: &'q Key,
+        fence: Fence,
+        completion: Completion<'q>,
+    ) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+        sqlx::query(&self.inner.sql.complete)
+            .bind(key.as_str())
+            .bind(key.scope())
+            .bind(fence.0 as i64)
+            .bind(now_us())
+            .bind(micros(completion.keep))
+            .bind(completion.output)
     }
 
     async fn fenced(
@@ -226,6 +259,14 @@ impl SqliteStore {
         let done = query.execute(&self.pool).await.map_err(store_error)?;
         Ok(applied(done.rows_affected()))
     }
+}
+
+fn fingerprint<'a>(request: &ClaimRequest<'a>) -> Option<&'a str> {
+    request.fingerprint.map(Fingerprint::as_str)
+}
+
+fn token(request: &ClaimRequest<'_>) -> Option<i64> {
+    request.token.map(|t| t.0 as i64)
 }
 
 fn applied(rows: u64) -> Fenced {
@@ -264,7 +305,7 @@ fn judge(row: &sqlx::sqlite::SqliteRow, fingerprint: Option<&str>, token: Option
 #[async_trait]
 impl Store for SqliteStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.claim_in_tx(request).await.map_err(store_error)
+        self.claim_now(request).await.map_err(store_error)
     }
 
     async fn complete(
@@ -273,13 +314,8 @@ impl Store for SqliteStore {
         fence: Fence,
         completion: Completion<'_>,
     ) -> Result<Fenced, StoreError> {
-        let done = sqlx::query(&self.inner.sql.complete)
-            .bind(key.as_str())
-            .bind(key.scope())
-            .bind(fence.0 as i64)
-            .bind(now_us())
-            .bind(micros(completion.keep))
-            .bind(completion.output)
+        let done = self
+            .completion(key, fence, completion)
             .execute(&self.pool)
             .await
             .map_err(store_error)?;
@@ -371,7 +407,7 @@ impl Store for SqliteStore {
     ) -> Result<Fenced, StoreError> {
         let sql = &self.inner.sql;
         let run = async {
-            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let mut tx = self.begin_immediate().await?;
             let held = sqlx::query(&sql.holder)
                 .bind(key.as_str())
                 .bind(key.scope())
@@ -424,6 +460,69 @@ impl Purge for SqliteStore {
                 .rows_affected();
         }
         Ok(purged)
+    }
+}
+
+/// Transactional mode (`#[idempotent(transaction = tx)]`): the claim, the handler's writes
+/// (through `&mut **tx`) and the completion are one SQLite transaction. It holds SQLite's single
+/// write lock from the claim to the commit, so every other writer on the file (any key, any
+/// process) waits for it, up to its busy timeout: keep such bodies short, or use lease mode.
+#[async_trait]
+impl TransactionalStore for SqliteStore {
+    type Transaction = Transaction<'static, Sqlite>;
+
+    async fn claim_in_transaction(
+        &self,
+        request: ClaimRequest<'_>,
+    ) -> Result<TxClaim<Self::Transaction>, StoreError> {
+        let failed = |e| store_error(e).during(Operation::Claim);
+        if let Some(claim) = self.answer_live(&request).await.map_err(failed)? {
+            return Ok(TxClaim {
+                claim,
+                transaction: None,
+            });
+        }
+        let mut tx = self.begin_immediate().await.map_err(failed)?;
+        let claim = self.claim_locked(&mut tx, &request).await.map_err(failed)?;
+        if matches!(claim, Claim::Acquired { .. }) {
+            return Ok(TxClaim {
+                claim,
+                transaction: Some(tx),
+            });
+        }
+        tx.rollback().await.map_err(failed)?;
+        Ok(TxClaim {
+            claim,
+            transaction: None,
+        })
+    }
+
+    async fn commit_completion(
+        &self,
+        mut transaction: Self::Transaction,
+        key: &Key,
+        fence: Fence,
+        completion: Completion<'_>,
+    ) -> Result<Fenced, StoreError> {
+        let failed = |e| store_error(e).during(Operation::Complete);
+        let done = self
+            .completion(key, fence, completion)
+            .execute(&mut *transaction)
+            .await
+            .map_err(failed)?;
+        let fenced = applied(done.rows_affected());
+        match fenced {
+            Fenced::Applied => transaction.commit().await.map_err(failed)?,
+            Fenced::Lost => transaction.rollback().await.map_err(failed)?,
+        }
+        Ok(fenced)
+    }
+
+    async fn roll_back(&self, transaction: Self::Transaction) -> Result<(), StoreError> {
+        transaction
+            .rollback()
+            .await
+            .map_err(|e| store_error(e).during(Operation::Release))
     }
 }
 

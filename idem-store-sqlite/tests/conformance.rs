@@ -2,7 +2,7 @@
 //! in a file of its own.
 
 use async_trait::async_trait;
-use idem_conformance::Harness;
+use idem_conformance::{Harness, TransactionalHarness};
 use idem_core::Purge;
 use idem_store_sqlite::SqliteStore;
 use std::path::PathBuf;
@@ -37,7 +37,7 @@ impl Harness for SqliteHarness {
     }
 }
 
-async fn sqlite_harness() -> SqliteHarness {
+pub(crate) async fn sqlite_harness() -> SqliteHarness {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "idem-sqlite-conf-{}-{}",
@@ -51,3 +51,16 @@ async fn sqlite_harness() -> SqliteHarness {
 }
 
 idem_conformance::store_conformance!(sqlite_harness);
+
+impl TransactionalHarness for SqliteHarness {
+    type Store = SqliteStore;
+
+    fn store(&self) -> SqliteStore {
+        self.store.clone()
+    }
+}
+
+mod transactional {
+    use super::sqlite_harness;
+    idem_conformance::transactional_conformance!(sqlite_harness);
+}
