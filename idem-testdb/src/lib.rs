@@ -11,8 +11,10 @@
 //! It also builds every test `PgStore` ([`pg_store`], [`TestStore`]): the unit and conformance
 //! tests of `idem-store-postgres`, the worker processes and the multi-process tests share it.
 
+mod redis;
 mod store;
 
+pub use redis::{redis_url, RedisCluster, RedisServer, REDIS_INSTALL_HINT};
 pub use store::{named_pool, pg_store, pool, unique_schema, TestStore};
 
 use std::fmt;
@@ -34,7 +36,7 @@ impl fmt::Display for ClusterError {
 
 impl std::error::Error for ClusterError {}
 
-fn fail(message: impl Into<String>) -> ClusterError {
+pub(crate) fn fail(message: impl Into<String>) -> ClusterError {
     ClusterError(message.into())
 }
 
@@ -127,7 +129,7 @@ extern "C" {
 }
 
 /// A port nobody listens on right now.
-fn free_port() -> Result<u16, ClusterError> {
+pub(crate) fn free_port() -> Result<u16, ClusterError> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| fail(format!("cannot find a free port: {e}")))?;
     listener

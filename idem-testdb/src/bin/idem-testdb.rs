@@ -1,7 +1,9 @@
 //! `idem-testdb start DIR` creates and starts a throwaway cluster in DIR and prints its URL;
 //! `idem-testdb stop DIR` stops it. Used by `scripts/test` when `DATABASE_URL` is unset.
+//! `redis-start DIR` and `redis-stop DIR` do the same for a throwaway `redis-server`, when
+//! `REDIS_URL` is unset.
 
-use idem_testdb::Cluster;
+use idem_testdb::{Cluster, RedisServer};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -13,6 +15,10 @@ enum Command {
     Start { dir: PathBuf },
     /// Stop the cluster in DIR.
     Stop { dir: PathBuf },
+    /// Start a throwaway redis-server in DIR and print its URL.
+    RedisStart { dir: PathBuf },
+    /// Stop the redis-server in DIR.
+    RedisStop { dir: PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -23,6 +29,10 @@ fn main() -> ExitCode {
             Ok(())
         }),
         Command::Stop { dir } => Cluster::open(&dir).and_then(|cluster| cluster.stop()),
+        Command::RedisStart { dir } => RedisServer::start_in(&dir, false).map(|server| {
+            println!("{}", server.url());
+        }),
+        Command::RedisStop { dir } => RedisServer::open(&dir).and_then(|server| server.stop()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
