@@ -7,6 +7,8 @@
 //! DATABASE_URL=.. idem-pg-worker crash --schema S --keys N --tasks T --work-ms W --seed X
 //! DATABASE_URL=.. idem-pg-worker sweep --schema S --keys N --tasks T
 //! idem-pg-worker storm --sqlite PATH --schema S ..     (the same modes, on SQLite)
+//! idem-pg-worker storm --redis URL[,URL..] --log BASE --schema PREFIX ..   (on Redis; several
+//!     URLs: a Redis Cluster)
 //! idem-pg-worker hold-lock --sqlite PATH --schema S --work-ms W
 //! ```
 //!
@@ -14,7 +16,8 @@
 //!
 //! Every handler body inserts a row into `<schema>.executions` (no unique constraint, so a
 //! body that runs twice shows up twice) before it returns; on SQLite it appends `key pid` to
-//! the file `PATH.executions` instead (and lost claims to `PATH.lost`). `hold-lock` takes
+//! the file `PATH.executions` instead (and lost claims to `PATH.lost`); on Redis to
+//! `BASE.executions` and `BASE.lost`, with `--schema` as the store's key prefix. `hold-lock` takes
 //! SQLite's write lock (`BEGIN IMMEDIATE`), prints `LOCKED`, and holds it for `--work-ms`. `crash` bodies then sleep up to
 //! `--work-ms`, so workers killed with SIGKILL die mid-body. A run that loses its claim writes
 //! a row to `<schema>.lost_claims`. Each mode prints one summary line:
@@ -24,6 +27,7 @@ use clap::{Parser, ValueEnum};
 use idem_core::{idempotent, Error, Outcome, Store};
 use idem_process_tests::{Random, WorkerFlags};
 use idem_store_postgres::sqlx::{self, PgPool};
+use idem_store_redis::RedisStore;
 use idem_store_sqlite::SqliteStore;
 use std::io::Write;
 use std::path::PathBuf;
@@ -153,6 +157,13 @@ struct Args {
     /// Run on this SQLite database file instead of PostgreSQL.
     #[arg(long)]
     sqlite: Option<PathBuf>,
+    /// Run on Redis instead of PostgreSQL: one URL, or several (comma-separated) for the nodes
+    /// of a Redis Cluster.
+    #[arg(long, value_delimiter = ',')]
+    redis: Vec<String>,
+    /// Where bodies record their runs on Redis: `BASE.executions`, `BASE.lost`.
+    #[arg(long)]
+    log: Option<PathBuf>,
     /// The first key.
     #[arg(long, default_value_t = 0)]
     first: u32,
@@ -176,6 +187,23 @@ async fn main() {
             let sink = Sink::Files {
                 executions: append(path.with_extension("executions")),
                 lost: append(path.with_extension("lost")),
+            };
+            (Arc::new(store), sink)
+        }
+        None if !args.redis.is_empty() => {
+            let store = match args.redis.as_slice() {
+                [one] => RedisStore::connect(one).await,
+                nodes => {
+                    let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                    RedisStore::connect_cluster(&nodes).await
+                }
+            }
+            .expect("connect to Redis")
+            .prefix(&args.worker.schema);
+            let log = args.log.clone().expect("--log BASE with --redis");
+            let sink = Sink::Files {
+                executions: append(log.with_extension("executions")),
+                lost: append(log.with_extension("lost")),
             };
             (Arc::new(store), sink)
         }
