@@ -1,5 +1,6 @@
-//! `RedisStore` across processes on one Redis server (`REDIS_URL`): a duplicate storm (4
-//! processes x 16 tasks x 2,000 keys, 8 deliveries per key) runs every body once; workers
+//! `RedisStore` across processes on one Redis server (`REDIS_URL`) and on a 3-master Redis
+//! Cluster (`REDIS_CLUSTER_URLS`): a duplicate storm (4 processes x 16 tasks x 2,000 keys, 8
+//! deliveries per key) runs every body once; workers
 //! killed with SIGKILL mid-run lose nothing and repeat only the bodies they had in flight; and
 //! a Redis server restarted in the middle of a run: calls fail closed while it is down, no body
 //! runs without a claim, and every key completes after it is back.
@@ -144,6 +145,16 @@ async fn storm(run: &Run) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_deliver_two_thousand_keys_eight_times_and_run_each_once() {
     storm(&Run::new("storm", vec![idem_testdb::redis_url()])).await;
+}
+
+/// The same storm on a Redis Cluster of three masters (`REDIS_CLUSTER_URLS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_storm_on_a_redis_cluster_runs_each_body_once() {
+    storm(&Run::new(
+        "cluster-storm",
+        idem_testdb::redis_cluster_urls(),
+    ))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

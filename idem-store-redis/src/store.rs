@@ -250,18 +250,68 @@ impl RedisStore {
                 }
             }
             Conn::Cluster(conn) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
                 let mut conn = conn.clone();
-                let mut iter: redis::AsyncIter<'_, Vec<u8>> =
-                    redis::AsyncCommands::scan_match(&mut conn, &pattern)
-                        .await
-                        .map_err(store_error)?;
-                while let Some(item) = iter.next_item().await {
-                    found.push(item.map_err(store_error)?);
+                for (host, port) in masters(&mut conn).await? {
+                    let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port,
+                    });
+                    let mut cursor: u64 = 0;
+                    loop {
+                        let mut scan = redis::cmd("SCAN");
+                        scan.arg(cursor)
+                            .arg("MATCH")
+                            .arg(&pattern)
+                            .arg("COUNT")
+                            .arg(1000);
+                        let answer = conn
+                            .route_command(scan, node.clone())
+                            .await
+                            .map_err(store_error)?;
+                        let (next, batch): (u64, Vec<Vec<u8>>) = redis::from_redis_value(answer)
+                            .map_err(|e| {
+                                StoreError::new("the Redis store could not read a SCAN answer", e)
+                            })?;
+                        found.extend(batch);
+                        if next == 0 {
+                            break;
+                        }
+                        cursor = next;
+                    }
                 }
             }
         }
         Ok(found)
     }
+}
+
+/// The primaries of a cluster, from `CLUSTER SLOTS` (each slot range's first node).
+async fn masters(conn: &mut ClusterConnection) -> Result<Vec<(String, u16)>, StoreError> {
+    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+    let answer = conn
+        .route_command(
+            redis::cmd("CLUSTER").arg("SLOTS").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await
+        .map_err(store_error)?;
+    let mut masters = std::collections::BTreeSet::new();
+    for range in items(answer)? {
+        let range = items(range)?;
+        let Some(primary) = range.get(2).cloned() else {
+            return Err(unexpected(&Value::Array(range)));
+        };
+        let primary = items(primary)?;
+        match primary.as_slice() {
+            [host, port, ..] => {
+                let host = String::from_utf8_lossy(&bytes(host)?).into_owned();
+                masters.insert((host, int(port)? as u16));
+            }
+            _ => return Err(unexpected(&Value::Array(primary))),
+        }
+    }
+    Ok(masters.into_iter().collect())
 }
 
 #[async_trait]

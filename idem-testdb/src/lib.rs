@@ -14,7 +14,7 @@
 mod redis;
 mod store;
 
-pub use redis::{redis_url, RedisCluster, RedisServer, REDIS_INSTALL_HINT};
+pub use redis::{redis_cluster_urls, redis_url, RedisCluster, RedisServer, REDIS_INSTALL_HINT};
 pub use store::{named_pool, pg_store, pool, unique_schema, TestStore};
 
 use std::fmt;

@@ -1,7 +1,8 @@
 //! Throwaway Redis servers for idem's tests, from the `redis-server` binary on `PATH` (or
 //! `/usr/bin`, `/usr/local/bin`): one for the whole run (`scripts/test`, through the
 //! `idem-testdb redis-start` command, when `REDIS_URL` is unset), servers a test stops and
-//! starts itself (the restart test), and a 3-master Redis Cluster.
+//! starts itself (the restart test), and a 3-master Redis Cluster (`redis-cluster-start`, when
+//! `REDIS_CLUSTER_URLS` is unset).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -178,26 +179,34 @@ impl Drop for RedisServer {
     }
 }
 
+/// The Redis Cluster that cluster tests use: `REDIS_CLUSTER_URLS` (its nodes, comma-separated),
+/// which `scripts/test` sets, starting a throwaway 3-master cluster when it was unset. A cluster
+/// test without one fails, loudly, with this message.
+pub fn redis_cluster_urls() -> Vec<String> {
+    let urls = std::env::var("REDIS_CLUSTER_URLS").unwrap_or_else(|_| {
+        panic!(
+            "REDIS_CLUSTER_URLS is not set. Redis Cluster tests need a real cluster: run them \
+             with `scripts/test`, which starts a throwaway 3-master cluster, or set \
+             REDIS_CLUSTER_URLS=redis://host:port,redis://host:port,.. to the nodes of one"
+        )
+    });
+    urls.split(',').map(str::to_owned).collect()
+}
+
 /// A Redis Cluster of three masters (no replicas) on free ports, started from `redis-server`
-/// and joined with `redis-cli --cluster create`; stopped and deleted when dropped.
+/// and joined with `redis-cli --cluster create`.
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
-    /// Starts the three masters, assigns the slots, and waits until the cluster is `ok`.
-    pub fn start() -> Result<RedisCluster, ClusterError> {
-        let base = std::env::temp_dir().join(format!(
-            "idem-redis-cluster-{}-{}",
-            std::process::id(),
-            free_port()?
-        ));
+    /// Starts the three masters in `dir` (`node0`..`node2`), detached, assigns the slots, and
+    /// waits until the cluster is `ok`. [`stop`](Self::stop) stops them.
+    pub fn start_in(dir: &Path) -> Result<RedisCluster, ClusterError> {
         let mut nodes = Vec::new();
         for i in 0..3 {
-            let mut node = RedisServer::start_in(&base.join(format!("node{i}")), true)?;
-            node.owned = true;
-            nodes.push(node);
+            nodes.push(RedisServer::start_in(&dir.join(format!("node{i}")), true)?);
         }
         let addresses: Vec<String> = nodes
             .iter()
@@ -214,7 +223,7 @@ impl RedisCluster {
                     .is_ok_and(|info| info.contains("cluster_state:ok"))
             });
             if ok {
-                break;
+                return Ok(RedisCluster { nodes });
             }
             if Instant::now() > deadline {
                 return Err(fail(
@@ -223,17 +232,26 @@ impl RedisCluster {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = base;
+    }
+
+    /// The cluster started in `dir` by [`start_in`](Self::start_in).
+    pub fn open(dir: &Path) -> Result<RedisCluster, ClusterError> {
+        let nodes = (0..3)
+            .map(|i| RedisServer::open(&dir.join(format!("node{i}"))))
+            .collect::<Result<_, _>>()?;
         Ok(RedisCluster { nodes })
+    }
+
+    /// Stops every node.
+    pub fn stop(&self) -> Result<(), ClusterError> {
+        for node in &self.nodes {
+            node.stop()?;
+        }
+        Ok(())
     }
 
     /// The nodes' URLs (`redis://127.0.0.1:PORT`).
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
-    }
-
-    /// The nodes.
-    pub fn nodes(&self) -> &[RedisServer] {
-        &self.nodes
     }
 }

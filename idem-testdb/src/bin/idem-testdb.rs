@@ -1,9 +1,10 @@
 //! `idem-testdb start DIR` creates and starts a throwaway cluster in DIR and prints its URL;
 //! `idem-testdb stop DIR` stops it. Used by `scripts/test` when `DATABASE_URL` is unset.
 //! `redis-start DIR` and `redis-stop DIR` do the same for a throwaway `redis-server`, when
-//! `REDIS_URL` is unset.
+//! `REDIS_URL` is unset, and `redis-cluster-start DIR` / `redis-cluster-stop DIR` for a
+//! 3-master Redis Cluster, when `REDIS_CLUSTER_URLS` is unset.
 
-use idem_testdb::{Cluster, RedisServer};
+use idem_testdb::{Cluster, RedisCluster, RedisServer};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -19,6 +20,10 @@ enum Command {
     RedisStart { dir: PathBuf },
     /// Stop the redis-server in DIR.
     RedisStop { dir: PathBuf },
+    /// Start a throwaway 3-master Redis Cluster in DIR and print its nodes' URLs, comma-separated.
+    RedisClusterStart { dir: PathBuf },
+    /// Stop the Redis Cluster in DIR.
+    RedisClusterStop { dir: PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -33,6 +38,12 @@ fn main() -> ExitCode {
             println!("{}", server.url());
         }),
         Command::RedisStop { dir } => RedisServer::open(&dir).and_then(|server| server.stop()),
+        Command::RedisClusterStart { dir } => RedisCluster::start_in(&dir).map(|cluster| {
+            println!("{}", cluster.urls().join(","));
+        }),
+        Command::RedisClusterStop { dir } => {
+            RedisCluster::open(&dir).and_then(|cluster| cluster.stop())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
