@@ -27,8 +27,12 @@ fn script(body: &str) -> Script {
 /// KEYS: record. ARGV: fingerprint, token, lease (µs), grace (ms). Returns `{1, fence, expires,
 /// taken_over}`, `{2, expires}` (in progress), `{3, completed, has_output, output}` or `{4}`
 /// (fingerprint mismatch).
-pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    script(
+pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(&CLAIM_SOURCE));
+
+/// The claim script's full source.
+pub(crate) static CLAIM_SOURCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{NOW}{}",
         "local r = redis.call('HMGET', KEYS[1], 'f', 'fp', 'tk', 'd', 'x', 'c', 'o')
 local old = tonumber(r[1])
 local taken = 0
@@ -52,7 +56,7 @@ local exp = now + lease
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'f', fence, 'fp', ARGV[1], 'tk', ARGV[2], 'd', '0', 'x', exp)
 redis.call('PEXPIRE', KEYS[1], math.ceil(lease / 1000) + tonumber(ARGV[4]))
-return {1, fence, exp, taken}",
+return {1, fence, exp, taken}"
     )
 });
 
