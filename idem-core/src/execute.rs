@@ -87,6 +87,7 @@ impl Spec {
 
 /// A call's validated inputs.
 pub(crate) struct Prepared {
+    pub name: &'static str,
     key: Key,
     token: ClaimToken,
     fingerprint: Option<Fingerprint>,
@@ -107,6 +108,7 @@ impl Prepared {
             Error::Codec(e)
         })?;
         Ok(Prepared {
+            name: call.name,
             key,
             token: ClaimToken::random(),
             fingerprint,
@@ -217,20 +219,25 @@ where
     C: Codec<T>,
 {
     let span = spec.span();
-    async move {
+    let meter = crate::metrics::CallMeter::start(spec.name);
+    let result = async move {
         let prepared = Prepared::new(spec)?;
         let request = prepared.request();
+        let name = prepared.name;
         let fence = match prepared
-            .claim(
-                &codec,
-                || async move { Ok((store.claim(request).await?, ())) },
-            )
+            .claim(&codec, || async move {
+                let started = Instant::now();
+                let claim = store.claim(request).await;
+                crate::metrics::claim_took(name, started.elapsed());
+                Ok((claim?, ()))
+            })
             .await?
         {
             Ok((fence, ())) => fence,
             Err(settled) => return Ok(settled),
         };
         let claimed = Claimed {
+            name,
             lease: Lease {
                 store,
                 key: &prepared.key,
@@ -241,7 +248,8 @@ where
         claimed.run(&codec, prepared.keep, work).await
     }
     .instrument(span)
-    .await
+    .await;
+    meter.finish(result)
 }
 
 /// Runs `work`, turning a panic into `Err(payload)`.
@@ -251,6 +259,7 @@ pub(crate) async fn catch_unwind<F: Future>(work: F) -> Result<F::Output, Box<dy
 
 /// A claim this call holds in lease mode.
 struct Claimed<'a, S: ?Sized> {
+    name: &'static str,
     lease: Lease<'a, S>,
 }
 
@@ -272,7 +281,10 @@ impl<S: Store + ?Sized> Claimed<'_, S> {
         let context = CallContext::new(lease.key.clone(), lease.fence, shared.clone());
         let result = {
             let _renewal = lease.renew_in_background(shared).await;
-            CatchUnwind(context.scope(work)).await
+            let started = Instant::now();
+            let result = CatchUnwind(context.scope(work)).await;
+            crate::metrics::body_took(self.name, started.elapsed());
+            result
         };
         let settled = match result {
             Err(panic) => {

@@ -112,6 +112,7 @@ mod key;
 pub mod keyed;
 pub mod lease;
 mod memory;
+pub mod metrics;
 mod outcome;
 pub mod period;
 pub mod purge;

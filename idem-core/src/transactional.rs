@@ -146,12 +146,17 @@ where
     B: Future<Output = (S::Transaction, Result<T, E>)>,
 {
     let span = spec.span();
-    async move {
+    let meter = crate::metrics::CallMeter::start(spec.name);
+    let result = async move {
         let prepared = Prepared::new(spec)?;
         let request = prepared.request();
+        let name = prepared.name;
         let claimed = prepared
             .claim(&codec, || async move {
-                let TxClaim { claim, transaction } = store.claim_in_transaction(request).await?;
+                let started = std::time::Instant::now();
+                let claimed = store.claim_in_transaction(request).await;
+                crate::metrics::claim_took(name, started.elapsed());
+                let TxClaim { claim, transaction } = claimed?;
                 Ok((claim, transaction))
             })
             .await?;
@@ -174,7 +179,10 @@ where
         let key = prepared.key();
         let context = CallContext::new(key.clone(), fence, store.shared());
         // A panic drops the body, and with it the transaction: it rolls back.
-        let (transaction, result) = match catch_unwind(context.scope(body)).await {
+        let started = std::time::Instant::now();
+        let body_result = catch_unwind(context.scope(body)).await;
+        crate::metrics::body_took(name, started.elapsed());
+        let (transaction, result) = match body_result {
             Ok(returned) => returned,
             Err(panic) => {
                 record_outcome("panicked");
@@ -228,5 +236,6 @@ where
         }
     }
     .instrument(span)
-    .await
+    .await;
+    meter.finish(result)
 }
