@@ -17,11 +17,32 @@ impl Queue {
             .await
             .map_err(failed(Operation::Get))?;
         let count = |i: usize| row.get::<i64, _>(i).unsigned_abs();
-        Ok(QueueStats {
+        let stats = QueueStats {
             queued: count(0),
             running: count(1),
             done: count(2),
             dead: count(3),
+        };
+        for (state, n) in [
+            ("queued", stats.queued),
+            ("running", stats.running),
+            ("done", stats.done),
+            ("dead", stats.dead),
+        ] {
+            metrics::gauge!(super::metrics::JOBS_IN_STATE, "queue" => self.sql.name.clone(), "state" => state)
+                .set(n as f64);
+        }
+        Ok(stats)
+    }
+
+    /// Every `every`, reads [`stats`](Self::stats) on the current Tokio runtime, which sets the
+    /// `idem_queue_jobs` gauges (see [`metrics`](super::metrics)), until the returned handle is
+    /// aborted. Failures are logged and retried at the next tick.
+    pub fn spawn_metrics(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let queue = self.clone();
+        idem_core::purge::spawn_every(every, "the queue's gauges", move || {
+            let queue = queue.clone();
+            async move { queue.stats().await.map(|_| 0) }
         })
     }
 

@@ -20,10 +20,21 @@ const MAX_ERROR_LEN: usize = 2000;
 
 /// Runs one claimed job and settles its claim.
 pub(crate) async fn run(shared: &Shared, job: Claimed) {
+    let started = std::time::Instant::now();
     let settled = match rescue(&job) {
         Some(settle) => Some(settle),
         None => execute(shared, &job).await,
     };
+    let outcome = match &settled {
+        // Settled with the call's completion (or owned by a newer claim).
+        None => "done",
+        Some(Settle::Done) => "done",
+        Some(Settle::Retry { .. }) => "retried",
+        Some(Settle::Dead { .. }) => "dead",
+        Some(Settle::Release { .. }) => "released",
+    };
+    metrics::counter!(super::metrics::JOBS, "outcome" => outcome).increment(1);
+    metrics::histogram!(super::metrics::JOB_SECONDS).record(started.elapsed().as_secs_f64());
     // `None`: settled already (with the call's completion), or another claim owns the job.
     if let Some(how) = settled {
         settle(shared, &job, how).await;

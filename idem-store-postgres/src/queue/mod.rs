@@ -83,6 +83,7 @@ mod held;
 mod job;
 mod job_store;
 mod listen;
+pub mod metrics;
 mod producer;
 mod rescuer;
 mod sql;

@@ -1,0 +1,103 @@
+//! The work queue's metrics on a real PostgreSQL, read back with metrics-util's debugging
+//! recorder: attempts by outcome, their duration, the gauges of jobs by state, and the per-call
+//! counters of idem-core for the jobs' calls.
+
+mod support;
+
+use idem_store_postgres::queue::{Backoff, Job, NewJob, Queue};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::MetricKind;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use support::TestStore;
+
+#[test]
+fn attempts_durations_and_gauges_are_recorded() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        // One thread: every task the workers spawn records into this thread's recorder.
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let test = TestStore::new("q_metrics", 8).await;
+                let queue = Queue::new(&test.store);
+                for key in ["m:1", "m:2", "m:flaky"] {
+                    let job = NewJob::new(key, &serde_json::json!({}))
+                        .unwrap()
+                        .max_attempts(1 + usize::from(key == "m:flaky") as u32);
+                    let _ = queue.enqueue(job).await.unwrap();
+                }
+                let failures = Arc::new(AtomicUsize::new(0));
+                let workers = queue
+                    .worker(move |job: Job| {
+                        let failures = failures.clone();
+                        async move {
+                            if job.key() == "m:flaky"
+                                && failures.fetch_add(1, Ordering::SeqCst) == 0
+                            {
+                                return Err("the provider said no".to_owned());
+                            }
+                            Ok(())
+                        }
+                    })
+                    .backoff(Backoff::new(
+                        Duration::from_millis(10),
+                        Duration::from_millis(20),
+                    ))
+                    .poll_interval(Duration::from_millis(10))
+                    .start();
+                for _ in 0..500 {
+                    if queue.stats().await.unwrap().done == 3 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                assert_eq!(queue.stats().await.unwrap().done, 3);
+                workers.shutdown(Duration::from_secs(5)).await;
+            });
+    });
+    let snapshot: Vec<_> = snapshotter.snapshot().into_vec();
+    let find = |kind: MetricKind, name: &str, label: Option<(&str, &str)>| {
+        snapshot
+            .iter()
+            .filter(|(key, _, _, _)| {
+                key.kind() == kind
+                    && key.key().name() == name
+                    && label.is_none_or(|(l, v)| {
+                        key.key().labels().any(|x| x.key() == l && x.value() == v)
+                    })
+            })
+            .map(|(_, _, _, value)| value)
+            .collect::<Vec<_>>()
+    };
+    let counter = |name, label| match find(MetricKind::Counter, name, Some(label)).as_slice() {
+        [DebugValue::Counter(n)] => *n,
+        other => panic!("{name} {label:?}: {other:?}"),
+    };
+    assert_eq!(counter("idem_queue_jobs_total", ("outcome", "done")), 3);
+    assert_eq!(counter("idem_queue_jobs_total", ("outcome", "retried")), 1);
+    assert_eq!(counter("idem_calls_total", ("outcome", "executed")), 3);
+    assert_eq!(counter("idem_calls_total", ("outcome", "handler_error")), 1);
+    let durations: usize = find(MetricKind::Histogram, "idem_queue_job_seconds", None)
+        .iter()
+        .map(|v| match v {
+            DebugValue::Histogram(values) => values.len(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(durations, 4, "one per attempt");
+    match find(
+        MetricKind::Gauge,
+        "idem_queue_jobs",
+        Some(("state", "done")),
+    )
+    .as_slice()
+    {
+        [DebugValue::Gauge(done)] => assert_eq!(done.into_inner(), 3.0),
+        other => panic!("done gauge: {other:?}"),
+    }
+}
