@@ -53,6 +53,7 @@ pub fn script(
                 ("$3", "(:lease)::bigint"),
                 ("$4", "(:token)::bigint"),
                 ("$5", "'bench'::text"),
+                ("$6", "'pgbench'::text"),
             ],
         )
     };

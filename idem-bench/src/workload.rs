@@ -189,6 +189,7 @@ async fn call(mode: Mode, store: &PgStore, pool: &PgPool, hand_sql: &str, key: S
                 .bind(30_000_000i64)
                 .bind(idem_core::ClaimToken::random().0 as i64)
                 .bind("bench")
+                .bind(idem_core::holder())
                 .fetch_one(pool)
                 .await
                 .expect("claim");

@@ -154,6 +154,7 @@ async fn claim_many_on(
         .bind(fingerprints)
         .bind(leases)
         .bind(tokens)
+        .bind(idem_core::holder())
         .fetch_all(&mut *conn)
         .await?;
     let mut found: Vec<Option<ClaimRow>> = (0..batch.len()).map(|_| None).collect();

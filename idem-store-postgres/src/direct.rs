@@ -167,6 +167,21 @@ impl Direct {
             .acquire()
             .await
             .map_err(|_| sqlx::Error::PoolClosed)?;
+        // A connection given back to the idle list just as the pool closed (after the close
+        // watcher emptied it) must not outlive the pool: once it is closed, nothing is checked
+        // out, and what is idle is let go.
+        if matches!(&self.source, Source::Pool(pool) if pool.is_closed()) {
+            let idle: Vec<Own> = {
+                let mut idle = lock(&self.idle);
+                let mut conns: Vec<Own> = idle.default.drain(..).collect();
+                conns.append(&mut idle.indexed);
+                conns
+            };
+            for conn in idle {
+                conn.discard();
+            }
+            return Err(sqlx::Error::PoolClosed);
+        }
         // Each idle connection is tried at most once: one that died while idle (a server
         // restart) fails its set-up and is closed.
         for _ in 0..=self.connections {

@@ -59,8 +59,9 @@ impl RecordsSql {
                     FROM {t} WHERE key = $1 AND scope IN ($5, '')
                     ORDER BY scope DESC LIMIT 1
                  ), inserted AS (
-                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, token)
-                    SELECT $1, $5, nextval({seq}), $2, now() + $3 * interval '1 microsecond', $4
+                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, token, holder)
+                    SELECT $1, $5, nextval({seq}), $2, now() + $3 * interval '1 microsecond', $4,
+                           $6
                     WHERE NOT EXISTS (SELECT 1 FROM existing)
                     ON CONFLICT (key, scope) DO NOTHING
                     RETURNING fence, expires_at
@@ -95,9 +96,9 @@ impl RecordsSql {
                         ORDER BY scope DESC LIMIT 1
                     ) AS found
                  ), inserted AS (
-                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, token)
+                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, token, holder)
                     SELECT key, scope, nextval({seq}), fingerprint,
-                           now() + lease * interval '1 microsecond', token
+                           now() + lease * interval '1 microsecond', token, $6::text
                     FROM req WHERE NOT EXISTS (SELECT 1 FROM existing WHERE existing.i = req.i)
                     ORDER BY key, scope
                     ON CONFLICT (key, scope) DO NOTHING
@@ -118,7 +119,8 @@ impl RecordsSql {
             takeover: format!(
                 "UPDATE {t}
                  SET fence = nextval({seq}), fingerprint = $2, completed_at = NULL, output = NULL,
-                     expires_at = now() + $3 * interval '1 microsecond', token = $4, scope = $5
+                     expires_at = now() + $3 * interval '1 microsecond', token = $4, scope = $5,
+                     holder = $7
                  WHERE key = $1 AND scope = $6 AND expires_at <= now()
                  RETURNING fence, {expires}"
             ),
@@ -204,13 +206,13 @@ impl RecordsSql {
     /// names and that has no record in that scope yet. Keys with a record are left alone: their
     /// call claims through the store as usual. Returns `key, fence, expires_us` of each record
     /// it claimed.
-    pub fn claim_unheld(&self, scope: &str, source: &str, lease: &str) -> String {
+    pub fn claim_unheld(&self, scope: &str, source: &str, lease: &str, holder: &str) -> String {
         debug_assert!(scope.chars().all(|c| c.is_ascii_alphanumeric() || c == ':'));
         let (t, seq) = (&self.table, &self.seq);
         let expires = micros_sql("expires_at");
         format!(
-            "INSERT INTO {t} (key, scope, fence, expires_at)
-             SELECT key, '{scope}', nextval({seq}), now() + {lease} FROM ({source}) AS unheld
+            "INSERT INTO {t} (key, scope, fence, expires_at, holder)
+             SELECT key, '{scope}', nextval({seq}), now() + {lease}, {holder} FROM ({source}) AS unheld
              WHERE NOT EXISTS (SELECT 1 FROM {t} AS legacy WHERE legacy.key = unheld.key AND legacy.scope = '')
              ON CONFLICT (key, scope) DO NOTHING
              RETURNING key, fence, {expires} AS expires_us"

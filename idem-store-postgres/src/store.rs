@@ -338,7 +338,8 @@ impl PgStore {
         (&self.shared.schema, &self.shared.table)
     }
 
-    /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs, `$4` token, `$5` scope), for tools
+    /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs, `$4` token, `$5` scope,
+    /// `$6` holder), for tools
     /// that replay idem's exact statements, such as the pgbench comparison in `idem-bench`.
     #[doc(hidden)]
     pub fn claim_sql(&self) -> &str {
@@ -377,6 +378,7 @@ impl PgStore {
                 .bind(lease)
                 .bind(token)
                 .bind(request.key.scope())
+                .bind(idem_core::holder())
                 .fetch_optional(&mut *conn)
                 .await?;
             let row = row.map(|row| ClaimRow::decode_from(&row, 0)).transpose()?;
@@ -392,6 +394,7 @@ impl PgStore {
                 .bind(token)
                 .bind(request.key.scope())
                 .bind(&scope)
+                .bind(idem_core::holder())
                 .fetch_optional(&mut *conn)
                 .await?;
             match taken {

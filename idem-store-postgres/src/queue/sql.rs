@@ -63,6 +63,7 @@ impl QueueSql {
             super::QUEUE_SCOPE,
             "SELECT key FROM claimed WHERE attempts <= max_attempts",
             &format!("$2::bigint {micros}"),
+            "$3::text",
         );
         let (complete, renew) = (&records.complete, &records.renew);
         let fenced = "FROM unnest($1::text[], $2::int[]) AS held(key, attempts)
