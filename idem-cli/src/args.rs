@@ -1,0 +1,165 @@
+//! The command line: every command and flag, with its help text.
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// The operator's command for idem's PostgreSQL store: what is stuck, what failed, and release
+/// or retry one safely. Exit status: 0 done, 1 no such key or job, 2 usage error, 3 refused
+/// (a live claim without --force, a forget without --yes), 4 the database failed.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version)]
+pub struct Args {
+    /// The PostgreSQL database holding the store.
+    #[arg(long, env = "DATABASE_URL", global = true)]
+    pub database_url: Option<String>,
+    /// The store's schema.
+    #[arg(long, default_value = "public", global = true)]
+    pub schema: String,
+    /// The store's table.
+    #[arg(long, default_value = "idem_records", global = true)]
+    pub table: String,
+    /// Print one JSON document instead of a table (fields documented in the README).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the store's migrations (the ones `PgStore::migrate` runs).
+    Migrate,
+    /// One key's records: state, fence, lease or completion, holder, fingerprint, output size,
+    /// journal entries.
+    Show(KeyArgs),
+    /// Records, newest first.
+    List {
+        /// Only records in this state (`stale`: claimed, lease lapsed: its run died).
+        #[arg(long, value_enum)]
+        state: Option<State>,
+        /// Only records in this scope.
+        #[arg(long)]
+        scope: Option<String>,
+        /// Only keys starting with this.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// Free a claim so the next delivery runs it. Refuses a live lease unless --force.
+    Release {
+        /// The key.
+        #[command(flatten)]
+        key: KeyArgs,
+        /// Release even a live claim: its run may still be going, and the next delivery then runs
+        /// beside it (a double run).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete a completed record so the work runs again on its next delivery. Asks for --yes.
+    Forget {
+        /// The key.
+        #[command(flatten)]
+        key: KeyArgs,
+        /// Really delete it.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// A key's effect journal: each effect, its state, when.
+    Effects(KeyArgs),
+    /// Delete expired records and journal entries, in batches, printing counts.
+    Purge {
+        /// Only count what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Rows per batch.
+        #[arg(long, default_value_t = 10_000)]
+        batch: usize,
+    },
+    /// The work queue.
+    #[command(subcommand)]
+    Jobs(Jobs),
+}
+
+/// A key, and the scope it is in (all scopes when not given, where that is unambiguous).
+#[derive(Debug, clap::Args)]
+pub struct KeyArgs {
+    /// The key.
+    pub key: String,
+    /// Its scope (a handler's name, or a scope given with `scope = ".."`).
+    #[arg(long)]
+    pub scope: Option<String>,
+}
+
+/// Record states for `list --state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum State {
+    /// Claimed, lease live: running now.
+    Claimed,
+    /// Claimed, lease lapsed: its run died or stalled; the next delivery takes it over.
+    Stale,
+    /// Completed.
+    Completed,
+}
+
+/// The work queue's commands.
+#[derive(Debug, Subcommand)]
+pub enum Jobs {
+    /// Counts of jobs by state.
+    Stats,
+    /// Jobs, newest first.
+    List {
+        /// Only jobs in this state.
+        #[arg(long, value_enum)]
+        state: Option<JobState>,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// One job.
+    Show {
+        /// The job's key.
+        id: String,
+    },
+    /// Put a dead job back in the queue (its attempts start again).
+    Retry {
+        /// The job's key.
+        #[arg(required_unless_present = "all_dead", conflicts_with = "all_dead")]
+        id: Option<String>,
+        /// Every dead job.
+        #[arg(long)]
+        all_dead: bool,
+    },
+    /// Delete a dead job.
+    Discard {
+        /// The job's key.
+        id: String,
+    },
+}
+
+/// Job states for `jobs list --state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum JobState {
+    /// Waiting to run.
+    Queued,
+    /// Claimed by a worker.
+    Running,
+    /// Finished.
+    Done,
+    /// Failed its last attempt.
+    Dead,
+}
+
+impl JobState {
+    /// As the queue's table spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Dead => "dead",
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The work queue's commands: stats, list, show, retry, discard.
+
+use idem_store_postgres::queue::Queue;
+use idem_store_postgres::sqlx::{self, postgres::PgRow, Row};
+use serde_json::{json, Map, Value};
+
+use crate::args::{JobState, Jobs};
+use crate::output::{Out, NOT_FOUND, OK, REFUSED};
+use crate::Ctx;
+
+fn ts(column: &str) -> String {
+    format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
+}
+
+fn columns() -> String {
+    format!(
+        "key, state, attempts, max_attempts, worker, last_error, payload::text AS payload,
+         {created} AS created_at, {available} AS available_at, {finished} AS finished_at",
+        created = ts("created_at"),
+        available = ts("available_at"),
+        finished = ts("finished_at"),
+    )
+}
+
+fn job(row: &PgRow) -> Map<String, Value> {
+    let payload: String = row.get("payload");
+    Map::from_iter([
+        ("id".into(), json!(row.get::<String, _>("key"))),
+        ("state".into(), json!(row.get::<String, _>("state"))),
+        ("attempts".into(), json!(row.get::<i32, _>("attempts"))),
+        (
+            "max_attempts".into(),
+            json!(row.get::<i32, _>("max_attempts")),
+        ),
+        (
+            "worker".into(),
+            json!(row.get::<Option<String>, _>("worker")),
+        ),
+        (
+            "last_error".into(),
+            json!(row.get::<Option<String>, _>("last_error")),
+        ),
+        (
+            "created_at".into(),
+            json!(row.get::<String, _>("created_at")),
+        ),
+        (
+            "available_at".into(),
+            json!(row.get::<String, _>("available_at")),
+        ),
+        (
+            "finished_at".into(),
+            json!(row.get::<Option<String>, _>("finished_at")),
+        ),
+        (
+            "payload".into(),
+            serde_json::from_str(&payload).unwrap_or(Value::String(payload)),
+        ),
+    ])
+}
+
+async fn find(ctx: &Ctx, id: &str) -> Result<Option<PgRow>, sqlx::Error> {
+    sqlx::query(&format!(
+        "SELECT {} FROM {} WHERE key = $1",
+        columns(),
+        ctx.queue_table()
+    ))
+    .bind(id)
+    .fetch_optional(&ctx.pool)
+    .await
+}
+
+fn not_found(out: &mut Out<'_>, id: &str) -> i32 {
+    out.message(
+        &format!("no job {id:?}: never enqueued, discarded or purged"),
+        Map::from_iter([("found".into(), json!(false))]),
+    );
+    NOT_FOUND
+}
+
+fn store_failed(e: idem_core::StoreError) -> sqlx::Error {
+    sqlx::Error::Protocol(e.to_string())
+}
+
+pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sqlx::Error> {
+    let queue = Queue::new(&ctx.store);
+    match command {
+        Jobs::Stats => {
+            let stats = queue.stats().await.map_err(store_failed)?;
+            out.object(&Map::from_iter([
+                ("queued".into(), json!(stats.queued)),
+                ("running".into(), json!(stats.running)),
+                ("done".into(), json!(stats.done)),
+                ("dead".into(), json!(stats.dead)),
+            ]));
+            Ok(OK)
+        }
+        Jobs::List { state, limit } => {
+            let rows = sqlx::query(&format!(
+                "SELECT {} FROM {} WHERE ($1::text IS NULL OR state = $1)
+                 ORDER BY created_at DESC LIMIT $2",
+                columns(),
+                ctx.queue_table()
+            ))
+            .bind(state.map(JobState::as_str))
+            .bind(limit)
+            .fetch_all(&ctx.pool)
+            .await?;
+            let jobs: Vec<_> = rows.iter().map(job).collect();
+            out.rows(
+                "jobs",
+                &[
+                    "id",
+                    "state",
+                    "attempts",
+                    "max_attempts",
+                    "worker",
+                    "last_error",
+                ],
+                &jobs,
+            );
+            Ok(OK)
+        }
+        Jobs::Show { id } => match find(ctx, id).await? {
+            Some(row) => {
+                out.object(&job(&row));
+                Ok(OK)
+            }
+            None => Ok(not_found(out, id)),
+        },
+        Jobs::Retry { id: Some(id), .. } => {
+            if queue.retry_dead(id).await.map_err(store_failed)? {
+                out.message(
+                    &format!("retried {id:?}: back in the queue, its attempts counted from 0"),
+                    Map::from_iter([("retried".into(), json!([id]))]),
+                );
+                return Ok(OK);
+            }
+            match find(ctx, id).await? {
+                None => Ok(not_found(out, id)),
+                Some(row) => {
+                    let state: String = row.get("state");
+                    out.message(
+                        &format!("{id:?} is {state}, not dead: nothing retried"),
+                        job(&row),
+                    );
+                    Ok(REFUSED)
+                }
+            }
+        }
+        Jobs::Retry { id: None, .. } => {
+            let dead = queue.dead(usize::MAX >> 1).await.map_err(store_failed)?;
+            let mut retried = Vec::new();
+            for job in dead {
+                if queue.retry_dead(&job.key).await.map_err(store_failed)? {
+                    retried.push(job.key);
+                }
+            }
+            out.message(
+                &format!("retried {} dead jobs", retried.len()),
+                Map::from_iter([("retried".into(), json!(retried))]),
+            );
+            Ok(OK)
+        }
+        Jobs::Discard { id } => {
+            if queue.discard(id).await.map_err(store_failed)? {
+                out.message(
+                    &format!("discarded the dead job {id:?}"),
+                    Map::from_iter([("discarded".into(), json!(id))]),
+                );
+                return Ok(OK);
+            }
+            match find(ctx, id).await? {
+                None => Ok(not_found(out, id)),
+                Some(row) => {
+                    let state: String = row.get("state");
+                    out.message(
+                        &format!("{id:?} is {state}, not dead: only dead jobs are discarded"),
+                        job(&row),
+                    );
+                    Ok(REFUSED)
+                }
+            }
+        }
+    }
+}

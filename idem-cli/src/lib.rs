@@ -1,0 +1,162 @@
+//! # idem-cli: `idem`, the operator's command
+//!
+//! When a job misbehaves at 3 a.m.: what is stuck (`idem list --state stale` names the process
+//! that held each claim when it died), what failed (`idem jobs list --state dead`), and release
+//! or retry one safely (`idem release KEY` refuses a live claim unless `--force`). Runs against
+//! idem's PostgreSQL store (`--database-url`, or `DATABASE_URL`; `--schema` and `--table` for a
+//! store configured with other names).
+//!
+//! The binary is `idem`; [`run`] is the same command as a function (tests call it in process).
+//! Exit status: 0 done, 1 no such key or job, 2 usage error, 3 refused for safety, 4 the
+//! database failed.
+
+#![warn(missing_docs)]
+
+mod args;
+mod jobs;
+mod output;
+mod records;
+
+use clap::Parser;
+use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+use idem_store_postgres::sqlx::{self, PgPool};
+use idem_store_postgres::PgStore;
+use std::io::Write;
+use std::time::Duration;
+
+pub use args::{Args, Command};
+use output::{Out, FAILED, OK, USAGE};
+
+/// What every command works on.
+pub(crate) struct Ctx {
+    pool: PgPool,
+    store: PgStore,
+    schema: String,
+    table: String,
+}
+
+impl Ctx {
+    fn records(&self) -> String {
+        format!("\"{}\".\"{}\"", self.schema, self.table)
+    }
+    fn effects(&self) -> String {
+        format!("\"{}\".\"{}_effects\"", self.schema, self.table)
+    }
+    fn queue_table(&self) -> String {
+        format!("\"{}\".\"{}_queue\"", self.schema, self.table)
+    }
+}
+
+/// Runs `idem` with `args` (the first is the program's name), printing to `out` (usage errors
+/// and failures to `err`), and returns its exit status.
+pub async fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args = match Args::try_parse_from(args) {
+        Ok(args) => args,
+        Err(e) => {
+            let status = e.exit_code();
+            let rendered = e.render().to_string();
+            let _ = if status == OK {
+                write!(out, "{rendered}")
+            } else {
+                write!(err, "{rendered}")
+            };
+            return status;
+        }
+    };
+    let Some(url) = args.database_url.clone() else {
+        let _ = writeln!(
+            err,
+            "error: no database: pass --database-url URL or set DATABASE_URL"
+        );
+        return USAGE;
+    };
+    let pool = match PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&url)
+        .await
+    {
+        Ok(pool) => pool,
+        Err(e) => {
+            let _ = writeln!(err, "error: cannot connect to the database: {e}");
+            return FAILED;
+        }
+    };
+    let store = match PgStore::builder(pool.clone())
+        .schema(args.schema.clone())
+        .table(args.table.clone())
+        .through_pool()
+        .build()
+    {
+        Ok(store) => store,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            return USAGE;
+        }
+    };
+    let ctx = Ctx {
+        pool,
+        store,
+        schema: args.schema.clone(),
+        table: args.table.clone(),
+    };
+    let mut out = Out {
+        json: args.json,
+        w: out,
+    };
+    let result = execute(&ctx, &mut out, &args.command).await;
+    ctx.pool.close().await;
+    match result {
+        Ok(status) => status,
+        Err(e) => {
+            let _ = writeln!(err, "error: the database failed: {e}");
+            FAILED
+        }
+    }
+}
+
+async fn execute(ctx: &Ctx, out: &mut Out<'_>, command: &Command) -> Result<i32, sqlx::Error> {
+    match command {
+        Command::Migrate => {
+            ctx.store
+                .migrate()
+                .await
+                .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+            out.message(
+                &format!("migrated {}", ctx.records()),
+                serde_json::Map::from_iter([("migrated".into(), serde_json::json!(ctx.records()))]),
+            );
+            Ok(OK)
+        }
+        Command::Show(key) => records::show(ctx, out, &key.key, key.scope.as_deref()).await,
+        Command::List {
+            state,
+            scope,
+            prefix,
+            limit,
+        } => {
+            records::list(
+                ctx,
+                out,
+                *state,
+                scope.as_deref(),
+                prefix.as_deref(),
+                *limit,
+            )
+            .await
+        }
+        Command::Release { key, force } => {
+            records::release(ctx, out, &key.key, key.scope.as_deref(), *force).await
+        }
+        Command::Forget { key, yes } => {
+            records::forget(ctx, out, &key.key, key.scope.as_deref(), *yes).await
+        }
+        Command::Effects(key) => records::effects(ctx, out, &key.key, key.scope.as_deref()).await,
+        Command::Purge { dry_run, batch } => records::purge(ctx, out, *dry_run, *batch).await,
+        Command::Jobs(jobs) => jobs::run(ctx, out, jobs).await,
+    }
+}

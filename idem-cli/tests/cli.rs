@@ -1,0 +1,335 @@
+//! `idem` as a process against a real PostgreSQL (each test in a schema of its own): exit
+//! statuses, what each command prints, `--json` matching the human output, and the safety
+//! refusals.
+
+use idem_core::{Call, Claim, ClaimRequest, Key, Store};
+use idem_store_postgres::queue::{Job, NewJob, Queue};
+use idem_testdb::TestStore;
+use serde_json::Value;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn idem(test: &TestStore, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "--database-url",
+            &idem_testdb::database_url(),
+            "--schema",
+            &test.schema,
+        ])
+        .args(args)
+        .output()
+        .expect("run idem")
+}
+
+fn text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn json(test: &TestStore, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    let output = idem(test, &args);
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", text(&output)))
+}
+
+fn status(output: &Output) -> i32 {
+    output.status.code().expect("exited")
+}
+
+async fn complete(test: &TestStore, key: &str, scope: &str) {
+    let outcome = Call::new(&test.store, key)
+        .scope(scope.to_owned())
+        .run_replay(async { Ok::<_, std::io::Error>("receipt".to_owned()) })
+        .await
+        .unwrap();
+    assert!(outcome.is_executed());
+}
+
+async fn claim(test: &TestStore, key: &str, scope: &str, lease: Duration) {
+    let key = Key::new(key).unwrap().with_scope(scope.to_owned()).unwrap();
+    let claim = test
+        .store
+        .claim(ClaimRequest {
+            key: &key,
+            fingerprint: None,
+            lease,
+            token: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claim, Claim::Acquired { .. }));
+}
+
+#[tokio::test]
+async fn usage_errors_exit_2_with_the_usage() {
+    let test = TestStore::new("cli_usage", 2).await;
+    for args in [
+        &["lsit"][..],
+        &["show"][..],
+        &["list", "--state", "sleeping"][..],
+        &["jobs", "retry"][..],
+        &["release", "k", "--froce"][..],
+    ] {
+        let output = idem(&test, args);
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(status(&output), 2, "{args:?}: {err}");
+        assert!(
+            err.contains("Usage") || err.contains("--help"),
+            "{args:?}: {err}"
+        );
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["list"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(status(&output), 2);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--database-url"));
+}
+
+#[tokio::test]
+async fn a_missing_key_or_job_exits_1() {
+    let test = TestStore::new("cli_missing", 2).await;
+    for args in [
+        &["show", "nope"][..],
+        &["release", "nope"][..],
+        &["forget", "nope", "--yes"][..],
+        &["effects", "nope"][..],
+        &["jobs", "show", "nope"][..],
+        &["jobs", "retry", "nope"][..],
+        &["jobs", "discard", "nope"][..],
+    ] {
+        let output = idem(&test, args);
+        assert_eq!(status(&output), 1, "{args:?}: {}", text(&output));
+    }
+    assert_eq!(json(&test, &["show", "nope"])["found"], false);
+}
+
+#[tokio::test]
+async fn show_and_list_print_records_and_json_matches_the_human_output() {
+    let test = TestStore::new("cli_show", 2).await;
+    complete(&test, "invoice:1", "billing").await;
+    claim(&test, "invoice:2", "billing", Duration::from_secs(600)).await;
+    let output = idem(&test, &["show", "invoice:1"]);
+    assert_eq!(status(&output), 0);
+    let shown = text(&output);
+    let doc = json(&test, &["show", "invoice:1"]);
+    let record = &doc["records"][0];
+    assert_eq!(record["state"], "completed");
+    assert_eq!(record["scope"], "billing");
+    assert_eq!(record["output_bytes"], 9, "the replayed \"receipt\"");
+    assert_eq!(record["holder"], idem_core::holder());
+    // Every field the JSON has is a line of the human output, with the same value.
+    for (field, value) in record.as_object().unwrap() {
+        let shown_value = match value {
+            Value::Null => "-".to_owned(),
+            Value::String(s) => s.clone(),
+            Value::Array(a) if a.is_empty() => "(none)".to_owned(),
+            other => other.to_string(),
+        };
+        assert!(
+            shown.contains(&format!("{field}: {shown_value}")),
+            "{field}: {shown}"
+        );
+    }
+
+    let listed = json(&test, &["list"]);
+    let keys: Vec<&str> = listed["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 2);
+    let claimed = json(&test, &["list", "--state", "claimed"]);
+    assert_eq!(claimed["records"][0]["key"], "invoice:2");
+    assert_eq!(
+        json(&test, &["list", "--state", "stale"])["records"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(
+        json(&test, &["list", "--prefix", "invoice:1"])["records"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let table = text(&idem(&test, &["list"]));
+    assert!(table.starts_with("KEY"), "{table}");
+    assert!(
+        table.contains("invoice:2") && table.contains("claimed"),
+        "{table}"
+    );
+}
+
+#[tokio::test]
+async fn release_refuses_a_live_claim_unless_forced_and_frees_a_stale_one() {
+    let test = TestStore::new("cli_release", 2).await;
+    claim(&test, "live", "s", Duration::from_secs(600)).await;
+    let refused = idem(&test, &["release", "live"]);
+    assert_eq!(status(&refused), 3);
+    assert!(text(&refused).contains("double run"), "{}", text(&refused));
+    assert_eq!(
+        json(&test, &["show", "live"])["records"][0]["state"],
+        "claimed",
+        "still held"
+    );
+    let forced = idem(&test, &["release", "live", "--force"]);
+    assert_eq!(status(&forced), 0, "{}", text(&forced));
+    assert!(text(&forced).contains("released"));
+
+    claim(&test, "stale", "s", Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        json(&test, &["list", "--state", "stale"])["records"][0]["key"],
+        "stale"
+    );
+    assert_eq!(
+        status(&idem(&test, &["release", "stale", "--scope", "s"])),
+        0
+    );
+    let outcome = Call::new(&test.store, "stale")
+        .scope("s")
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await
+        .unwrap();
+    assert!(outcome.is_executed(), "the next delivery runs it");
+    assert_eq!(
+        status(&idem(&test, &["release", "stale"])),
+        3,
+        "completed: nothing to release"
+    );
+}
+
+#[tokio::test]
+async fn forget_asks_for_yes_then_the_work_runs_again() {
+    let test = TestStore::new("cli_forget", 2).await;
+    complete(&test, "done", "s").await;
+    let asked = idem(&test, &["forget", "done"]);
+    assert_eq!(status(&asked), 3);
+    assert!(text(&asked).contains("--yes"));
+    assert_eq!(
+        status(&idem(&test, &["show", "done"])),
+        0,
+        "nothing deleted without --yes"
+    );
+    let forgot = idem(&test, &["forget", "done", "--yes"]);
+    assert_eq!(status(&forgot), 0);
+    assert!(text(&forgot).contains("forgot"));
+    assert_eq!(status(&idem(&test, &["show", "done"])), 1);
+    let again = Call::new(&test.store, "done")
+        .scope("s")
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await
+        .unwrap();
+    assert!(again.is_executed());
+}
+
+#[tokio::test]
+async fn effects_and_purge() {
+    let test = TestStore::new("cli_effects", 2).await;
+    let outcome = Call::new(&test.store, "order:7")
+        .scope("orders")
+        .run(async {
+            idem_core::journal::Journal::new()
+                .at_least_once("send-receipt", async { Ok::<_, std::io::Error>(()) })
+                .await
+                .map_err(std::io::Error::other)?;
+            Ok::<_, std::io::Error>(())
+        })
+        .await;
+    assert!(outcome.unwrap().is_executed());
+    let effects = json(&test, &["effects", "order:7"]);
+    assert_eq!(effects["effects"][0]["effect"], "send-receipt");
+    assert_eq!(effects["effects"][0]["state"], "done");
+
+    claim(&test, "lapsed", "s", Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let dry = json(&test, &["purge", "--dry-run"]);
+    assert_eq!(dry["records"], 1);
+    assert_eq!(
+        status(&idem(&test, &["show", "lapsed"])),
+        0,
+        "a dry run deletes nothing"
+    );
+    let purged = json(&test, &["purge"]);
+    assert_eq!(purged["purged"], 1);
+    assert_eq!(status(&idem(&test, &["show", "lapsed"])), 1);
+}
+
+#[tokio::test]
+async fn a_dead_job_is_retried_and_then_runs_once() {
+    let test = TestStore::new("cli_jobs", 8).await;
+    let queue = Queue::new(&test.store);
+    let job = NewJob::new("report:1", &serde_json::json!({"n": 1}))
+        .unwrap()
+        .max_attempts(1);
+    let _ = queue.enqueue(job).await.unwrap();
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handler_runs = runs.clone();
+    let workers = queue
+        .worker(move |_job: Job| {
+            let runs = handler_runs.clone();
+            async move {
+                if runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                    return Err("the provider was down".to_owned());
+                }
+                Ok(())
+            }
+        })
+        .poll_interval(Duration::from_millis(20))
+        .start();
+    for _ in 0..250 {
+        if queue.stats().await.unwrap().dead == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let dead = json(&test, &["jobs", "list", "--state", "dead"]);
+    assert_eq!(dead["jobs"][0]["id"], "report:1");
+    assert_eq!(dead["jobs"][0]["last_error"], "the provider was down");
+    assert_eq!(json(&test, &["jobs", "stats"])["dead"], 1);
+    assert_eq!(
+        status(&idem(&test, &["jobs", "discard", "report:1", "--json"])),
+        0,
+        "discard works on dead jobs"
+    );
+    // Enqueued again, dead again, then retried.
+    let job = NewJob::new("report:1", &serde_json::json!({"n": 1}))
+        .unwrap()
+        .max_attempts(1);
+    let _ = queue.enqueue(job).await.unwrap();
+    runs.store(0, std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..250 {
+        if queue.stats().await.unwrap().dead == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let retried = idem(&test, &["jobs", "retry", "report:1"]);
+    assert_eq!(status(&retried), 0, "{}", text(&retried));
+    for _ in 0..250 {
+        if queue.stats().await.unwrap().done == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(json(&test, &["jobs", "show", "report:1"])["state"], "done");
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "failed once, then ran once"
+    );
+    assert_eq!(
+        status(&idem(&test, &["jobs", "retry", "report:1"])),
+        3,
+        "not dead"
+    );
+    assert_eq!(status(&idem(&test, &["jobs", "retry", "--all-dead"])), 0);
+    workers.shutdown(Duration::from_secs(5)).await;
+}
