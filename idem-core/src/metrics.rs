@@ -10,7 +10,8 @@
 //! | `idem_claim_seconds` | histogram | `handler` | the claim's round trip to the store, each attempt |
 //! | `idem_body_seconds` | histogram | `handler` | how long the handler body ran |
 //!
-//! `handler` is the call's name: the function's name under `#[idempotent]`,
+//! `handler` is the call's name: under `#[idempotent]` the function's module path and name
+//! (`billing::invoice_run`),
 //! [`Call::name`](crate::Call::name) otherwise (`idem::call` by default). The PostgreSQL work
 //! queue adds its own (`idem_queue_*`, see `idem_store_postgres::queue`).
 
