@@ -7,8 +7,8 @@
 //! curl -s -X POST localhost:5002/welcome/42    # {"user":42,"outcome":"executed"}
 //! curl -s -X POST localhost:5002/welcome/42    # {"user":42,"outcome":"duplicate"}
 //! curl -s localhost:5002/metrics | grep idem_calls_total
-//! # idem_calls_total{handler="metrics::send_welcome",outcome="executed"} 1
 //! # idem_calls_total{handler="metrics::send_welcome",outcome="duplicate"} 1
+//! # idem_calls_total{handler="metrics::send_welcome",outcome="executed"} 1
 //! ```
 //!
 //! The recorder is the application's choice: idem records through the `metrics` facade
