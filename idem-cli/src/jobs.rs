@@ -5,7 +5,7 @@ use idem_store_postgres::sqlx::{self, postgres::PgRow, Row};
 use serde_json::{json, Map, Value};
 
 use crate::args::{JobState, Jobs};
-use crate::output::{Out, NOT_FOUND, OK, REFUSED};
+use crate::output::{Out, NOT_FOUND, OK, REFUSED, USAGE};
 use crate::Ctx;
 
 fn ts(column: &str) -> String {
@@ -59,15 +59,11 @@ fn job(row: &PgRow) -> Map<String, Value> {
     ])
 }
 
-async fn find(ctx: &Ctx, id: &str) -> Result<Option<PgRow>, sqlx::Error> {
-    sqlx::query(&format!(
-        "SELECT {} FROM {} WHERE key = $1",
-        columns(),
-        ctx.queue_table()
-    ))
-    .bind(id)
-    .fetch_optional(&ctx.pool)
-    .await
+async fn find(pool: &sqlx::PgPool, table: &str, id: &str) -> Result<Option<PgRow>, sqlx::Error> {
+    sqlx::query(&format!("SELECT {} FROM {table} WHERE key = $1", columns()))
+        .bind(id)
+        .fetch_optional(pool)
+        .await
 }
 
 fn not_found(out: &mut Out<'_>, id: &str) -> i32 {
@@ -83,7 +79,14 @@ fn store_failed(e: idem_core::StoreError) -> sqlx::Error {
 }
 
 pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sqlx::Error> {
-    let queue = Queue::new(&ctx.store);
+    let Some((pool, store, table)) = ctx.backend.postgres() else {
+        out.message(
+            "the work queue is PostgreSQL's: `idem jobs` needs a postgres:// --database-url",
+            Map::new(),
+        );
+        return Ok(USAGE);
+    };
+    let queue = Queue::new(store);
     match command {
         Jobs::Stats => {
             let stats = queue.stats().await.map_err(store_failed)?;
@@ -100,11 +103,11 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 "SELECT {} FROM {} WHERE ($1::text IS NULL OR state = $1)
                  ORDER BY created_at DESC LIMIT $2",
                 columns(),
-                ctx.queue_table()
+                table
             ))
             .bind(state.map(JobState::as_str))
             .bind(limit)
-            .fetch_all(&ctx.pool)
+            .fetch_all(pool)
             .await?;
             let jobs: Vec<_> = rows.iter().map(job).collect();
             out.rows(
@@ -121,7 +124,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             );
             Ok(OK)
         }
-        Jobs::Show { id } => match find(ctx, id).await? {
+        Jobs::Show { id } => match find(pool, &table, id).await? {
             Some(row) => {
                 out.object(&job(&row));
                 Ok(OK)
@@ -136,7 +139,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 );
                 return Ok(OK);
             }
-            match find(ctx, id).await? {
+            match find(pool, &table, id).await? {
                 None => Ok(not_found(out, id)),
                 Some(row) => {
                     let state: String = row.get("state");
@@ -170,7 +173,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 );
                 return Ok(OK);
             }
-            match find(ctx, id).await? {
+            match find(pool, &table, id).await? {
                 None => Ok(not_found(out, id)),
                 Some(row) => {
                     let state: String = row.get("state");

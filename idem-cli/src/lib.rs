@@ -13,13 +13,14 @@
 #![warn(missing_docs)]
 
 mod args;
+mod backend;
 mod jobs;
 mod output;
 mod records;
 
 use clap::Parser;
+use idem_store_postgres::sqlx;
 use idem_store_postgres::sqlx::postgres::PgPoolOptions;
-use idem_store_postgres::sqlx::{self, PgPool};
 use idem_store_postgres::PgStore;
 use std::io::Write;
 use std::time::Duration;
@@ -29,22 +30,7 @@ use output::{Out, FAILED, OK, USAGE};
 
 /// What every command works on.
 pub(crate) struct Ctx {
-    pool: PgPool,
-    store: PgStore,
-    schema: String,
-    table: String,
-}
-
-impl Ctx {
-    fn records(&self) -> String {
-        format!("\"{}\".\"{}\"", self.schema, self.table)
-    }
-    fn effects(&self) -> String {
-        format!("\"{}\".\"{}_effects\"", self.schema, self.table)
-    }
-    fn queue_table(&self) -> String {
-        format!("\"{}\".\"{}_queue\"", self.schema, self.table)
-    }
+    backend: backend::Backend,
 }
 
 /// Runs `idem` with `args` (the first is the program's name), printing to `out` (usage errors
@@ -74,42 +60,20 @@ where
         );
         return USAGE;
     };
-    let pool = match PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(&url)
-        .await
-    {
-        Ok(pool) => pool,
-        Err(e) => {
-            let _ = writeln!(err, "error: cannot connect to the database: {e}");
-            return FAILED;
+    let backend = match connect(&url, &args.schema, &args.table).await {
+        Ok(backend) => backend,
+        Err((status, message)) => {
+            let _ = writeln!(err, "error: {message}");
+            return status;
         }
     };
-    let store = match PgStore::builder(pool.clone())
-        .schema(args.schema.clone())
-        .table(args.table.clone())
-        .through_pool()
-        .build()
-    {
-        Ok(store) => store,
-        Err(e) => {
-            let _ = writeln!(err, "error: {e}");
-            return USAGE;
-        }
-    };
-    let ctx = Ctx {
-        pool,
-        store,
-        schema: args.schema.clone(),
-        table: args.table.clone(),
-    };
+    let ctx = Ctx { backend };
     let mut out = Out {
         json: args.json,
         w: out,
     };
     let result = execute(&ctx, &mut out, &args.command).await;
-    ctx.pool.close().await;
+    ctx.backend.close().await;
     match result {
         Ok(status) => status,
         Err(e) => {
@@ -119,16 +83,61 @@ where
     }
 }
 
+/// The store `url` names: `sqlite://PATH` (or `sqlite:PATH`), else PostgreSQL.
+async fn connect(url: &str, schema: &str, table: &str) -> Result<backend::Backend, (i32, String)> {
+    if let Some(path) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    {
+        if !std::path::Path::new(path).exists() {
+            return Err((FAILED, format!("no SQLite database at {path:?}")));
+        }
+        let store = idem_store_sqlite::SqliteStore::open(path)
+            .await
+            .map_err(|e| {
+                (
+                    FAILED,
+                    format!("cannot open the SQLite database {path:?}: {e}"),
+                )
+            })?;
+        let store = idem_store_sqlite::SqliteStore::with_table(store.pool().clone(), table)
+            .map_err(|e| (USAGE, e.to_string()))?;
+        return Ok(backend::Backend::Sqlite {
+            store,
+            table: table.to_owned(),
+        });
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .map_err(|e| (FAILED, format!("cannot connect to the database: {e}")))?;
+    let store = PgStore::builder(pool.clone())
+        .schema(schema.to_owned())
+        .table(table.to_owned())
+        .through_pool()
+        .build()
+        .map_err(|e| (USAGE, e.to_string()))?;
+    Ok(backend::Backend::Postgres {
+        pool,
+        store,
+        schema: schema.to_owned(),
+        table: table.to_owned(),
+    })
+}
+
 async fn execute(ctx: &Ctx, out: &mut Out<'_>, command: &Command) -> Result<i32, sqlx::Error> {
     match command {
         Command::Migrate => {
-            ctx.store
+            ctx.backend
                 .migrate()
                 .await
                 .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+            let name = ctx.backend.name();
             out.message(
-                &format!("migrated {}", ctx.records()),
-                serde_json::Map::from_iter([("migrated".into(), serde_json::json!(ctx.records()))]),
+                &format!("migrated {name}"),
+                serde_json::Map::from_iter([("migrated".into(), serde_json::json!(name))]),
             );
             Ok(OK)
         }

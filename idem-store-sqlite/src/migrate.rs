@@ -17,8 +17,8 @@ pub(crate) async fn migrate(pool: &SqlitePool, table: &str, sql: &Sql) -> Result
     let applied: Option<i64> = sqlx::query_scalar(&format!("SELECT max(version) FROM {history}"))
         .fetch_one(&mut *tx)
         .await?;
-    // Version 1: records, the fence counter, the effect journal.
-    let migrations: [&str; 1] = [&sql.create];
+    // Version 1: records, the fence counter, the effect journal. Version 2: the holder.
+    let migrations: [&str; 2] = [&sql.create, &sql.add_holder];
     for (i, migration) in migrations.iter().enumerate() {
         let version = i as i64 + 1;
         if applied.is_some_and(|v| v >= version) {

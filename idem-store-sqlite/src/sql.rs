@@ -10,7 +10,8 @@ pub(crate) struct Sql {
     /// Next fence: one counter for the table, so a released or purged key claimed again still
     /// gets a fence larger than any earlier one.
     pub next_fence: String,
-    /// `$1` key, `$2` scope, `$3` fence, `$4` fingerprint, `$5` token, `$6` expires.
+    /// `$1` key, `$2` scope, `$3` fence, `$4` fingerprint, `$5` token, `$6` expires, `$7`
+    /// holder.
     pub insert: String,
     /// Same parameters: a takeover of a lapsed claim or an expired completion.
     pub take_over: String,
@@ -33,6 +34,8 @@ pub(crate) struct Sql {
     pub record_effect: String,
     /// The schema, version 1.
     pub create: String,
+    /// Version 2: who holds a claim (`host:pid`, `idem_core::holder`).
+    pub add_holder: String,
 }
 
 impl Sql {
@@ -48,12 +51,12 @@ impl Sql {
             next_fence: format!("UPDATE {f} SET value = value + 1 WHERE id = 1 RETURNING value"),
             insert: format!(
                 "INSERT INTO {t} (key, scope, fence, fingerprint, token, completed_us, expires_us,
-                                  output)
-                 VALUES ($1, $2, $3, $4, $5, NULL, $6, NULL)"
+                                  output, holder)
+                 VALUES ($1, $2, $3, $4, $5, NULL, $6, NULL, $7)"
             ),
             take_over: format!(
                 "UPDATE {t} SET fence = $3, fingerprint = $4, token = $5, completed_us = NULL,
-                                expires_us = $6, output = NULL
+                                expires_us = $6, output = NULL, holder = $7
                  WHERE key = $1 AND scope = $2"
             ),
             complete: format!(
@@ -124,6 +127,7 @@ impl Sql {
                  ) WITHOUT ROWID;
                  CREATE INDEX \"{table}_effects_expires\" ON {e} (expires_us);"
             ),
+            add_holder: format!("ALTER TABLE {t} ADD COLUMN holder TEXT"),
         }
     }
 }

@@ -201,6 +201,7 @@ impl SqliteStore {
             .bind(fingerprint(request))
             .bind(token(request))
             .bind(expires)
+            .bind(idem_core::holder())
             .execute(&mut **tx)
             .await?;
         Ok(Claim::Acquired {
