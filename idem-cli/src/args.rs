@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "idem", version)]
 pub struct Args {
-    /// The PostgreSQL database holding the store.
+    /// The store: a PostgreSQL URL, `sqlite://PATH`, or `redis://host:port` (several, comma-separated:
+    /// a Redis Cluster's nodes).
     #[arg(long, env = "DATABASE_URL", global = true)]
     pub database_url: Option<String>,
     /// The store's schema.
@@ -17,6 +18,9 @@ pub struct Args {
     /// The store's table.
     #[arg(long, default_value = "idem_records", global = true)]
     pub table: String,
+    /// The key prefix of a Redis store (`RedisStore::prefix`).
+    #[arg(long, default_value = "idem", global = true)]
+    pub redis_prefix: String,
     /// Print one JSON document instead of a table (fields documented in the README).
     #[arg(long, global = true)]
     pub json: bool,

@@ -1,10 +1,13 @@
 //! The stores the command reads and edits, behind one set of operations: PostgreSQL
-//! (`postgres://`) and SQLite (`sqlite://PATH`). Each answers with the same [`RecordRow`]s, so
+//! (`postgres://`), SQLite (`sqlite://PATH`) and Redis (`redis://`, a node or a cluster's
+//! nodes). Each answers with the same [`RecordRow`]s, so
 //! every command prints the same fields whatever the store.
 
 use idem_core::Purge;
+use idem_core::{Fence, Fenced, RecordState, Store};
 use idem_store_postgres::sqlx::{self, postgres::PgRow, Row};
 use idem_store_postgres::PgStore;
+use idem_store_redis::{Inspected, RedisStore};
 use idem_store_sqlite::SqliteStore;
 use serde_json::{json, Map, Value};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -71,6 +74,67 @@ pub(crate) enum Backend {
         store: SqliteStore,
         table: String,
     },
+    Redis {
+        store: RedisStore,
+    },
+}
+
+fn micros_of(at: SystemTime) -> i64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// A Redis record as a row, judged against `now`.
+fn redis_row(inspected: &Inspected, now: i64) -> RecordRow {
+    let record = &inspected.record;
+    let (state, completed_at, expires) = match &record.state {
+        RecordState::InProgress { lease_expires_at } => {
+            let expires = micros_of(*lease_expires_at);
+            (
+                if expires > now { "claimed" } else { "stale" },
+                None,
+                expires,
+            )
+        }
+        RecordState::Completed {
+            completed_at,
+            expires_at,
+            ..
+        } => {
+            let expires = micros_of(*expires_at);
+            (
+                if expires > now {
+                    "completed"
+                } else {
+                    "expired"
+                },
+                Some(rfc3339(micros_of(*completed_at))),
+                expires,
+            )
+        }
+    };
+    RecordRow {
+        key: record.key.as_str().to_owned(),
+        scope: record.key.scope().to_owned(),
+        state,
+        fence: record.fence.0 as i64,
+        holder: inspected.holder.clone(),
+        completed_at,
+        expires_at: rfc3339(expires),
+        left_s: (expires - now) as f64 / 1e6,
+        fingerprint: record.fingerprint.as_ref().map(|f| f.as_str().to_owned()),
+        output_bytes: inspected.output_bytes.map(|n| n as i64),
+    }
+}
+
+fn redis_failed(e: idem_core::StoreError) -> sqlx::Error {
+    sqlx::Error::Protocol(e.to_string())
+}
+
+fn scoped(key: &str, scope: &str) -> Result<idem_core::Key, sqlx::Error> {
+    idem_core::Key::new(key)
+        .and_then(|k| k.with_scope(scope.to_owned()))
+        .map_err(|e| sqlx::Error::Protocol(e.to_string()))
 }
 
 /// A timestamp column as RFC 3339 text (UTC), in PostgreSQL.
@@ -225,6 +289,27 @@ impl Backend {
                 .await?;
                 Ok(rows.iter().map(|r| Self::sqlite_row(r, now)).collect())
             }
+            Backend::Redis { store } => {
+                let now = now_us();
+                let found = match scope {
+                    Some(scope) => store
+                        .inspect(&scoped(key, scope)?)
+                        .await
+                        .map_err(redis_failed)?
+                        .into_iter()
+                        .collect(),
+                    None => store
+                        .records()
+                        .await
+                        .map_err(redis_failed)?
+                        .into_iter()
+                        .filter(|i| i.record.key.as_str() == key)
+                        .collect::<Vec<_>>(),
+                };
+                let mut rows: Vec<_> = found.iter().map(|i| redis_row(i, now)).collect();
+                rows.sort_by(|a, b| a.scope.cmp(&b.scope));
+                Ok(rows)
+            }
         }
     }
 
@@ -277,6 +362,27 @@ impl Backend {
                 .await?;
                 Ok(rows.iter().map(|r| Self::sqlite_row(r, now)).collect())
             }
+            Backend::Redis { store } => {
+                let now = now_us();
+                let mut rows: Vec<RecordRow> = store
+                    .records()
+                    .await
+                    .map_err(redis_failed)?
+                    .iter()
+                    .map(|i| redis_row(i, now))
+                    .filter(|r| state.is_none_or(|s| r.state == s))
+                    .filter(|r| scope.is_none_or(|s| r.scope == s))
+                    .filter(|r| prefix.is_none_or(|p| r.key.starts_with(p)))
+                    .collect();
+                let newest = |r: &RecordRow| {
+                    r.completed_at
+                        .clone()
+                        .unwrap_or_else(|| r.expires_at.clone())
+                };
+                rows.sort_by_key(|r| std::cmp::Reverse(newest(r)));
+                rows.truncate(usize::try_from(limit).unwrap_or(0));
+                Ok(rows)
+            }
         }
     }
 
@@ -307,6 +413,13 @@ impl Backend {
             .execute(store.pool())
             .await?
             .rows_affected(),
+            Backend::Redis { store } => {
+                let fenced = store
+                    .release(&scoped(key, scope)?, Fence(fence as u64))
+                    .await
+                    .map_err(redis_failed)?;
+                u64::from(fenced == Fenced::Applied)
+            }
         };
         Ok(done)
     }
@@ -336,6 +449,12 @@ impl Backend {
             .execute(store.pool())
             .await?
             .rows_affected(),
+            Backend::Redis { store } => u64::from(
+                store
+                    .forget(&scoped(key, scope)?)
+                    .await
+                    .map_err(redis_failed)?,
+            ),
         };
         Ok(done)
     }
@@ -417,6 +536,36 @@ impl Backend {
                     })
                     .collect())
             }
+            Backend::Redis { store } => {
+                let scopes: Vec<String> = match scope {
+                    Some(scope) => vec![scope.to_owned()],
+                    None => self
+                        .find(key, None)
+                        .await?
+                        .into_iter()
+                        .map(|r| r.scope)
+                        .collect(),
+                };
+                let mut entries = Vec::new();
+                for scope in scopes {
+                    let journal = store
+                        .journal(&scoped(key, &scope)?)
+                        .await
+                        .map_err(redis_failed)?;
+                    for (effect, e) in journal {
+                        let done = e.state == idem_core::EffectState::Done;
+                        entries.push(entry(
+                            scope.clone(),
+                            effect,
+                            done,
+                            e.fence.0 as i64,
+                            None,
+                            "-".into(),
+                        ));
+                    }
+                }
+                Ok(entries)
+            }
         }
     }
 
@@ -447,6 +596,16 @@ impl Backend {
                 .await?;
                 Ok((row.get(0), row.get(1)))
             }
+            Backend::Redis { store } => {
+                let now = now_us();
+                let records = store.records().await.map_err(redis_failed)?;
+                let expired = records
+                    .iter()
+                    .filter(|i| matches!(redis_row(i, now).state, "stale" | "expired"))
+                    .count();
+                // Journal entries are not counted here: Redis expires them by itself.
+                Ok((expired as i64, 0))
+            }
         }
     }
 
@@ -455,6 +614,7 @@ impl Backend {
         match self {
             Backend::Postgres { store, .. } => store.purge_expired(batch).await,
             Backend::Sqlite { store, .. } => store.purge_expired(batch).await,
+            Backend::Redis { store } => store.purge_expired(batch).await,
         }
     }
 
@@ -463,6 +623,8 @@ impl Backend {
         match self {
             Backend::Postgres { store, .. } => store.migrate().await,
             Backend::Sqlite { store, .. } => store.migrate().await,
+            // Redis has no schema: nothing to migrate.
+            Backend::Redis { .. } => Ok(()),
         }
     }
 
@@ -471,6 +633,7 @@ impl Backend {
         match self {
             Backend::Postgres { schema, table, .. } => format!("\"{schema}\".\"{table}\""),
             Backend::Sqlite { table, .. } => format!("SQLite table \"{table}\""),
+            Backend::Redis { .. } => "the Redis store (no schema)".to_owned(),
         }
     }
 
@@ -483,7 +646,7 @@ impl Backend {
                 schema,
                 table,
             } => Some((pool, store, format!("\"{schema}\".\"{table}_queue\""))),
-            Backend::Sqlite { .. } => None,
+            Backend::Sqlite { .. } | Backend::Redis { .. } => None,
         }
     }
 
@@ -492,6 +655,7 @@ impl Backend {
         match self {
             Backend::Postgres { pool, .. } => pool.close().await,
             Backend::Sqlite { store, .. } => store.pool().close().await,
+            Backend::Redis { .. } => {}
         }
     }
 }

@@ -60,7 +60,7 @@ where
         );
         return USAGE;
     };
-    let backend = match connect(&url, &args.schema, &args.table).await {
+    let backend = match connect(&url, &args.schema, &args.table, &args.redis_prefix).await {
         Ok(backend) => backend,
         Err((status, message)) => {
             let _ = writeln!(err, "error: {message}");
@@ -83,8 +83,31 @@ where
     }
 }
 
-/// The store `url` names: `sqlite://PATH` (or `sqlite:PATH`), else PostgreSQL.
-async fn connect(url: &str, schema: &str, table: &str) -> Result<backend::Backend, (i32, String)> {
+/// The store `url` names: `redis://` (several, comma-separated: a cluster), `sqlite://PATH`
+/// (or `sqlite:PATH`), else PostgreSQL.
+async fn connect(
+    url: &str,
+    schema: &str,
+    table: &str,
+    prefix: &str,
+) -> Result<backend::Backend, (i32, String)> {
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        let nodes: Vec<&str> = url.split(',').collect();
+        let store = match nodes.as_slice() {
+            [one] => idem_store_redis::RedisStore::connect(one).await,
+            nodes => idem_store_redis::RedisStore::connect_cluster(nodes).await,
+        }
+        .map_err(|e| (FAILED, format!("cannot connect to Redis: {e}")))?;
+        if prefix.is_empty() || prefix.contains(['{', '}']) {
+            return Err((
+                USAGE,
+                format!("--redis-prefix {prefix:?} may not be empty or hold braces"),
+            ));
+        }
+        return Ok(backend::Backend::Redis {
+            store: store.prefix(prefix),
+        });
+    }
     if let Some(path) = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))

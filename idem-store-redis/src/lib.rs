@@ -36,11 +36,11 @@ mod keys;
 mod scripts;
 mod store;
 
-pub use store::{RedisStore, DEFAULT_GRACE, DEFAULT_PREFIX};
+pub use store::{Inspected, RedisStore, DEFAULT_GRACE, DEFAULT_PREFIX};
 
 /// The claim script's source, for measuring it on its own (`redis-benchmark` with `EVALSHA`):
 /// KEYS[1] the record; ARGV fingerprint (empty: none), token (empty: none), lease (µs), grace
-/// (ms).
+/// (ms), holder.
 #[doc(hidden)]
 pub fn claim_script_source() -> &'static str {
     &scripts::CLAIM_SOURCE

@@ -4,7 +4,7 @@
 //!
 //! A record is a hash: `f` fence, `fp` fingerprint (empty: none), `tk` the claim's token, `d`
 //! `1` when completed, `x` when it stops counting (lease end, or end of `keep`), `c` when it
-//! completed, `o` the output. A journal entry is a hash: `s` state (0 started, 1 done), `f`
+//! completed, `o` the output, `h` who claimed it (`host:pid`). A journal entry is a hash: `s` state (0 started, 1 done), `f`
 //! fence, `x` expiry, `ho` whether it has an output, `o` the output. Both carry a Redis expiry
 //! of their `x` plus a grace (ARGV), so a lapsed record is still seen (and reported as taken
 //! over) for a while; Redis deletes them after it, and `purge` earlier.
@@ -24,7 +24,7 @@ fn script(body: &str) -> Script {
     Script::new(&format!("{NOW}{body}"))
 }
 
-/// KEYS: record. ARGV: fingerprint, token, lease (µs), grace (ms). Returns `{1, fence, expires,
+/// KEYS: record. ARGV: fingerprint, token, lease (µs), grace (ms), holder. Returns `{1, fence, expires,
 /// taken_over}`, `{2, expires}` (in progress), `{3, completed, has_output, output}` or `{4}`
 /// (fingerprint mismatch).
 pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(&CLAIM_SOURCE));
@@ -54,7 +54,7 @@ if old and old >= now then fence = old + 1 end
 local lease = tonumber(ARGV[3])
 local exp = now + lease
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'f', fence, 'fp', ARGV[1], 'tk', ARGV[2], 'd', '0', 'x', exp)
+redis.call('HSET', KEYS[1], 'f', fence, 'fp', ARGV[1], 'tk', ARGV[2], 'd', '0', 'x', exp, 'h', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], math.ceil(lease / 1000) + tonumber(ARGV[4]))
 return {1, fence, exp, taken}"
     )
@@ -133,6 +133,15 @@ pub(crate) static PURGE_ONE: LazyLock<Script> = LazyLock::new(|| {
     script(
         "local x = redis.call('HGET', KEYS[1], 'x')
 if not x or tonumber(x) > now then return 0 end
+redis.call('DEL', KEYS[1])
+return 1",
+    )
+});
+
+/// KEYS: record. Deletes a completed record (so its work runs again); returns 1 if so.
+pub(crate) static FORGET: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        "if redis.call('HGET', KEYS[1], 'd') ~= '1' then return 0 end
 redis.call('DEL', KEYS[1])
 return 1",
     )

@@ -178,6 +178,7 @@ async fn main() {
             "",
             "30000000",
             "600000",
+            "bench",
         ])
         .output()
         .expect("redis-benchmark (Debian: redis-tools)");
