@@ -51,6 +51,32 @@ pub(crate) fn is_record(prefix: &str, name: &[u8]) -> bool {
     name.len() > at + 1 && &name[at..at + 2] == b"r:"
 }
 
+/// The scope and key a record's name holds (the inverse of [`record`]).
+pub(crate) fn parse_record(prefix: &str, name: &[u8]) -> Option<(String, String)> {
+    let name = std::str::from_utf8(name).ok()?;
+    let rest = name.strip_prefix(prefix)?.strip_prefix(':')?;
+    let rest = rest.get(18..)?.strip_prefix(":r:")?;
+    let (len, rest) = rest.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    let scope = rest.get(..len)?;
+    let key = rest.get(len..)?.strip_prefix(':')?;
+    Some((scope.to_owned(), key.to_owned()))
+}
+
+/// A `SCAN MATCH` pattern for the journal entries of `key` (glob characters escaped).
+pub(crate) fn effects_pattern(prefix: &str, key: &Key) -> String {
+    let name = effect(prefix, key, "");
+    let mut pattern = String::with_capacity(name.len() + 1);
+    for c in name.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('*');
+    pattern
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,30 +102,4 @@ mod tests {
         );
         assert!(effects_pattern("idem", &k).ends_with(":*"));
     }
-}
-
-/// The scope and key a record's name holds (the inverse of [`record`]).
-pub(crate) fn parse_record(prefix: &str, name: &[u8]) -> Option<(String, String)> {
-    let name = std::str::from_utf8(name).ok()?;
-    let rest = name.strip_prefix(prefix)?.strip_prefix(':')?;
-    let rest = rest.get(18..)?.strip_prefix(":r:")?;
-    let (len, rest) = rest.split_once(':')?;
-    let len: usize = len.parse().ok()?;
-    let scope = rest.get(..len)?;
-    let key = rest.get(len..)?.strip_prefix(':')?;
-    Some((scope.to_owned(), key.to_owned()))
-}
-
-/// A `SCAN MATCH` pattern for the journal entries of `key` (glob characters escaped).
-pub(crate) fn effects_pattern(prefix: &str, key: &Key) -> String {
-    let name = effect(prefix, key, "");
-    let mut pattern = String::with_capacity(name.len() + 1);
-    for c in name.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            pattern.push('\\');
-        }
-        pattern.push(c);
-    }
-    pattern.push('*');
-    pattern
 }
