@@ -8,12 +8,12 @@
 //! Bodies append `key pid` to a file (see `idem-pg-worker`), so a body that ran twice shows up
 //! twice.
 
+mod logged_runs;
 mod pg_support;
 
-use idem_core::{Call, Error, Outcome, Store};
+use idem_core::{Call, Error, Outcome};
 use idem_store_redis::RedisStore;
-use pg_support::summary;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -37,19 +37,6 @@ impl Run {
 
     fn log(&self) -> PathBuf {
         self.dir.join("runs")
-    }
-
-    /// Every body run, as (key, pid), in the order written.
-    fn executions(&self) -> Vec<(String, u32)> {
-        let Ok(text) = std::fs::read_to_string(self.log().with_extension("executions")) else {
-            return Vec::new();
-        };
-        text.lines()
-            .map(|line| {
-                let (key, pid) = line.split_once(' ').expect(line);
-                (key.to_owned(), pid.parse().expect(line))
-            })
-            .collect()
     }
 
     fn worker(&self, mode: &str, args: &[(&str, String)]) -> Child {
@@ -90,56 +77,14 @@ impl Drop for Run {
     }
 }
 
-/// 4 processes x 16 tasks deliver 2,000 keys twice each: every body runs once.
 async fn storm(run: &Run) {
-    const KEYS: u64 = 2_000;
-    const PROCESSES: u64 = 4;
-    const ROUNDS: u64 = 2;
-    let workers: Vec<_> = (0..PROCESSES)
-        .map(|i| {
-            run.worker(
-                "storm",
-                &[
-                    ("keys", KEYS.to_string()),
-                    ("rounds", ROUNDS.to_string()),
-                    ("tasks", "16".into()),
-                    ("seed", (i * 7919 + 1).to_string()),
-                ],
-            )
-        })
-        .collect();
-    let mut totals = [0u64; 5];
-    for worker in workers {
-        let counts = tokio::task::spawn_blocking(move || summary(worker))
-            .await
-            .unwrap();
-        for (total, count) in totals.iter_mut().zip(counts) {
-            *total += count;
-        }
-    }
-    let [executed, duplicate, in_progress, errors, lost] = totals;
-    assert_eq!(
-        executed + duplicate + in_progress,
-        KEYS * ROUNDS * PROCESSES
-    );
-    assert_eq!(executed, KEYS, "exactly one delivery per key executed");
-    assert_eq!((errors, lost), (0, 0));
-    let runs = run.executions();
-    let distinct: HashSet<&str> = runs.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(runs.len() as u64, KEYS, "bodies ran 2,000 times in all");
-    assert_eq!(distinct.len() as u64, KEYS, "no body ran twice");
     let store = run.store().await;
-    for k in 0..KEYS {
-        let key = idem_core::Key::new(format!("storm:{k}"))
-            .unwrap()
-            .with_scope("storm_job")
-            .unwrap();
-        let record = store.get(&key).await.unwrap().expect("a record");
-        assert!(matches!(
-            record.state,
-            idem_core::RecordState::Completed { .. }
-        ));
-    }
+    logged_runs::storm(
+        &|mode, args| run.worker(mode, args),
+        &run.log().with_extension("executions"),
+        &store,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,83 +104,12 @@ async fn the_storm_on_a_redis_cluster_runs_each_body_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_killed_mid_run_lose_nothing_and_repeat_only_what_they_had_in_flight() {
-    const KEYS: u32 = 300;
     let run = Run::new("crash", vec![idem_testdb::redis_url()]);
-    let crash = |seed: u64| {
-        run.worker(
-            "crash",
-            &[
-                ("keys", KEYS.to_string()),
-                ("tasks", "8".into()),
-                ("work-ms", "300".into()),
-                ("seed", seed.to_string()),
-            ],
-        )
-    };
-    let mut live: Vec<Child> = (1..=3).map(crash).collect();
-    let mut killed: HashSet<u32> = HashSet::new();
-    for round in 0..4u64 {
-        tokio::time::sleep(Duration::from_millis(300 + 150 * round)).await;
-        let mut victim = live.remove((round % live.len() as u64) as usize);
-        killed.insert(victim.id());
-        victim.kill().expect("SIGKILL");
-        victim.wait().unwrap();
-        live.push(crash(10 + round));
-    }
-    for worker in live {
-        tokio::task::spawn_blocking(move || summary(worker))
-            .await
-            .unwrap();
-    }
-    let sweep = run.worker(
-        "sweep",
-        &[("keys", KEYS.to_string()), ("tasks", "16".into())],
-    );
-    let [_, _, stuck, errors, _] = tokio::task::spawn_blocking(move || summary(sweep))
-        .await
-        .unwrap();
-    assert_eq!(
-        (stuck, errors),
-        (0, 0),
-        "no key stayed in progress, no delivery failed"
-    );
-
-    let runs = run.executions();
-    let mut by_key: HashMap<&str, Vec<u32>> = HashMap::new();
-    for (key, pid) in &runs {
-        by_key.entry(key).or_default().push(*pid);
-    }
-    assert_eq!(by_key.len() as u32, KEYS, "every key's body ran");
-    let mut repeats = 0;
-    for (key, pids) in &by_key {
-        for earlier in &pids[..pids.len() - 1] {
-            repeats += 1;
-            assert!(
-                killed.contains(earlier),
-                "{key} repeated after a run by {earlier}, which was not killed"
-            );
-        }
-    }
-    assert!(
-        repeats <= killed.len() * 8,
-        "at most the killed workers' in-flight bodies repeat"
-    );
     let store = run.store().await;
-    for k in 0..KEYS {
-        let key = idem_core::Key::new(format!("crash:{k}"))
-            .unwrap()
-            .with_scope("crash_job")
-            .unwrap();
-        let record = store.get(&key).await.unwrap().expect("a record");
-        assert!(
-            matches!(record.state, idem_core::RecordState::Completed { .. }),
-            "crash:{k} ends completed"
-        );
-    }
-    eprintln!(
-        "redis crash: {} kills, {repeats} bodies repeated",
-        killed.len()
-    );
+    let log = run.log().with_extension("executions");
+    let repeats =
+        logged_runs::killed_workers(&|mode, args| run.worker(mode, args), &log, &store).await;
+    eprintln!("redis crash: 4 kills, {repeats} bodies repeated");
 }
 
 /// A server of the test's own is stopped while 16 tasks deliver 400 keys, and started again:
