@@ -2,8 +2,8 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// The operator's command for idem's PostgreSQL store: what is stuck, what failed, and release
-/// or retry one safely. Exit status: 0 done, 1 no such key or job, 2 usage error, 3 refused
+/// The operator's command for idem's stores (PostgreSQL, SQLite, Redis): what is stuck, what
+/// failed, and release or retry one safely. Exit status: 0 done, 1 no such key or job, 2 usage error, 3 refused
 /// (a live claim without --force, a forget without --yes), 4 the database failed.
 #[derive(Debug, Parser)]
 #[command(name = "idem", version)]
@@ -32,7 +32,7 @@ pub struct Args {
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Apply the store's migrations (the ones `PgStore::migrate` runs).
+    /// Apply the store's migrations (the ones its `migrate()` runs; nothing on Redis).
     Migrate,
     /// One key's records: state, fence, lease or completion, holder, fingerprint, output size,
     /// journal entries.

@@ -4,7 +4,9 @@
 //! that held each claim when it died), what failed (`idem jobs list --state dead`), and release
 //! or retry one safely (`idem release KEY` refuses a live claim unless `--force`). Runs against
 //! idem's PostgreSQL store (`--database-url`, or `DATABASE_URL`; `--schema` and `--table` for a
-//! store configured with other names).
+//! store configured with other names), a SQLite store (`sqlite://PATH`) or a Redis store
+//! (`redis://..`, several for a cluster; `--redis-prefix`). The work queue's commands need
+//! PostgreSQL.
 //!
 //! The binary is `idem`; [`run`] is the same command as a function (tests call it in process).
 //! Exit status: 0 done, 1 no such key or job, 2 usage error, 3 refused for safety, 4 the
