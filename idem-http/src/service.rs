@@ -153,10 +153,18 @@ where
                     }
                     None => problem(Problem::StoreUnavailable { retry_after }),
                 },
-                Err(Error::Codec(e)) => {
-                    tracing::error!(error = %e, "a recorded response could not be read back");
-                    problem(Problem::ReplayUnreadable)
-                }
+                // Encoding this run's answer failed (it ran: the client gets it, unrecorded, and
+                // the key was released), or a recorded answer could not be read back.
+                Err(Error::Codec(e)) => match live() {
+                    Some(response) => {
+                        tracing::error!(error = %e, "the answer could not be recorded; sent unrecorded");
+                        Ok(response.map(Either::Left))
+                    }
+                    None => {
+                        tracing::error!(error = %e, "a recorded answer could not be read back");
+                        problem(Problem::ReplayUnreadable)
+                    }
+                },
                 // Not expected: record keys are valid by construction, and `Error` may grow.
                 Err(e) => {
                     let e = e.map_handler(|_| "response");
