@@ -135,8 +135,8 @@ pub use key::{InvalidKey, InvalidKeyReason, Key, DEFAULT_SCOPE, MAX_KEY_LEN, MAX
 pub use memory::MemoryStore;
 pub use outcome::Outcome;
 pub use store::{
-    Claim, ClaimRequest, ClaimToken, Completion, EffectEntry, EffectRecord, EffectState, Fence,
-    Fenced, Purge, Record, RecordState, Store,
+    release_in_background, Claim, ClaimRequest, ClaimToken, Completion, EffectEntry, EffectRecord,
+    EffectState, Fence, Fenced, Purge, Record, RecordState, Store,
 };
 pub use transactional::{TransactionalStore, TxClaim};
 

@@ -264,6 +264,22 @@ pub trait Store: fmt::Debug + Send + Sync {
     }
 }
 
+/// Releases `key`'s claim made with `fence` on a task of the current Tokio runtime, without
+/// waiting: what a store's [`abandon`](Store::abandon) does when a release is the way to free a
+/// key at once. Outside a runtime it does nothing (the key is free when its lease lapses); a
+/// failure is logged.
+pub fn release_in_background(store: Arc<dyn Store>, key: &Key, fence: Fence) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let key = key.clone();
+    runtime.spawn(async move {
+        if let Err(e) = store.release(&key, fence).await {
+            tracing::warn!(%key, error = %e, "releasing an abandoned claim failed; it lapses with its lease");
+        }
+    });
+}
+
 fn no_journal<S: fmt::Debug + ?Sized>(store: &S) -> StoreError {
     StoreError::msg(format!(
         "{store:?} keeps no effect journal; use a store that does (MemoryStore, PgStore)"

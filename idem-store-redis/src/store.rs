@@ -509,14 +509,7 @@ impl Store for RedisStore {
     /// Frees the key at once, on the current Tokio runtime (without one, at the latest when
     /// the lease lapses).
     fn abandon(&self, key: &Key, fence: Fence) {
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (store, key) = (self.clone(), key.clone());
-            runtime.spawn(async move {
-                if let Err(e) = store.release(&key, fence).await {
-                    tracing::warn!(%key, error = %e, "releasing an abandoned claim failed; it lapses with its lease");
-                }
-            });
-        }
+        idem_core::release_in_background(self.shared(), key, fence);
     }
 
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
