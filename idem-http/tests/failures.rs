@@ -13,17 +13,12 @@ use idem_core::{
     Claim, ClaimRequest, Completion, Fence, Fenced, Key, MemoryStore, Record, Store, StoreError,
 };
 use idem_http::IdempotencyLayer;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{backends, send, serve, try_send};
-
-/// Runs of the inner service; the first one misbehaves as the test asks.
-#[derive(Default)]
-struct Runs(AtomicU64);
+use support::{backends, send, serve, try_send, Runs};
 
 async fn slow_first(State(runs): State<Arc<Runs>>) -> (StatusCode, String) {
-    let n = runs.0.fetch_add(1, Ordering::SeqCst) + 1;
+    let n = runs.next();
     if n == 1 {
         tokio::time::sleep(Duration::from_secs(60)).await;
     }
@@ -31,7 +26,7 @@ async fn slow_first(State(runs): State<Arc<Runs>>) -> (StatusCode, String) {
 }
 
 async fn panics_first(State(runs): State<Arc<Runs>>) -> (StatusCode, String) {
-    let n = runs.0.fetch_add(1, Ordering::SeqCst) + 1;
+    let n = runs.next();
     if n == 1 {
         panic!("the inner service panicked (on purpose)");
     }
@@ -130,11 +125,7 @@ async fn a_store_that_is_down_gets_503_and_nothing_runs() {
         "{}",
         answer.body
     );
-    assert_eq!(
-        runs.0.load(Ordering::SeqCst),
-        0,
-        "fail closed: the service never ran"
-    );
+    assert_eq!(runs.get(), 0, "fail closed: the service never ran");
 }
 
 /// A `MemoryStore` whose completions fail, as a store that went down while the service ran.
@@ -166,7 +157,7 @@ impl Store for CompletionsFail {
 #[tokio::test]
 async fn an_answer_whose_record_failed_still_reaches_its_client_and_the_key_stays_held() {
     let runs = Arc::new(Runs::default());
-    runs.0.store(1, Ordering::SeqCst); // no slow first run
+    runs.set(1); // no slow first run
     let layer = IdempotencyLayer::new(CompletionsFail(MemoryStore::new()));
     let base = serve(app(layer, runs.clone())).await;
     let url = format!("{base}/slow");
@@ -176,5 +167,5 @@ async fn an_answer_whose_record_failed_still_reaches_its_client_and_the_key_stay
     // the lease lapses.
     let retry = send("POST", &url, Some("lost"), "").await;
     assert_eq!(retry.status, 409);
-    assert_eq!(runs.0.load(Ordering::SeqCst), 2);
+    assert_eq!(runs.get(), 2);
 }

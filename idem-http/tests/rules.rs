@@ -11,23 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use axum::Router;
 use idem_http::IdempotencyLayer;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{backends, send, serve, try_send};
-
-/// Counts the runs of the inner service.
-#[derive(Default)]
-struct Runs(AtomicU64);
-
-impl Runs {
-    fn next(&self) -> u64 {
-        self.0.fetch_add(1, Ordering::SeqCst) + 1
-    }
-    fn get(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
+use support::{backends, in_background, send, serve, try_send, wait_for_runs, Runs};
 
 async fn counted(State(runs): State<Arc<Runs>>) -> Response {
     let n = runs.next();
@@ -270,10 +256,7 @@ async fn a_request_in_flight_gets_409_or_with_wait_the_first_answer() {
         ))
         .await;
         let url = format!("{base}/slow/500");
-        let first = tokio::spawn({
-            let url = url.clone();
-            async move { send("POST", &url, Some("w"), "").await }
-        });
+        let first = in_background(&url, "w");
         wait_for_runs(&runs, 1).await;
         let second = send("POST", &url, Some("w"), "").await;
         assert_eq!(second.status, 409, "{}", backend.name);
@@ -287,10 +270,7 @@ async fn a_request_in_flight_gets_409_or_with_wait_the_first_answer() {
         let waiting = IdempotencyLayer::new(backend.store.clone()).wait(Duration::from_secs(10));
         let base = serve(app(waiting, runs.clone())).await;
         let url = format!("{base}/slow/500");
-        let first = tokio::spawn({
-            let url = url.clone();
-            async move { send("POST", &url, Some("w2"), "").await }
-        });
+        let first = in_background(&url, "w2");
         wait_for_runs(&runs, 2).await;
         let second = send("POST", &url, Some("w2"), "").await;
         let first = first.await.unwrap();
@@ -308,10 +288,7 @@ async fn the_lease_is_renewed_while_the_inner_service_runs() {
         let layer = IdempotencyLayer::new(backend.store.clone()).lease(Duration::from_millis(300));
         let base = serve(app(layer, runs.clone())).await;
         let url = format!("{base}/slow/1500");
-        let first = tokio::spawn({
-            let url = url.clone();
-            async move { send("POST", &url, Some("long"), "").await }
-        });
+        let first = in_background(&url, "long");
         wait_for_runs(&runs, 1).await;
         // Five leases later the first request still holds its key.
         tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -370,14 +347,4 @@ async fn named_headers_join_the_fingerprint() {
         assert_eq!(body.status, 422, "{}: the body is part of it", backend.name);
         assert_eq!(runs.get(), 1);
     }
-}
-
-async fn wait_for_runs(runs: &Runs, n: u64) {
-    for _ in 0..1000 {
-        if runs.get() >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("the inner service never ran {n} times");
 }

@@ -6,6 +6,7 @@
 use axum::Router;
 use idem_core::{MemoryStore, Store};
 use idem_testdb::TestStore;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,4 +95,42 @@ pub async fn try_send(
         headers: response.headers().clone(),
         body: response.text().await.ok()?,
     })
+}
+
+/// Counts the runs of an inner service.
+#[derive(Default)]
+pub struct Runs(AtomicU64);
+
+impl Runs {
+    /// Counts one more run and returns its number (from 1).
+    pub fn next(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Runs so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Counts as if `n` runs had happened.
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Ordering::SeqCst);
+    }
+}
+
+/// Waits until the inner service has run `n` times (the first request is inside it).
+pub async fn wait_for_runs(runs: &Runs, n: u64) {
+    for _ in 0..1000 {
+        if runs.get() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the inner service never ran {n} times");
+}
+
+/// [`send`]s a POST with `key` on a task of its own, to answer while the test goes on.
+pub fn in_background(url: &str, key: &'static str) -> tokio::task::JoinHandle<Answer> {
+    let url = url.to_owned();
+    tokio::spawn(async move { send("POST", &url, Some(key), "").await })
 }
