@@ -168,15 +168,6 @@ async fn work(app: Arc<App>, work_ms: u64, job: Job) -> Result<(), String> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-}
-
 /// Respond fast, work later. Unknown flags and missing values exit with status 2 and the usage.
 #[derive(Debug, clap::Parser)]
 #[command(about = "POST /work answers 202 at once; workers run each item once")]
@@ -233,9 +224,14 @@ async fn main() {
         "LISTENING http://{} ({workers} workers)",
         listener.local_addr().expect("local address")
     );
-    idem_examples::serve(listener, router(app), shutdown_signal(), SHUTDOWN_DEADLINE)
-        .await
-        .expect("serve");
+    idem_examples::serve(
+        listener,
+        router(app),
+        idem_examples::shutdown_signal(),
+        SHUTDOWN_DEADLINE,
+    )
+    .await
+    .expect("serve");
     let report = running.shutdown(SHUTDOWN_DEADLINE).await;
     println!(
         "STOPPED finished={} released={}",

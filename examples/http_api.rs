@@ -131,15 +131,6 @@ fn router(store: Arc<dyn Store>, args: &Args) -> Router {
         .with_state(Arc::new(Provider::default()))
 }
 
-async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-}
-
 /// POST /charges charges once per Idempotency-Key and caller. Unknown flags and missing values
 /// exit with status 2 and the usage.
 #[derive(Debug, clap::Parser)]
@@ -179,7 +170,7 @@ async fn main() {
     idem_examples::serve(
         listener,
         router(store, &args),
-        shutdown_signal(),
+        idem_examples::shutdown_signal(),
         SHUTDOWN_DEADLINE,
     )
     .await

@@ -153,3 +153,13 @@ pub async fn serve(
     let _ = tokio::time::timeout(drain, graceful.shutdown()).await;
     Ok(())
 }
+
+/// Resolves on SIGTERM or Ctrl-C: when a server example stops taking requests.
+pub async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
