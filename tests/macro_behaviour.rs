@@ -184,10 +184,33 @@ async fn slow_body_outlives_its_lease_without_takeover() {
     }
     assert!(first.await.unwrap().unwrap().is_executed());
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert!(
-        store.renews.load(Ordering::SeqCst) >= 3,
-        "the lease was renewed"
+    let renewed = store.renews.load(Ordering::SeqCst);
+    assert!(renewed >= 3, "the lease was renewed");
+    // Once the call has settled its claim, renewal stops: no renewal in three more intervals.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        store.renews.load(Ordering::SeqCst),
+        renewed,
+        "renewed after the call ended"
     );
+}
+
+#[idempotent(key = "quick:{id}", store = store, lease = "300ms")]
+async fn quick_job(store: &FlakyStore, id: u32) -> Result<u32, MailError> {
+    Ok(id)
+}
+
+/// Calls that end before their first renewal falls due are never renewed, even when the
+/// renewal would have fallen due since (each is taken off the lease watch as it ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_end_before_their_first_renewal_are_never_renewed() {
+    let store = FlakyStore::default();
+    for id in 0..200 {
+        assert!(quick_job(&store, id).await.unwrap().is_executed());
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await; // past every call's first renewal
+    assert_eq!(store.renews.load(Ordering::SeqCst), 0);
+    assert_eq!(store.completes.load(Ordering::SeqCst), 200);
 }
 
 #[idempotent(key = "stall:{id}", store = store)]

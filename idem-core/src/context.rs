@@ -38,42 +38,45 @@ tokio::task_local! {
     static CURRENT: CallContext;
 }
 
-/// The idempotent call whose body the current task is running.
+/// The idempotent call whose body the current task is running. Cheap to clone (shared).
 #[derive(Clone)]
-pub struct CallContext {
+pub struct CallContext(Arc<Shared>);
+
+/// What a call's body, its journal and its lease renewal share.
+struct Shared {
     key: Key,
     fence: Fence,
-    /// The store the call claimed its key in, for the [journal](crate::journal).
+    /// The store the call claimed its key in, for the [journal](crate::journal) and renewal.
     store: Arc<dyn Store>,
 }
 
 impl fmt::Debug for CallContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CallContext")
-            .field("key", &self.key)
-            .field("fence", &self.fence)
+            .field("key", &self.0.key)
+            .field("fence", &self.0.fence)
             .finish_non_exhaustive()
     }
 }
 
 impl CallContext {
     pub(crate) fn new(key: Key, fence: Fence, store: Arc<dyn Store>) -> CallContext {
-        CallContext { key, fence, store }
+        CallContext(Arc::new(Shared { key, fence, store }))
     }
 
     /// The store the call claimed its key in.
     pub(crate) fn store(&self) -> &dyn Store {
-        &*self.store
+        &*self.0.store
     }
 
     /// The call's key.
     pub fn key(&self) -> &Key {
-        &self.key
+        &self.0.key
     }
 
     /// The claim's fencing token.
     pub fn fence(&self) -> Fence {
-        self.fence
+        self.0.fence
     }
 
     /// A named sub-key for one effect of this run: `<key>/<name>`, for example
@@ -81,7 +84,7 @@ impl CallContext {
     /// different for each effect, so two charges in one run never share a provider key.
     /// It is validated like any key (at most 512 bytes, no control characters).
     pub fn sub_key(&self, name: &str) -> Result<Key, InvalidKey> {
-        Key::new(format!("{}/{name}", self.key))
+        Key::new(format!("{}/{name}", self.0.key))
     }
 
     /// Runs `future` with this context as the current one.

@@ -277,10 +277,9 @@ impl<S: Store + ?Sized> Claimed<'_, S> {
         // Until the claim is settled (completed or released), dropping this future abandons it.
         let guard = AbandonGuard { claim: &self };
         let lease = &self.lease;
-        let shared = lease.store.shared();
-        let context = CallContext::new(lease.key.clone(), lease.fence, shared.clone());
+        let context = CallContext::new(lease.key.clone(), lease.fence, lease.store.shared());
         let result = {
-            let _renewal = lease.renew_in_background(shared).await;
+            let _renewal = lease.renew_in_background(&context);
             let started = Instant::now();
             let result = CatchUnwind(context.scope(work)).await;
             crate::metrics::body_took(self.name, started.elapsed());

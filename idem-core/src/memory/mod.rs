@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use std::collections::HashMap;
+use std::hash::RandomState;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -11,15 +12,22 @@ use crate::error::StoreError;
 use crate::fingerprint::Fingerprint;
 use crate::key::Key;
 use crate::store::{
-    Claim, ClaimRequest, ClaimToken, Completion, EffectEntry, EffectRecord, EffectState, Fence,
-    Fenced, Purge, Record, RecordState, Store,
+    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Purge,
+    Record, RecordState, Store,
 };
+
+mod table;
+
+use table::{hash_key, Record as Stored, Table};
 
 /// Fences come from one counter for the whole process, so a key that is released (its record
 /// deleted) and claimed again still gets a larger fence than any earlier run of it.
 static NEXT_FENCE: AtomicU64 = AtomicU64::new(1);
 
-/// Maps smaller than this (records and journal entries together) are never purged
+/// Shards (each its own lock) a store's keys are spread over, by hash.
+const SHARDS: usize = 64;
+
+/// Shards smaller than this (records and journal entries together) are never purged
 /// automatically.
 const AUTO_PURGE_FLOOR: usize = 1024;
 
@@ -59,15 +67,25 @@ pub struct MemoryStore {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     clock: Box<dyn Clock>,
-    map: Mutex<Map>,
+    /// Hashes keys for the shard choice and the shards' indexes (SipHash, randomly keyed: keys
+    /// may come from clients, as with the HTTP layer).
+    hasher: RandomState,
+    shards: Box<[Mutex<Shard>]>,
 }
 
-#[derive(Debug, Default)]
-struct Map {
-    records: HashMap<Key, Entry>,
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The records and journal entries of the keys that hash to one shard.
+struct Shard {
+    records: Table,
     effects: HashMap<(Key, String), Effect>,
     purge_at: usize,
 }
@@ -75,67 +93,77 @@ struct Map {
 #[derive(Debug, Clone)]
 struct Effect {
     entry: EffectEntry,
-    /// Monotonic time (see [`Now`]) at which the entry expires.
-    expires: Duration,
+    /// Monotonic nanoseconds (see [`Now`]) at which the entry expires.
+    expires: u64,
 }
 
-#[derive(Debug, Clone)]
-struct Entry {
-    fence: Fence,
-    fingerprint: Option<Fingerprint>,
-    /// The token of the claim that made this fence.
-    token: Option<ClaimToken>,
-    state: State,
-}
-
-/// Deadlines are kept in monotonic time, so a step of the wall clock moves none of them; wall
-/// times are only reported.
-#[derive(Debug, Clone)]
-enum State {
-    InProgress {
-        /// Monotonic time at which the lease lapses.
-        lease_until: Duration,
-    },
-    Completed {
-        /// Reported: when it completed.
-        completed_at: SystemTime,
-        /// Monotonic time of the completion, which `keep` counts from.
-        completed: Duration,
-        /// Monotonic time at which the record stops counting.
-        keep_until: Duration,
-        output: Option<Vec<u8>>,
-    },
-}
-
-/// The time of one store step: the wall clock, to report, and the monotonic time, to decide.
+/// The time of one store step: the wall clock, to report, and the monotonic time (nanoseconds
+/// on the store's clock), to decide. Deadlines are kept in monotonic time, so a step of the wall
+/// clock moves none of them.
 #[derive(Debug, Clone, Copy)]
 struct Now {
     wall: SystemTime,
-    mono: Duration,
+    mono: u64,
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The latest time a store reports (a deadline too far out to name is reported as this).
+fn far_future() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_799) // 9999-12-31T23:59:59Z
 }
 
 impl Now {
+    /// A deadline `after` from now.
+    fn after(self, after: Duration) -> u64 {
+        self.mono.saturating_add(nanos(after))
+    }
+
     /// The wall-clock time at which the monotonic time will be (or was) `mono`.
-    fn wall_at(self, mono: Duration) -> SystemTime {
+    fn wall_at(self, mono: u64) -> SystemTime {
         if mono >= self.mono {
-            self.wall + (mono - self.mono)
+            let ahead = Duration::from_nanos(mono - self.mono);
+            self.wall.checked_add(ahead).unwrap_or_else(far_future)
         } else {
-            self.wall - (self.mono - mono)
+            let behind = Duration::from_nanos(self.mono - mono);
+            self.wall
+                .checked_sub(behind)
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        }
+    }
+
+    /// The wall clock as nanoseconds since the Unix epoch (negative before it), saturating.
+    fn wall_nanos(self) -> i64 {
+        match self.wall.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(since) => i64::try_from(since.as_nanos()).unwrap_or(i64::MAX),
+            Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
         }
     }
 }
 
-impl Entry {
+fn wall_from_nanos(nanos: i64) -> SystemTime {
+    let magnitude = Duration::from_nanos(nanos.unsigned_abs());
+    if nanos >= 0 {
+        SystemTime::UNIX_EPOCH + magnitude
+    } else {
+        SystemTime::UNIX_EPOCH - magnitude
+    }
+}
+
+impl Stored {
     fn is_expired(&self, now: Now) -> bool {
-        match &self.state {
-            State::InProgress { lease_until } => *lease_until <= now.mono,
-            State::Completed { keep_until, .. } => *keep_until <= now.mono,
-        }
+        self.until <= now.mono
+    }
+
+    fn completed_at(&self) -> SystemTime {
+        wall_from_nanos(self.done_wall)
     }
 }
 
-fn fingerprints_differ(stored: Option<&Fingerprint>, requested: Option<&Fingerprint>) -> bool {
-    matches!((stored, requested), (Some(a), Some(b)) if a != b)
+fn fingerprints_differ(stored: Option<&str>, requested: Option<&Fingerprint>) -> bool {
+    matches!((stored, requested), (Some(a), Some(b)) if a != b.as_str())
 }
 
 impl MemoryStore {
@@ -147,21 +175,27 @@ impl MemoryStore {
     /// An empty store on the given clock, e.g. a [`ManualClock`](crate::clock::ManualClock)
     /// to test lease expiry without sleeping.
     pub fn with_clock(clock: impl Clock + 'static) -> MemoryStore {
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(Shard {
+                    records: Table::default(),
+                    effects: HashMap::new(),
+                    purge_at: AUTO_PURGE_FLOOR,
+                })
+            })
+            .collect();
         MemoryStore {
             inner: Arc::new(Inner {
                 clock: Box::new(clock),
-                map: Mutex::new(Map {
-                    records: HashMap::new(),
-                    effects: HashMap::new(),
-                    purge_at: AUTO_PURGE_FLOOR,
-                }),
+                hasher: RandomState::new(),
+                shards,
             }),
         }
     }
 
     /// How many records are held, expired ones included.
     pub fn len(&self) -> usize {
-        self.map().records.len()
+        (0..SHARDS).map(|i| self.lock(i).records.len()).sum()
     }
 
     /// Whether no records are held.
@@ -169,31 +203,43 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn map(&self) -> MutexGuard<'_, Map> {
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
         // A panic while holding the lock cannot leave a record half-written (each step replaces
-        // whole entries), so a poisoned lock is safe to keep using.
-        self.inner.map.lock().unwrap_or_else(|e| e.into_inner())
+        // whole records), so a poisoned lock is safe to keep using.
+        self.inner.shards[shard]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The hash of `key` and its shard, locked.
+    fn shard(&self, key: &Key) -> (u64, MutexGuard<'_, Shard>) {
+        let hash = hash_key(&self.inner.hasher, key);
+        // The index uses the low bits (slot) and the top seven (tag); the shard takes others.
+        (hash, self.lock((hash >> 48) as usize % SHARDS))
     }
 
     fn now(&self) -> Now {
         let clock = &self.inner.clock;
         Now {
             wall: clock.now(),
-            mono: clock.monotonic(),
+            mono: nanos(clock.monotonic()),
         }
     }
 
     /// Applies `f` to the record for `key` if it holds `fence`, in one critical section.
-    fn fenced(&self, key: &Key, fence: Fence, f: impl FnOnce(&mut Entry) -> After) -> Fenced {
-        let mut map = self.map();
-        let after = match map.records.get_mut(key) {
-            Some(entry) if entry.fence == fence => f(entry),
-            _ => return Fenced::Lost,
+    fn fenced(&self, key: &Key, fence: Fence, f: impl FnOnce(&mut Stored) -> After) -> Fenced {
+        let (hash, mut shard) = self.shard(key);
+        let Some(at) = shard.records.find(hash, key) else {
+            return Fenced::Lost;
         };
-        match after {
+        let record = shard.records.get_mut(at);
+        if record.fence != fence.0 {
+            return Fenced::Lost;
+        }
+        match f(record) {
             After::Keep => Fenced::Applied,
             After::Remove => {
-                map.records.remove(key);
+                shard.records.remove(hash, at);
                 Fenced::Applied
             }
             After::Refuse => Fenced::Lost,
@@ -210,10 +256,11 @@ enum After {
 
 /// Release and abandon free unfinished claims only: a completed record stays completed, and
 /// the release reports that nothing was released.
-fn free_unfinished(entry: &mut Entry) -> After {
-    match entry.state {
-        State::InProgress { .. } => After::Remove,
-        State::Completed { .. } => After::Refuse,
+fn free_unfinished(record: &mut Stored) -> After {
+    if record.is_completed() {
+        After::Refuse
+    } else {
+        After::Remove
     }
 }
 
@@ -223,31 +270,38 @@ impl Default for MemoryStore {
     }
 }
 
-impl Map {
+impl Shard {
     /// Records and journal entries held, expired ones included.
     fn size(&self) -> usize {
         self.records.len() + self.effects.len()
     }
 
-    /// Purges everything expired once the maps have doubled since the last purge, so memory
+    /// Purges everything expired once the shard has doubled since its last purge, so memory
     /// stays bounded by the live entries at an amortized O(1) per write.
-    fn purge_if_grown(&mut self, now: Now) {
+    fn purge_if_grown(&mut self, now: Now, hasher: &RandomState) {
         if self.size() >= self.purge_at {
-            self.purge(now, usize::MAX);
+            self.purge(now, (usize::MAX, usize::MAX), hasher);
         }
     }
 
-    /// Deletes up to `limit` expired records and up to `limit` expired journal entries.
-    fn purge(&mut self, now: Now, limit: usize) -> u64 {
-        let removed = remove_expired(&mut self.records, limit, |e| e.is_expired(now))
-            + remove_expired(&mut self.effects, limit, |e| e.expires <= now.mono);
+    /// Deletes up to `limits.0` expired records and up to `limits.1` expired journal entries;
+    /// returns how many of each.
+    fn purge(&mut self, now: Now, limits: (usize, usize), hasher: &RandomState) -> (usize, usize) {
+        let records = self
+            .records
+            .remove_where(limits.0, hasher, |r| r.is_expired(now));
+        let effects = remove_expired(&mut self.effects, limits.1, |e| e.expires <= now.mono);
         self.purge_at = (self.size() * 2).max(AUTO_PURGE_FLOOR);
-        removed
+        (records, effects)
     }
 }
 
 /// Removes up to `limit` entries of `map` for which `expired` holds; returns how many.
-fn remove_expired<K, V>(map: &mut HashMap<K, V>, limit: usize, expired: impl Fn(&V) -> bool) -> u64
+fn remove_expired<K, V>(
+    map: &mut HashMap<K, V>,
+    limit: usize,
+    expired: impl Fn(&V) -> bool,
+) -> usize
 where
     K: std::hash::Hash + Eq + Clone,
 {
@@ -265,62 +319,43 @@ where
             map.remove(&key);
         }
     }
-    (before - map.len()) as u64
+    before - map.len()
 }
 
 #[async_trait]
 impl Store for MemoryStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let now = self.now();
-        let mut map = self.map();
-        map.purge_if_grown(now);
-        let lease_until = now.mono + request.lease;
-        let taken_over = match map.records.get(request.key) {
+        let hasher = &self.inner.hasher;
+        let (hash, mut shard) = self.shard(request.key);
+        shard.purge_if_grown(now, hasher);
+        let found = shard.records.find(hash, request.key);
+        let taken_over = match found {
             None => false,
-            Some(entry) if entry.is_expired(now) => true,
-            Some(entry) => {
-                if let (State::InProgress { lease_until }, Some(token)) =
-                    (&entry.state, request.token)
-                {
-                    if entry.token == Some(token) {
-                        // The caller's own claim, sent again: it holds the key.
-                        return Ok(Claim::Acquired {
-                            fence: entry.fence,
-                            lease_expires_at: now.wall_at(*lease_until),
-                            taken_over: false,
-                        });
-                    }
+            Some(at) => {
+                let record = shard.records.get(at);
+                if record.is_expired(now) {
+                    true
+                } else {
+                    return Ok(settled(record, request, now));
                 }
-                if fingerprints_differ(entry.fingerprint.as_ref(), request.fingerprint) {
-                    return Ok(Claim::Mismatch);
-                }
-                return Ok(match &entry.state {
-                    State::InProgress { lease_until } => Claim::InProgress {
-                        lease_expires_at: now.wall_at(*lease_until),
-                    },
-                    State::Completed {
-                        completed_at,
-                        output,
-                        ..
-                    } => Claim::Completed {
-                        completed_at: *completed_at,
-                        output: output.clone(),
-                    },
-                });
             }
         };
-        let fence = Fence(NEXT_FENCE.fetch_add(1, Ordering::Relaxed));
-        map.records.insert(
-            request.key.clone(),
-            Entry {
-                fence,
-                fingerprint: request.fingerprint.cloned(),
-                token: request.token,
-                state: State::InProgress { lease_until },
-            },
-        );
-        Ok(Claim::Acquired {
+        let fence = NEXT_FENCE.fetch_add(1, Ordering::Relaxed);
+        let lease_until = now.after(request.lease);
+        let record = Stored::claimed(
+            request.key,
+            request.fingerprint.map(Fingerprint::as_str),
+            request.token.map(|t| t.0),
             fence,
+            lease_until,
+        );
+        match found {
+            Some(at) => shard.records.replace(at, record),
+            None => shard.records.insert(hash, record, hasher),
+        }
+        Ok(Claim::Acquired {
+            fence: Fence(fence),
             lease_expires_at: now.wall_at(lease_until),
             taken_over,
         })
@@ -333,22 +368,15 @@ impl Store for MemoryStore {
         completion: Completion<'_>,
     ) -> Result<Fenced, StoreError> {
         let now = self.now();
-        Ok(self.fenced(key, fence, |entry| {
-            let (completed_at, completed) = match &entry.state {
-                // A repeated completion keeps the first completion time.
-                State::Completed {
-                    completed_at,
-                    completed,
-                    ..
-                } => (*completed_at, *completed),
-                State::InProgress { .. } => (now.wall, now.mono),
+        Ok(self.fenced(key, fence, |record| {
+            // A repeated completion keeps the first completion time.
+            let (done, done_wall) = if record.is_completed() {
+                (record.done, record.done_wall)
+            } else {
+                (now.mono, now.wall_nanos())
             };
-            entry.state = State::Completed {
-                completed_at,
-                completed,
-                keep_until: completed + completion.keep,
-                output: completion.output.map(<[u8]>::to_vec),
-            };
+            let until = done.saturating_add(nanos(completion.keep));
+            record.complete(done, done_wall, until, completion.output);
             After::Keep
         }))
     }
@@ -359,44 +387,44 @@ impl Store for MemoryStore {
 
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
         let now = self.now();
-        Ok(self.fenced(key, fence, |entry| match &mut entry.state {
-            State::InProgress { lease_until } => {
-                *lease_until = now.mono + lease;
+        Ok(self.fenced(key, fence, |record| {
+            if record.is_completed() {
+                After::Refuse
+            } else {
+                record.until = now.after(lease);
                 After::Keep
             }
-            State::Completed { .. } => After::Refuse,
         }))
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
         let now = self.now();
-        let map = self.map();
-        Ok(map.records.get(key).map(|entry| Record {
-            key: key.clone(),
-            fence: entry.fence,
-            fingerprint: entry.fingerprint.clone(),
-            state: match &entry.state {
-                State::InProgress { lease_until } => RecordState::InProgress {
-                    lease_expires_at: now.wall_at(*lease_until),
+        let (hash, shard) = self.shard(key);
+        Ok(shard.records.find(hash, key).map(|at| {
+            let record = shard.records.get(at);
+            Record {
+                key: key.clone(),
+                fence: Fence(record.fence),
+                fingerprint: record.fingerprint().map(Fingerprint::from_stored),
+                state: if record.is_completed() {
+                    RecordState::Completed {
+                        completed_at: record.completed_at(),
+                        expires_at: now.wall_at(record.until),
+                        output: record.output().map(<[u8]>::to_vec),
+                    }
+                } else {
+                    RecordState::InProgress {
+                        lease_expires_at: now.wall_at(record.until),
+                    }
                 },
-                State::Completed {
-                    completed_at,
-                    keep_until,
-                    output,
-                    ..
-                } => RecordState::Completed {
-                    completed_at: *completed_at,
-                    expires_at: now.wall_at(*keep_until),
-                    output: output.clone(),
-                },
-            },
+            }
         }))
     }
 
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
         let now = self.now();
-        let map = self.map();
-        Ok(map
+        let (_, shard) = self.shard(key);
+        Ok(shard
             .effects
             .get(&(key.clone(), effect.to_owned()))
             .filter(|e| e.expires > now.mono)
@@ -410,21 +438,21 @@ impl Store for MemoryStore {
         record: EffectRecord<'_>,
     ) -> Result<Fenced, StoreError> {
         let now = self.now();
-        let mut map = self.map();
-        map.purge_if_grown(now);
-        let holds = matches!(
-            map.records.get(key),
-            Some(entry) if entry.fence == fence && matches!(entry.state, State::InProgress { .. })
-        );
+        let (hash, mut shard) = self.shard(key);
+        shard.purge_if_grown(now, &self.inner.hasher);
+        let holds = shard.records.find(hash, key).is_some_and(|at| {
+            let held = shard.records.get(at);
+            held.fence == fence.0 && !held.is_completed()
+        });
         if !holds {
             return Ok(Fenced::Lost);
         }
         let id = (key.clone(), record.effect.to_owned());
-        if matches!(map.effects.get(&id), Some(e) if e.entry.state == EffectState::Done && e.expires > now.mono)
+        if matches!(shard.effects.get(&id), Some(e) if e.entry.state == EffectState::Done && e.expires > now.mono)
         {
             return Ok(Fenced::Lost);
         }
-        map.effects.insert(
+        shard.effects.insert(
             id,
             Effect {
                 entry: EffectEntry {
@@ -432,7 +460,7 @@ impl Store for MemoryStore {
                     output: record.output.map(<[u8]>::to_vec),
                     fence,
                 },
-                expires: now.mono + record.keep,
+                expires: now.after(record.keep),
             },
         );
         Ok(Fenced::Applied)
@@ -448,11 +476,52 @@ impl Store for MemoryStore {
     }
 }
 
+/// What a claim of a live record gets: the caller's own claim again, a mismatch, the other
+/// run's lease, or the completion.
+fn settled(record: &Stored, request: ClaimRequest<'_>, now: Now) -> Claim {
+    if !record.is_completed()
+        && request.token.is_some()
+        && record.token() == request.token.map(|t| t.0)
+    {
+        // The caller's own claim, sent again: it holds the key.
+        return Claim::Acquired {
+            fence: Fence(record.fence),
+            lease_expires_at: now.wall_at(record.until),
+            taken_over: false,
+        };
+    }
+    if fingerprints_differ(record.fingerprint(), request.fingerprint) {
+        return Claim::Mismatch;
+    }
+    if record.is_completed() {
+        Claim::Completed {
+            completed_at: record.completed_at(),
+            output: record.output().map(<[u8]>::to_vec),
+        }
+    } else {
+        Claim::InProgress {
+            lease_expires_at: now.wall_at(record.until),
+        }
+    }
+}
+
 #[async_trait]
 impl Purge for MemoryStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
         let now = self.now();
-        Ok(self.map().purge(now, limit))
+        // What each kind may still delete.
+        let (mut records, mut effects) = (limit, limit);
+        for shard in 0..SHARDS {
+            if records == 0 && effects == 0 {
+                break;
+            }
+            let (r, e) = self
+                .lock(shard)
+                .purge(now, (records, effects), &self.inner.hasher);
+            records -= r;
+            effects -= e;
+        }
+        Ok(((limit - records) + (limit - effects)) as u64)
     }
 }
 
@@ -564,7 +633,8 @@ mod tests {
             }
             let _ = store.release(&key, fence).await.unwrap();
             clock.advance(keep * 2);
-            peak = peak.max(store.map().effects.len());
+            let held: usize = (0..SHARDS).map(|i| store.lock(i).effects.len()).sum();
+            peak = peak.max(held);
         }
         assert!(
             peak <= 2 * AUTO_PURGE_FLOOR + 500,

@@ -7,20 +7,24 @@
 //! renewals in a row before its lease can lapse; a crashed run stops renewing and its key is
 //! taken over at most one lease later.
 //!
-//! **Where it runs:** on a task of its own, not in the task that runs the body, so a body that
-//! blocks its thread (`std::thread::sleep`, a synchronous client, a long computation) does not
-//! stop its renewal: on a multi-thread runtime another worker renews. What still stops it: a
+//! **Where it runs:** not in the task that runs the body, so a body that blocks its thread
+//! (`std::thread::sleep`, a synchronous client, a long computation) does not stop its renewal.
+//! A running claim waits on the process's lease watch (a thread of its own, not a
+//! runtime worker); if the body is still running when the first renewal falls due, the watch
+//! spawns the renewal task on the call's runtime, where any free worker runs it. Most bodies
+//! finish first, and their claims cost the watch a slot and no task. What still stops renewal: a
 //! runtime with no free worker (a `current_thread` runtime whose one thread the body blocks,
 //! or every worker of a multi-thread runtime blocked at once), a stalled process (a GC pause, a
 //! frozen VM), or a store that cannot be reached for a whole lease. Then the lease lapses and the
 //! run is taken over; its completion is refused ([`Error::LostClaim`](crate::Error::LostClaim)).
+//!
+//! The first renewal is timed by the system's monotonic clock (`std::time::Instant`), later ones
+//! by Tokio's timer.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
-
+use crate::context::CallContext;
 use crate::key::Key;
 use crate::store::{Fence, Fenced, Store};
 
@@ -32,6 +36,8 @@ pub fn renew_every(lease: Duration) -> Duration {
     (lease / RENEWALS_PER_LEASE).max(Duration::from_millis(1))
 }
 
+mod watch;
+
 /// A held claim, renewed on the [policy](self) by [`renew_in_background`](Self::renew_in_background).
 #[derive(Debug)]
 pub(crate) struct Lease<'a, S: ?Sized> {
@@ -42,40 +48,24 @@ pub(crate) struct Lease<'a, S: ?Sized> {
 }
 
 impl<S: Store + ?Sized> Lease<'_, S> {
-    /// Starts renewing the claim on a task of its own, through `shared` (the same store, as a
-    /// handle the task can keep), until the returned guard is dropped. Yields once, so the
-    /// renewal task is scheduled before the caller goes on to run the body.
-    pub async fn renew_in_background(&self, shared: Arc<dyn Store>) -> Renewal {
-        let (key, fence, lease) = (self.key.clone(), self.fence, self.lease);
-        let task = tokio::spawn(async move {
-            let never = keep_renewed(&*shared, &key, fence, lease).await;
-            match never {}
-        });
-        // A task spawned from a worker thread waits in that worker's own slot, which no other
-        // worker takes from; yielding lets it start (and arm its timer) before the body can
-        // block this thread. Its later wake-ups run on any free worker.
-        tokio::task::yield_now().await;
-        Renewal(task)
+    /// Keeps the claim renewed, through `context`'s store (the same store, as a handle another
+    /// task can keep), until the returned guard is dropped.
+    pub fn renew_in_background(&self, context: &CallContext) -> Renewal {
+        Renewal(watch::start(context, self.lease))
     }
 }
 
-/// Renewal running in the background; stops when dropped.
+/// Renewal of a running claim; stops when dropped.
 #[derive(Debug)]
-pub(crate) struct Renewal(JoinHandle<()>);
+pub(crate) struct Renewal(#[allow(dead_code)] watch::Watched);
 
-impl Drop for Renewal {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Renews the claim every [`renew_every`] for as long as it is polled. When a newer run took
-/// the key over it stops renewing (the run's completion will be refused); store errors are
-/// logged and the next renewal tries again.
-async fn keep_renewed(store: &dyn Store, key: &Key, fence: Fence, lease: Duration) -> Infallible {
+/// Renews the claim at once, then every [`renew_every`], for as long as it is polled. When a
+/// newer run took the key over it stops renewing (the run's completion will be refused);
+/// store errors are logged and the next renewal tries again.
+async fn keep_renewed(context: &CallContext, lease: Duration) -> Infallible {
     let every = renew_every(lease);
+    let (store, key, fence) = (context.store(), context.key(), context.fence());
     loop {
-        tokio::time::sleep(every).await;
         match store.renew(key, fence, lease).await {
             Ok(Fenced::Applied) => tracing::trace!(%key, "lease renewed"),
             Ok(Fenced::Lost) => {
@@ -88,5 +78,6 @@ async fn keep_renewed(store: &dyn Store, key: &Key, fence: Fence, lease: Duratio
             }
             Err(e) => tracing::warn!(%key, error = %e, "lease renewal failed; will retry"),
         }
+        tokio::time::sleep(every).await;
     }
 }

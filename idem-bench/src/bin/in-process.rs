@@ -1,0 +1,195 @@
+//! `MemoryStore` against the `idempotent` crate's in-memory store, in one process and one run:
+//! `cargo run --release -p idem-bench --bin in-process -- [--calls 400000] [--tasks 16]`.
+//!
+//! Both run the same workload on a multi-thread runtime (one worker per core): `tasks` tasks
+//! take call numbers from one counter; call `i` uses key `bench:{i % distinct}`, so "fresh"
+//! gives every call its own key and "duplicates" sends every call to one of 1,000 keys that
+//! already completed. Every body is empty, so the rows are the machinery's cost.
+//!
+//! - **idem**: `#[idempotent(key = "bench:{id}", store = store)]` on `MemoryStore::new()`: key
+//!   validation, a span, the claim, the lease renewal, the completion, the metrics.
+//! - **`idempotent` 0.3 (memory)**: what its README shows: `try_insert` an entry with a
+//!   fingerprint, run the body, `complete` it with an empty cached response (its store is one
+//!   task that serves every call through a channel).
+//!
+//! Last, one spawned task calls each in a loop alone: the time of one call, from a task, at no
+//! concurrency.
+
+use ::idempotent::fingerprint::{DefaultFingerprintStrategy, FingerprintStrategy};
+use ::idempotent::store::memory::MemoryStore as TheirStore;
+use ::idempotent::store::{IdempotencyStore, InsertResult};
+use ::idempotent::{CachedResponse, IdempotencyEntry, IdempotencyKey};
+use idem_core::{idempotent, MemoryStore, Outcome};
+use std::convert::Infallible;
+use std::future::Future;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// MemoryStore against the `idempotent` crate. Unknown flags exit with status 2.
+#[derive(Debug, clap::Parser)]
+struct Args {
+    /// Calls per row.
+    #[arg(long, default_value_t = 400_000)]
+    calls: u64,
+    /// Concurrent tasks.
+    #[arg(long, default_value_t = 16)]
+    tasks: u64,
+    /// Run idem's rows only (to profile it alone); the table then shows no ratios.
+    #[arg(long)]
+    idem_only: bool,
+}
+
+/// Keys the duplicate rows pick among (completed before the row starts).
+const DISTINCT_DUPLICATES: u64 = 1_000;
+
+#[idempotent(key = "bench:{id}", store = store)]
+async fn guarded(store: &MemoryStore, id: u64) -> Result<u64, Infallible> {
+    Ok(black_box(id))
+}
+
+/// One call through the `idempotent` crate; true when the body ran.
+async fn theirs(store: &TheirStore, id: u64) -> bool {
+    let key = IdempotencyKey::new(format!("bench:{id}")).expect("key");
+    let fingerprint = DefaultFingerprintStrategy.compute("bench", b"");
+    let entry = IdempotencyEntry::new(fingerprint, Duration::from_secs(24 * 60 * 60));
+    match store.try_insert(&key, entry.clone()).await.expect("insert") {
+        InsertResult::Claimed { fencing_token } => {
+            black_box(id);
+            let response = CachedResponse {
+                status_code: 200,
+                metadata: Default::default(),
+                body: Vec::new().into(),
+            };
+            store
+                .complete(&key, entry.complete(response), fencing_token)
+                .await
+                .expect("complete");
+            true
+        }
+        InsertResult::Exists(_) => false,
+    }
+}
+
+/// `calls` calls of `call` from `tasks` tasks, call `i` with id `i % distinct`. Returns
+/// calls/s and how many ran their body.
+async fn load<F, Fut>(calls: u64, tasks: u64, distinct: u64, call: F) -> (f64, u64)
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    let next = Arc::new(AtomicU64::new(0));
+    let ran = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (next, ran, call) = (next.clone(), ran.clone(), call.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= calls {
+                        return;
+                    }
+                    if call(i % distinct).await {
+                        ran.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.expect("task");
+    }
+    let rate = calls as f64 / started.elapsed().as_secs_f64();
+    (rate, ran.load(Ordering::Relaxed))
+}
+
+/// Nanoseconds per call of `call` with fresh ids, one spawned task alone.
+async fn alone<F, Fut>(calls: u64, call: F) -> f64
+where
+    F: Fn(u64) -> Fut + Send + 'static,
+    Fut: Future<Output = bool> + Send,
+{
+    tokio::spawn(async move {
+        let started = Instant::now();
+        for i in 0..calls {
+            assert!(call(i).await, "a fresh key must run");
+        }
+        started.elapsed().as_nanos() as f64 / calls as f64
+    })
+    .await
+    .expect("task")
+}
+
+fn ours(
+    store: &MemoryStore,
+) -> impl Fn(u64) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send>> + Clone {
+    let store = store.clone();
+    move |id| {
+        let store = store.clone();
+        Box::pin(async move {
+            matches!(
+                guarded(&store, id).await.expect("call"),
+                Outcome::Executed(_)
+            )
+        })
+    }
+}
+
+fn their(
+    store: &Arc<TheirStore>,
+) -> impl Fn(u64) -> std::pin::Pin<Box<dyn Future<Output = bool> + Send>> + Clone {
+    let store = store.clone();
+    move |id| {
+        let store = store.clone();
+        Box::pin(async move { theirs(&store, id).await })
+    }
+}
+
+fn main() {
+    let args: Args = clap::Parser::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let (calls, tasks) = (args.calls, args.tasks);
+        println!(
+            "In process, {calls} calls per row, {tasks} tasks on a multi-thread runtime ({} workers), empty bodies\n",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        );
+        println!("| workload | idem `MemoryStore` (calls/s) | `idempotent` 0.3 memory store (calls/s) | idem / idempotent |");
+        println!("| --- | ---: | ---: | ---: |");
+        for (name, duplicates) in [("fresh keys", false), ("only duplicates", true)] {
+            let ours_store = MemoryStore::new();
+            let their_store = Arc::new(TheirStore::new(1024, Duration::from_secs(3600)));
+            let distinct = if duplicates { DISTINCT_DUPLICATES } else { u64::MAX };
+            if duplicates {
+                for id in 0..DISTINCT_DUPLICATES {
+                    assert!(ours(&ours_store)(id).await);
+                    assert!(their(&their_store)(id).await);
+                }
+            }
+            let (idem_rate, idem_ran) = load(calls, tasks, distinct, ours(&ours_store)).await;
+            if args.idem_only {
+                println!("| {name} | {idem_rate:.0} | | |");
+                continue;
+            }
+            let (their_rate, their_ran) = load(calls, tasks, distinct, their(&their_store)).await;
+            let expected = if duplicates { 0 } else { calls };
+            assert_eq!((idem_ran, their_ran), (expected, expected), "{name}: bodies run");
+            println!(
+                "| {name} | {idem_rate:.0} | {their_rate:.0} | {:.2} |",
+                idem_rate / their_rate
+            );
+        }
+        let single = calls / 4;
+        let ours_alone = alone(single, ours(&MemoryStore::new())).await;
+        let their_store = Arc::new(TheirStore::new(1024, Duration::from_secs(3600)));
+        let their_alone = alone(single, their(&their_store)).await;
+        println!(
+            "\nOne spawned task alone, fresh keys: idem {ours_alone:.0} ns per call, `idempotent` {their_alone:.0} ns per call"
+        );
+    });
+}
