@@ -112,31 +112,41 @@ impl<'s, S: Store + ?Sized> Call<'s, S> {
     }
 
     /// Runs `work` if this call claims the key. Duplicates get no value back.
-    pub async fn run<T, E, F>(self, work: F) -> Result<Outcome<T>, Error<E>>
+    pub fn run<T, E, F>(
+        self,
+        work: F,
+    ) -> impl Future<Output = Result<Outcome<T>, Error<E>>> + use<'s, S, T, E, F>
     where
         F: Future<Output = Result<T, E>>,
     {
-        self.run_with(NoReplay, work).await
+        self.run_with(NoReplay, work)
     }
 
     /// Runs `work` if this call claims the key, storing its `Ok` value (as JSON) so duplicates
     /// get it back in [`Outcome::Duplicate`].
-    pub async fn run_replay<T, E, F>(self, work: F) -> Result<Outcome<T>, Error<E>>
+    pub fn run_replay<T, E, F>(
+        self,
+        work: F,
+    ) -> impl Future<Output = Result<Outcome<T>, Error<E>>> + use<'s, S, T, E, F>
     where
         T: Replayable,
         F: Future<Output = Result<T, E>>,
     {
-        self.run_with(JsonReplay, work).await
+        self.run_with(JsonReplay, work)
     }
 
     /// Runs `work` if this call claims the key, storing its `Ok` value with `codec` (for
     /// example raw bytes, for a value that is bytes already) so duplicates get it back.
-    pub async fn run_with<T, E, F, C>(self, codec: C, work: F) -> Result<Outcome<T>, Error<E>>
+    pub fn run_with<T, E, F, C>(
+        self,
+        codec: C,
+        work: F,
+    ) -> impl Future<Output = Result<Outcome<T>, Error<E>>> + use<'s, S, T, E, F, C>
     where
         F: Future<Output = Result<T, E>>,
         C: Codec<T>,
     {
-        execute(self.store, self.spec, codec, work).await
+        execute(self.store, self.spec, codec, work)
     }
 }
 

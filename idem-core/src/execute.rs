@@ -192,7 +192,8 @@ impl Prepared {
                     let now = Instant::now();
                     match deadline {
                         Some(deadline) if now < deadline => {
-                            tokio::time::sleep(pause.min(deadline - now)).await;
+                            // Boxed: the rare path keeps the call's future small.
+                            Box::pin(tokio::time::sleep(pause.min(deadline - now))).await;
                             pause = (pause * 2).min(WAIT_POLL_MAX);
                         }
                         _ => {
@@ -207,12 +208,17 @@ impl Prepared {
 }
 
 /// Lease mode: claim, run the body while the lease is renewed, settle.
-pub(crate) async fn execute<S, T, E, F, C>(
-    store: &S,
+///
+/// The key and fingerprint are validated here, when the future is made (inside the call's
+/// span). The future is written so that it holds each part once: the whole call is one state
+/// machine that the layers above (`Call::run`, the attribute's expansion) return as it is
+/// instead of wrapping, since each `async` layer would hold (and copy) all of it again.
+pub(crate) fn execute<'s, S, T, E, F, C>(
+    store: &'s S,
     spec: Spec,
     codec: C,
     work: F,
-) -> Result<Outcome<T>, Error<E>>
+) -> impl Future<Output = Result<Outcome<T>, Error<E>>> + use<'s, S, T, E, F, C>
 where
     S: Store + ?Sized,
     F: Future<Output = Result<T, E>>,
@@ -220,36 +226,74 @@ where
 {
     let span = spec.span();
     let meter = crate::metrics::CallMeter::start(spec.name);
-    let result = async move {
-        let prepared = Prepared::new(spec)?;
+    let mut prepared = span.in_scope(|| Prepared::new(spec));
+    let call = async move {
+        let prepared = match prepared {
+            Ok(ref mut prepared) => prepared,
+            Err(invalid) => return Err(invalid),
+        };
         let request = prepared.request();
         let name = prepared.name;
-        let fence = match prepared
+        // The acquiring attempt carries when it returned: the claim's end is the body's start.
+        let (fence, started) = match prepared
             .claim(&codec, || async move {
                 let started = Instant::now();
                 let claim = store.claim(request).await;
-                crate::metrics::claim_took(name, started.elapsed());
-                Ok((claim?, ()))
+                let ended = Instant::now();
+                crate::metrics::claim_took(name, ended - started);
+                Ok((claim?, ended))
             })
             .await?
         {
-            Ok((fence, ())) => fence,
+            Ok(acquired) => acquired,
             Err(settled) => return Ok(settled),
         };
+        // The body's context takes the key over (no copy of it).
+        let context = CallContext::new(prepared.key.take(), fence, store.shared());
         let claimed = Claimed {
             name,
             lease: Lease {
                 store,
-                key: &prepared.key,
+                key: context.key(),
                 fence,
                 lease: prepared.lease,
             },
         };
-        claimed.run(&codec, prepared.keep, work).await
+        let keep = prepared.keep;
+        claimed
+            .run(&codec, keep, started, context.clone(), work)
+            .await
+    };
+    Metered {
+        call: call.instrument(span),
+        meter: Some(meter),
     }
-    .instrument(span)
-    .await;
-    meter.finish(result)
+}
+
+pin_project_lite::pin_project! {
+    /// A call's future that counts the call when it ends ([`CallMeter`](crate::metrics::CallMeter)).
+    struct Metered<F> {
+        #[pin]
+        call: F,
+        meter: Option<crate::metrics::CallMeter>,
+    }
+}
+
+impl<F, T, E> Future for Metered<F>
+where
+    F: Future<Output = Result<Outcome<T>, Error<E>>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let result = std::task::ready!(this.call.poll(cx));
+        let meter = this
+            .meter
+            .take()
+            .expect("a call's future polled after it finished");
+        Poll::Ready(meter.finish(result))
+    }
 }
 
 /// Runs `work`, turning a panic into `Err(payload)`.
@@ -264,10 +308,13 @@ struct Claimed<'a, S: ?Sized> {
 }
 
 impl<S: Store + ?Sized> Claimed<'_, S> {
+    /// Runs `work` in `context` (the call's), from `started`, and settles the claim.
     async fn run<T, E, F, C>(
         self,
         codec: &C,
         keep: Duration,
+        started: Instant,
+        context: CallContext,
         work: F,
     ) -> Result<Outcome<T>, Error<E>>
     where
@@ -277,10 +324,8 @@ impl<S: Store + ?Sized> Claimed<'_, S> {
         // Until the claim is settled (completed or released), dropping this future abandons it.
         let guard = AbandonGuard { claim: &self };
         let lease = &self.lease;
-        let context = CallContext::new(lease.key.clone(), lease.fence, lease.store.shared());
         let result = {
-            let _renewal = lease.renew_in_background(&context);
-            let started = Instant::now();
+            let _renewal = lease.renew_in_background(&context, started);
             let result = CatchUnwind(context.scope(work)).await;
             crate::metrics::body_took(self.name, started.elapsed());
             result
@@ -332,7 +377,7 @@ impl<S: Store + ?Sized> Claimed<'_, S> {
                 Err(e) => match retries.next() {
                     Some(pause) => {
                         tracing::warn!(error = %e, "recording completion failed; retrying");
-                        tokio::time::sleep(*pause).await;
+                        Box::pin(tokio::time::sleep(*pause)).await; // rare: boxed
                     }
                     None => {
                         record_outcome("store_error");

@@ -85,6 +85,18 @@ impl Key {
         &self.scope
     }
 
+    /// Moves the key out, leaving an empty one (which nothing may use) in its place: how a
+    /// call hands its key to the body's context without copying it.
+    pub(crate) fn take(&mut self) -> Key {
+        std::mem::replace(
+            self,
+            Key {
+                scope: std::borrow::Cow::Borrowed(DEFAULT_SCOPE),
+                key: String::new(),
+            },
+        )
+    }
+
     /// The key's text as an owned `String`.
     pub fn into_string(self) -> String {
         self.key

@@ -15,7 +15,13 @@
 //! [`Call::name`](crate::Call::name) otherwise (`idem::call` by default). The PostgreSQL work
 //! queue adds its own (`idem_queue_*`, see `idem_store_postgres::queue`).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
 use std::time::Duration;
+
+use metrics::{Key, Label, Level, Metadata};
 
 use crate::error::{Error, Operation};
 use crate::outcome::Outcome;
@@ -31,12 +37,116 @@ pub const CLAIM_SECONDS: &str = "idem_claim_seconds";
 /// Histogram (seconds): the body's duration, by handler.
 pub const BODY_SECONDS: &str = "idem_body_seconds";
 
+/// Every value of `idem_calls_total`'s `outcome` label.
+const OUTCOMES: [&str; 11] = [
+    "executed",
+    "duplicate",
+    "in_progress",
+    "handler_error",
+    "store_error",
+    "invalid_key",
+    "key_reused",
+    "lost_claim",
+    "codec_error",
+    "panicked",
+    "dropped",
+];
+
+/// What the `metrics` macros would pass for a metric recorded in this module.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// The keys of one handler's per-call metrics, made once per handler name for the life of the
+/// process: recording a call then neither allocates labels nor hashes a key (the `metrics`
+/// macros do both on every call). Bounded by the program's handler names.
+struct HandlerKeys {
+    claim: Key,
+    body: Key,
+    calls: [Key; OUTCOMES.len()],
+}
+
+/// Handler names are `&'static str`s: one set of keys per name (by address and length).
+type ByName = HashMap<(usize, usize), &'static HandlerKeys, BuildHasherDefault<AddressHasher>>;
+
+/// Hashes the addresses and lengths of `ByName`'s keys with one multiply each. They are the
+/// program's own string constants, not input, so no keyed hash (SipHash costs more than the
+/// rest of recording a call) is needed.
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.write_u64(u64::from(*byte));
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+fn keys(handler: &'static str) -> &'static HandlerKeys {
+    static ALL: Mutex<Option<ByName>> = Mutex::new(None);
+    thread_local! {
+        static SEEN: RefCell<ByName> = RefCell::new(ByName::default());
+    }
+    let name = (handler.as_ptr() as usize, handler.len());
+    if let Some(keys) = SEEN.with(|seen| seen.borrow().get(&name).copied()) {
+        return keys;
+    }
+    let keys = *ALL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(ByName::default)
+        .entry(name)
+        .or_insert_with(|| {
+            let handler_label = || Label::new("handler", handler);
+            Box::leak(Box::new(HandlerKeys {
+                claim: Key::from_parts(CLAIM_SECONDS, vec![handler_label()]),
+                body: Key::from_parts(BODY_SECONDS, vec![handler_label()]),
+                calls: OUTCOMES.map(|outcome| {
+                    Key::from_parts(CALLS, vec![handler_label(), Label::new("outcome", outcome)])
+                }),
+            }))
+        });
+    SEEN.with(|seen| seen.borrow_mut().insert(name, keys));
+    keys
+}
+
 pub(crate) fn claim_took(handler: &'static str, took: Duration) {
-    metrics::histogram!(CLAIM_SECONDS, "handler" => handler).record(took.as_secs_f64());
+    let key = &keys(handler).claim;
+    metrics::with_recorder(|r| {
+        r.register_histogram(key, &METADATA)
+            .record(took.as_secs_f64())
+    });
 }
 
 pub(crate) fn body_took(handler: &'static str, took: Duration) {
-    metrics::histogram!(BODY_SECONDS, "handler" => handler).record(took.as_secs_f64());
+    let key = &keys(handler).body;
+    metrics::with_recorder(|r| {
+        r.register_histogram(key, &METADATA)
+            .record(took.as_secs_f64())
+    });
+}
+
+/// Counts one call of `handler` that ended with `outcome` (one of [`OUTCOMES`]).
+fn count_call(handler: &'static str, outcome: &'static str) {
+    match OUTCOMES.iter().position(|known| *known == outcome) {
+        Some(at) => {
+            let key = &keys(handler).calls[at];
+            metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+        }
+        None => metrics::counter!(CALLS, "handler" => handler, "outcome" => outcome).increment(1),
+    }
 }
 
 fn operation_name(operation: Option<Operation>) -> &'static str {
@@ -93,7 +203,7 @@ impl CallMeter {
             }
             Err(Error::Codec(_)) => "codec_error",
         };
-        metrics::counter!(CALLS, "handler" => handler, "outcome" => outcome).increment(1);
+        count_call(handler, outcome);
         result
     }
 }
@@ -106,7 +216,7 @@ impl Drop for CallMeter {
             } else {
                 "dropped"
             };
-            metrics::counter!(CALLS, "handler" => self.handler, "outcome" => outcome).increment(1);
+            count_call(self.handler, outcome);
         }
     }
 }

@@ -116,17 +116,17 @@ pub fn replay_codec<T: Replayable>() -> &'static (dyn Codec<T> + Sync) {
 
 /// Lease mode: runs `work` if the call claims its key.
 #[inline]
-pub async fn run<S, T, E, C, F>(
-    call: Call<'_, S>,
+pub fn run<'s, S, T, E, C, F>(
+    call: Call<'s, S>,
     codec: C,
     work: F,
-) -> Result<Outcome<T>, Error<E>>
+) -> impl Future<Output = Result<Outcome<T>, Error<E>>> + use<'s, S, T, E, C, F>
 where
     S: Store + ?Sized,
     C: Codec<T>,
     F: Future<Output = Result<T, E>>,
 {
-    call.run_with(codec, work).await
+    call.run_with(codec, work)
 }
 
 /// Transactional mode: claims in a transaction, hands it to `body` through `sender`, then

@@ -56,17 +56,39 @@ pub struct ClaimRequest<'a> {
 pub struct ClaimToken(pub u64);
 
 impl ClaimToken {
-    /// A fresh token: 64 random bits (from the standard library's randomly keyed hasher), so two
-    /// calls anywhere share one with negligible probability.
+    /// A fresh token: 64 random bits, so two calls anywhere share one with negligible
+    /// probability. Each thread draws from its own generator, seeded from the standard
+    /// library's randomly keyed hasher; every draw also mixes in the monotonic clock, so a
+    /// process forked from another (which inherits the generator's state) still draws others.
     pub fn random() -> ClaimToken {
-        use std::hash::{BuildHasher, Hasher};
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static CALLS: AtomicU64 = AtomicU64::new(0);
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
-        hasher.write_u32(std::process::id());
-        ClaimToken(hasher.finish())
+        use std::cell::Cell;
+        use std::hash::{BuildHasher, Hash, Hasher};
+        use std::sync::OnceLock;
+        use std::time::Instant;
+        thread_local! {
+            static STATE: Cell<u64> = Cell::new({
+                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+                hasher.write_u32(std::process::id());
+                std::thread::current().id().hash(&mut hasher);
+                hasher.finish()
+            });
+        }
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        let ticks = ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64;
+        let state = STATE.with(|state| {
+            let next = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+            state.set(next);
+            next
+        });
+        ClaimToken(splitmix64(state ^ splitmix64(ticks)))
     }
+}
+
+/// SplitMix64's finalizer: a bijection of `u64` that spreads every input bit over the output.
+fn splitmix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// The answer to a claim.

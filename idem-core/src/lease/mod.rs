@@ -22,7 +22,7 @@
 //! by Tokio's timer.
 
 use std::convert::Infallible;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::context::CallContext;
 use crate::key::Key;
@@ -48,10 +48,10 @@ pub(crate) struct Lease<'a, S: ?Sized> {
 }
 
 impl<S: Store + ?Sized> Lease<'_, S> {
-    /// Keeps the claim renewed, through `context`'s store (the same store, as a handle another
-    /// task can keep), until the returned guard is dropped.
-    pub fn renew_in_background(&self, context: &CallContext) -> Renewal {
-        Renewal(watch::start(context, self.lease))
+    /// Keeps the claim, made at `claimed_at`, renewed through `context`'s store (the same store,
+    /// as a handle another task can keep) until the returned guard is dropped.
+    pub fn renew_in_background(&self, context: &CallContext, claimed_at: Instant) -> Renewal {
+        Renewal(watch::start(context, self.lease, claimed_at))
     }
 }
 

@@ -12,6 +12,7 @@
 //! The watch thread is not a runtime worker, so a body that blocks its worker does not stop
 //! it, and a task it spawns goes to the runtime's shared queue, which any free worker takes.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -24,11 +25,29 @@ use crate::context::CallContext;
 /// the same wake-up (a renewal a little early is harmless; the watch wakes less often).
 const SLACK: Duration = Duration::from_millis(5);
 
+/// Tables the claims are spread over (by the registering thread), so that concurrent calls
+/// rarely meet on one lock.
+const TABLES: usize = 16;
+
+/// With nothing to watch, the watch thread still asks to hear of first renewals due within
+/// this for one more wait, then only when told: so a stream of short calls on short leases
+/// wakes it about once a lease, not once a call, and an idle process lets it sleep.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// Nothing to wake for (in `Watch::wakes_at`).
+const NEVER: u64 = u64::MAX;
+
 /// The claims on the watch.
 struct Watch {
-    table: Mutex<Table>,
-    /// Signalled when a claim's first renewal falls due before the watch means to wake.
+    tables: [Mutex<Table>; TABLES],
+    /// When the watch thread next wakes by itself, as nanoseconds since `origin`: a claim
+    /// whose first renewal falls due earlier reports it (through `reported`).
+    wakes_at: AtomicU64,
+    /// The earliest first renewal reported since the watch thread's last look.
+    reported: Mutex<Option<Instant>>,
+    /// The watch thread waits on this (with `reported`).
     wake: Condvar,
+    origin: Instant,
 }
 
 #[derive(Default)]
@@ -36,8 +55,6 @@ struct Table {
     slots: Vec<Slot>,
     /// Indexes of free slots.
     free: Vec<usize>,
-    /// When the watch thread next wakes by itself (`None`: only when signalled).
-    wakes_at: Option<Instant>,
 }
 
 enum Slot {
@@ -57,8 +74,11 @@ fn watch() -> &'static Watch {
     static WATCH: OnceLock<&'static Watch> = OnceLock::new();
     WATCH.get_or_init(|| {
         let watch: &'static Watch = Box::leak(Box::new(Watch {
-            table: Mutex::new(Table::default()),
+            tables: std::array::from_fn(|_| Mutex::new(Table::default())),
+            wakes_at: AtomicU64::new(NEVER),
+            reported: Mutex::new(None),
             wake: Condvar::new(),
+            origin: Instant::now(),
         }));
         std::thread::Builder::new()
             .name("idem-lease-watch".into())
@@ -68,17 +88,65 @@ fn watch() -> &'static Watch {
     })
 }
 
+/// Every step leaves what a lock guards whole, so a poisoned lock is safe to keep using.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The table this thread registers its claims in.
+fn table_of_this_thread() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static TABLE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % TABLES;
+    }
+    TABLE.with(|table| *table)
+}
+
 impl Watch {
-    fn table(&self) -> MutexGuard<'_, Table> {
-        // Every step leaves the table whole, so a poisoned lock is safe to keep using.
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(NEVER - 1)
     }
 
     fn run(&self) {
-        let mut table = self.table();
+        let mut idle = false;
         loop {
+            // While looking, every claim put on the watch reports its first renewal, so none
+            // is missed between this look at its table and the wait below.
+            self.wakes_at.store(NEVER, Ordering::SeqCst);
+            *lock(&self.reported) = None;
+            let next = self.start_due_renewals();
+            let mut reported = lock(&self.reported);
             let now = Instant::now();
-            let mut next: Option<Instant> = None;
+            let wake_at = match (next, *reported) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (next, reported) => next.or(reported),
+            };
+            let (wait_until, notify_before) = match wake_at {
+                Some(at) => (Some(at), self.nanos(at)),
+                None if idle => (None, NEVER),
+                None => (Some(now + IDLE), self.nanos(now + IDLE)),
+            };
+            idle = wake_at.is_none();
+            self.wakes_at.store(notify_before, Ordering::SeqCst);
+            reported = match wait_until {
+                None => self.wake.wait(reported).unwrap_or_else(|e| e.into_inner()),
+                Some(at) => {
+                    let timeout = at.saturating_duration_since(now);
+                    let waited = self.wake.wait_timeout(reported, timeout);
+                    waited.unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+            drop(reported);
+        }
+    }
+
+    /// Starts the renewal of every claim due (within [`SLACK`]); returns the earliest first
+    /// renewal of the others.
+    fn start_due_renewals(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for table in &self.tables {
+            let mut table = lock(table);
+            let now = Instant::now();
             for slot in &mut table.slots {
                 let due = match slot {
                     Slot::Waiting { due, .. } => *due,
@@ -105,42 +173,48 @@ impl Watch {
                 });
                 *slot = Slot::Renewing(task.abort_handle());
             }
-            table.wakes_at = next;
-            table = match next {
-                None => self.wake.wait(table).unwrap_or_else(|e| e.into_inner()),
-                Some(at) => {
-                    let timeout = at.saturating_duration_since(now);
-                    let waited = self.wake.wait_timeout(table, timeout);
-                    waited.unwrap_or_else(|e| e.into_inner()).0
-                }
-            };
         }
+        next
+    }
+
+    /// Tells the watch thread of a first renewal due at `due`, if it would wake later.
+    fn report(&self, due: Instant) {
+        if self.nanos(due) >= self.wakes_at.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut reported = lock(&self.reported);
+        *reported = Some(reported.map_or(due, |earliest| earliest.min(due)));
+        self.wakes_at.fetch_min(self.nanos(due), Ordering::SeqCst);
+        self.wake.notify_one();
     }
 }
 
 /// A claim on the watch: taken off (and its renewal task, if started, stopped) when dropped.
 #[derive(Debug)]
 pub(crate) struct Watched {
+    table: usize,
     slot: usize,
 }
 
-/// Puts the claim of the call `context` on the watch: renewed every [`super::renew_every`]
-/// from one interval after now, for as long as the returned guard lives.
+/// Puts the claim of the call `context`, made at `claimed_at`, on the watch: renewed every
+/// [`super::renew_every`] from one interval after it was made, for as long as the returned
+/// guard lives.
 ///
 /// # Panics
 ///
 /// Outside a Tokio runtime (the renewal runs on the caller's runtime).
-pub(crate) fn start(context: &CallContext, lease: Duration) -> Watched {
+pub(crate) fn start(context: &CallContext, lease: Duration, claimed_at: Instant) -> Watched {
     let runtime = Handle::current();
-    let due = Instant::now() + super::renew_every(lease);
+    let due = claimed_at + super::renew_every(lease);
     let watch = watch();
-    let mut table = watch.table();
+    let table_index = table_of_this_thread();
     let waiting = Slot::Waiting {
         due,
         runtime,
         context: context.clone(),
         lease,
     };
+    let mut table = lock(&watch.tables[table_index]);
     let slot = match table.free.pop() {
         Some(slot) => {
             table.slots[slot] = waiting;
@@ -151,16 +225,17 @@ pub(crate) fn start(context: &CallContext, lease: Duration) -> Watched {
             table.slots.len() - 1
         }
     };
-    if table.wakes_at.is_none_or(|at| due < at) {
-        table.wakes_at = Some(due);
-        watch.wake.notify_one();
+    drop(table);
+    watch.report(due);
+    Watched {
+        table: table_index,
+        slot,
     }
-    Watched { slot }
 }
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        let mut table = watch().table();
+        let mut table = lock(&watch().tables[self.table]);
         let slot = std::mem::replace(&mut table.slots[self.slot], Slot::Free);
         table.free.push(self.slot);
         drop(table);

@@ -3,7 +3,6 @@
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::hash::RandomState;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -19,10 +18,6 @@ use crate::store::{
 mod table;
 
 use table::{hash_key, Record as Stored, Table};
-
-/// Fences come from one counter for the whole process, so a key that is released (its record
-/// deleted) and claimed again still gets a larger fence than any earlier run of it.
-static NEXT_FENCE: AtomicU64 = AtomicU64::new(1);
 
 /// Shards (each its own lock) a store's keys are spread over, by hash.
 const SHARDS: usize = 64;
@@ -68,6 +63,8 @@ pub struct MemoryStore {
 }
 
 struct Inner {
+    /// This store, for [`Store::shared`] called on a shared handle.
+    me: std::sync::Weak<Inner>,
     clock: Box<dyn Clock>,
     /// Hashes keys for the shard choice and the shards' indexes (SipHash, randomly keyed: keys
     /// may come from clients, as with the HTTP layer).
@@ -85,6 +82,10 @@ impl std::fmt::Debug for Inner {
 
 /// The records and journal entries of the keys that hash to one shard.
 struct Shard {
+    /// The next fence: counts up by [`SHARDS`] from the shard's index, so no two records of the
+    /// store share a fence, and (a key always hashing to the same shard) a key that is released
+    /// (its record deleted) and claimed again still gets a larger fence than any earlier run of it.
+    next_fence: u64,
     records: Table,
     effects: HashMap<(Key, String), Effect>,
     purge_at: usize,
@@ -176,8 +177,9 @@ impl MemoryStore {
     /// to test lease expiry without sleeping.
     pub fn with_clock(clock: impl Clock + 'static) -> MemoryStore {
         let shards = (0..SHARDS)
-            .map(|_| {
+            .map(|index| {
                 Mutex::new(Shard {
+                    next_fence: SHARDS as u64 + index as u64,
                     records: Table::default(),
                     effects: HashMap::new(),
                     purge_at: AUTO_PURGE_FLOOR,
@@ -185,7 +187,8 @@ impl MemoryStore {
             })
             .collect();
         MemoryStore {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|me| Inner {
+                me: me.clone(),
                 clock: Box::new(clock),
                 hasher: RandomState::new(),
                 shards,
@@ -195,55 +198,12 @@ impl MemoryStore {
 
     /// How many records are held, expired ones included.
     pub fn len(&self) -> usize {
-        (0..SHARDS).map(|i| self.lock(i).records.len()).sum()
+        (0..SHARDS).map(|i| self.inner.lock(i).records.len()).sum()
     }
 
     /// Whether no records are held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
-        // A panic while holding the lock cannot leave a record half-written (each step replaces
-        // whole records), so a poisoned lock is safe to keep using.
-        self.inner.shards[shard]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The hash of `key` and its shard, locked.
-    fn shard(&self, key: &Key) -> (u64, MutexGuard<'_, Shard>) {
-        let hash = hash_key(&self.inner.hasher, key);
-        // The index uses the low bits (slot) and the top seven (tag); the shard takes others.
-        (hash, self.lock((hash >> 48) as usize % SHARDS))
-    }
-
-    fn now(&self) -> Now {
-        let clock = &self.inner.clock;
-        Now {
-            wall: clock.now(),
-            mono: nanos(clock.monotonic()),
-        }
-    }
-
-    /// Applies `f` to the record for `key` if it holds `fence`, in one critical section.
-    fn fenced(&self, key: &Key, fence: Fence, f: impl FnOnce(&mut Stored) -> After) -> Fenced {
-        let (hash, mut shard) = self.shard(key);
-        let Some(at) = shard.records.find(hash, key) else {
-            return Fenced::Lost;
-        };
-        let record = shard.records.get_mut(at);
-        if record.fence != fence.0 {
-            return Fenced::Lost;
-        }
-        match f(record) {
-            After::Keep => Fenced::Applied,
-            After::Remove => {
-                shard.records.remove(hash, at);
-                Fenced::Applied
-            }
-            After::Refuse => Fenced::Lost,
-        }
     }
 }
 
@@ -322,11 +282,53 @@ where
     before - map.len()
 }
 
-#[async_trait]
-impl Store for MemoryStore {
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+/// The store's steps, each one critical section of one shard. The `Store` impls (of
+/// `MemoryStore` and of `Inner`, the handle `shared` gives out) call these.
+impl Inner {
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        // A panic while holding the lock cannot leave a record half-written (each step replaces
+        // whole records), so a poisoned lock is safe to keep using.
+        self.shards[shard].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The hash of `key` and its shard, locked.
+    fn shard(&self, key: &Key) -> (u64, MutexGuard<'_, Shard>) {
+        let hash = hash_key(&self.hasher, key);
+        // The index uses the low bits (slot) and the top seven (tag); the shard takes others.
+        (hash, self.lock((hash >> 48) as usize % SHARDS))
+    }
+
+    fn now(&self) -> Now {
+        let clock = &self.clock;
+        Now {
+            wall: clock.now(),
+            mono: nanos(clock.monotonic()),
+        }
+    }
+
+    /// Applies `f` to the record for `key` if it holds `fence`, in one critical section.
+    fn fenced(&self, key: &Key, fence: Fence, f: impl FnOnce(&mut Stored) -> After) -> Fenced {
+        let (hash, mut shard) = self.shard(key);
+        let Some(at) = shard.records.find(hash, key) else {
+            return Fenced::Lost;
+        };
+        let record = shard.records.get_mut(at);
+        if record.fence != fence.0 {
+            return Fenced::Lost;
+        }
+        match f(record) {
+            After::Keep => Fenced::Applied,
+            After::Remove => {
+                shard.records.remove(hash, at);
+                Fenced::Applied
+            }
+            After::Refuse => Fenced::Lost,
+        }
+    }
+
+    fn claim(&self, request: ClaimRequest<'_>) -> Claim {
         let now = self.now();
-        let hasher = &self.inner.hasher;
+        let hasher = &self.hasher;
         let (hash, mut shard) = self.shard(request.key);
         shard.purge_if_grown(now, hasher);
         let found = shard.records.find(hash, request.key);
@@ -337,11 +339,12 @@ impl Store for MemoryStore {
                 if record.is_expired(now) {
                     true
                 } else {
-                    return Ok(settled(record, request, now));
+                    return settled(record, request, now);
                 }
             }
         };
-        let fence = NEXT_FENCE.fetch_add(1, Ordering::Relaxed);
+        let fence = shard.next_fence;
+        shard.next_fence += SHARDS as u64;
         let lease_until = now.after(request.lease);
         let record = Stored::claimed(
             request.key,
@@ -354,21 +357,16 @@ impl Store for MemoryStore {
             Some(at) => shard.records.replace(at, record),
             None => shard.records.insert(hash, record, hasher),
         }
-        Ok(Claim::Acquired {
+        Claim::Acquired {
             fence: Fence(fence),
             lease_expires_at: now.wall_at(lease_until),
             taken_over,
-        })
+        }
     }
 
-    async fn complete(
-        &self,
-        key: &Key,
-        fence: Fence,
-        completion: Completion<'_>,
-    ) -> Result<Fenced, StoreError> {
+    fn complete(&self, key: &Key, fence: Fence, completion: Completion<'_>) -> Fenced {
         let now = self.now();
-        Ok(self.fenced(key, fence, |record| {
+        self.fenced(key, fence, |record| {
             // A repeated completion keeps the first completion time.
             let (done, done_wall) = if record.is_completed() {
                 (record.done, record.done_wall)
@@ -378,29 +376,29 @@ impl Store for MemoryStore {
             let until = done.saturating_add(nanos(completion.keep));
             record.complete(done, done_wall, until, completion.output);
             After::Keep
-        }))
+        })
     }
 
-    async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
-        Ok(self.fenced(key, fence, free_unfinished))
+    fn release(&self, key: &Key, fence: Fence) -> Fenced {
+        self.fenced(key, fence, free_unfinished)
     }
 
-    async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
+    fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Fenced {
         let now = self.now();
-        Ok(self.fenced(key, fence, |record| {
+        self.fenced(key, fence, |record| {
             if record.is_completed() {
                 After::Refuse
             } else {
                 record.until = now.after(lease);
                 After::Keep
             }
-        }))
+        })
     }
 
-    async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+    fn get(&self, key: &Key) -> Option<Record> {
         let now = self.now();
         let (hash, shard) = self.shard(key);
-        Ok(shard.records.find(hash, key).map(|at| {
+        shard.records.find(hash, key).map(|at| {
             let record = shard.records.get(at);
             Record {
                 key: key.clone(),
@@ -418,39 +416,34 @@ impl Store for MemoryStore {
                     }
                 },
             }
-        }))
+        })
     }
 
-    async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
+    fn effect(&self, key: &Key, effect: &str) -> Option<EffectEntry> {
         let now = self.now();
         let (_, shard) = self.shard(key);
-        Ok(shard
+        shard
             .effects
             .get(&(key.clone(), effect.to_owned()))
             .filter(|e| e.expires > now.mono)
-            .map(|e| e.entry.clone()))
+            .map(|e| e.entry.clone())
     }
 
-    async fn record_effect(
-        &self,
-        key: &Key,
-        fence: Fence,
-        record: EffectRecord<'_>,
-    ) -> Result<Fenced, StoreError> {
+    fn record_effect(&self, key: &Key, fence: Fence, record: EffectRecord<'_>) -> Fenced {
         let now = self.now();
         let (hash, mut shard) = self.shard(key);
-        shard.purge_if_grown(now, &self.inner.hasher);
+        shard.purge_if_grown(now, &self.hasher);
         let holds = shard.records.find(hash, key).is_some_and(|at| {
             let held = shard.records.get(at);
             held.fence == fence.0 && !held.is_completed()
         });
         if !holds {
-            return Ok(Fenced::Lost);
+            return Fenced::Lost;
         }
         let id = (key.clone(), record.effect.to_owned());
         if matches!(shard.effects.get(&id), Some(e) if e.entry.state == EffectState::Done && e.expires > now.mono)
         {
-            return Ok(Fenced::Lost);
+            return Fenced::Lost;
         }
         shard.effects.insert(
             id,
@@ -463,11 +456,7 @@ impl Store for MemoryStore {
                 expires: now.after(record.keep),
             },
         );
-        Ok(Fenced::Applied)
-    }
-
-    fn shared(&self) -> Arc<dyn Store> {
-        Arc::new(self.clone())
+        Fenced::Applied
     }
 
     fn abandon(&self, key: &Key, fence: Fence) {
@@ -508,6 +497,12 @@ fn settled(record: &Stored, request: ClaimRequest<'_>, now: Now) -> Claim {
 #[async_trait]
 impl Purge for MemoryStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
+        Ok(self.inner.purge_expired(limit))
+    }
+}
+
+impl Inner {
+    fn purge_expired(&self, limit: usize) -> u64 {
         let now = self.now();
         // What each kind may still delete.
         let (mut records, mut effects) = (limit, limit);
@@ -517,13 +512,85 @@ impl Purge for MemoryStore {
             }
             let (r, e) = self
                 .lock(shard)
-                .purge(now, (records, effects), &self.inner.hasher);
+                .purge(now, (records, effects), &self.hasher);
             records -= r;
             effects -= e;
         }
-        Ok(((limit - records) + (limit - effects)) as u64)
+        ((limit - records) + (limit - effects)) as u64
     }
 }
+
+/// The `Store` impl of a type whose `$inner` (an expression of `self`) is the [`Inner`], and
+/// whose `$shared` is an `Arc` of it: `MemoryStore`, and `Inner` itself (what `shared` hands
+/// out, so sharing a store allocates nothing).
+macro_rules! store_impl {
+    ($ty:ty, |$this:ident| inner: $inner:expr, shared: $shared:expr) => {
+        // Not offered in "the trait is implemented for" hints, which would show this macro; the
+        // `Store` trait's own message names `MemoryStore`.
+        #[diagnostic::do_not_recommend]
+        #[async_trait]
+        impl Store for $ty {
+            async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+                let $this = self;
+                Ok(Inner::claim($inner, request))
+            }
+            async fn complete(
+                &self,
+                key: &Key,
+                fence: Fence,
+                completion: Completion<'_>,
+            ) -> Result<Fenced, StoreError> {
+                let $this = self;
+                Ok(Inner::complete($inner, key, fence, completion))
+            }
+            async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
+                let $this = self;
+                Ok(Inner::release($inner, key, fence))
+            }
+            async fn renew(
+                &self,
+                key: &Key,
+                fence: Fence,
+                lease: Duration,
+            ) -> Result<Fenced, StoreError> {
+                let $this = self;
+                Ok(Inner::renew($inner, key, fence, lease))
+            }
+            async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
+                let $this = self;
+                Ok(Inner::get($inner, key))
+            }
+            async fn effect(
+                &self,
+                key: &Key,
+                effect: &str,
+            ) -> Result<Option<EffectEntry>, StoreError> {
+                let $this = self;
+                Ok(Inner::effect($inner, key, effect))
+            }
+            async fn record_effect(
+                &self,
+                key: &Key,
+                fence: Fence,
+                record: EffectRecord<'_>,
+            ) -> Result<Fenced, StoreError> {
+                let $this = self;
+                Ok(Inner::record_effect($inner, key, fence, record))
+            }
+            fn shared(&self) -> Arc<dyn Store> {
+                let $this = self;
+                $shared
+            }
+            fn abandon(&self, key: &Key, fence: Fence) {
+                let $this = self;
+                Inner::abandon($inner, key, fence)
+            }
+        }
+    };
+}
+
+store_impl!(MemoryStore, |this| inner: &this.inner, shared: this.inner.clone());
+store_impl!(Inner, |this| inner: this, shared: this.me.upgrade().expect("a store's handles keep it alive"));
 
 #[cfg(test)]
 mod tests {
@@ -633,7 +700,7 @@ mod tests {
             }
             let _ = store.release(&key, fence).await.unwrap();
             clock.advance(keep * 2);
-            let held: usize = (0..SHARDS).map(|i| store.lock(i).effects.len()).sum();
+            let held: usize = (0..SHARDS).map(|i| store.inner.lock(i).effects.len()).sum();
             peak = peak.max(held);
         }
         assert!(

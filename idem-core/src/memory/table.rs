@@ -17,7 +17,7 @@ const OUTPUT: u8 = 8;
 
 /// The hash of a key, as the index and the shard choice use it.
 pub(super) fn hash_key(hasher: &RandomState, key: &Key) -> u64 {
-    hasher.hash_one((key.scope(), key.as_str()))
+    hasher.hash_one((key.scope().as_bytes(), key.as_str().as_bytes()))
 }
 
 /// One record. Times are nanoseconds: monotonic ones on the store's clock (what decides), the
@@ -91,10 +91,7 @@ impl Record {
     }
 
     fn hash(&self, hasher: &RandomState) -> u64 {
-        // Both parts were `str`s when stored.
-        let scope = std::str::from_utf8(self.scope()).expect("stored from a str");
-        let text = std::str::from_utf8(self.text()).expect("stored from a str");
-        hasher.hash_one((scope, text))
+        hasher.hash_one((self.scope(), self.text()))
     }
 
     fn is(&self, key: &Key) -> bool {
