@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tracing::{Instrument, Span};
+use tracing::Span;
 
 use crate::codec::Codec;
 use crate::context::CallContext;
@@ -97,20 +97,21 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    pub fn new<E>(call: Spec) -> Result<Prepared, Error<E>> {
+    /// Validates `call`, made at `now`; a refusal is recorded on `span` (the call's).
+    pub fn new<E>(call: Spec, now: Instant, span: &Span) -> Result<Prepared, Error<E>> {
         let key = call.key.map_err(|e| {
-            record_outcome("invalid_key");
-            tracing::warn!(error = %e, "refused an invalid idempotency key");
+            span.record("outcome", "invalid_key");
+            span.in_scope(|| tracing::warn!(error = %e, "refused an invalid idempotency key"));
             Error::InvalidKey(e)
         })?;
         let fingerprint = call.fingerprint.map_err(|e| {
-            record_outcome("codec_error");
+            span.record("outcome", "codec_error");
             Error::Codec(e)
         })?;
         Ok(Prepared {
             name: call.name,
             key,
-            token: ClaimToken::random(),
+            token: ClaimToken::random_at(now),
             fingerprint,
             lease: call.lease,
             keep: call.keep,
@@ -226,7 +227,8 @@ where
 {
     let span = spec.span();
     let meter = crate::metrics::CallMeter::start(spec.name);
-    let mut prepared = span.in_scope(|| Prepared::new(spec));
+    let made = Instant::now();
+    let mut prepared = Prepared::new(spec, made, &span);
     let call = async move {
         let prepared = match prepared {
             Ok(ref mut prepared) => prepared,
@@ -235,13 +237,18 @@ where
         let request = prepared.request();
         let name = prepared.name;
         // The acquiring attempt carries when it returned: the claim's end is the body's start.
+        // The first attempt starts when the call was made.
+        let mut first = Some(made);
         let (fence, started) = match prepared
-            .claim(&codec, || async move {
-                let started = Instant::now();
-                let claim = store.claim(request).await;
-                let ended = Instant::now();
-                crate::metrics::claim_took(name, ended - started);
-                Ok((claim?, ended))
+            .claim(&codec, || {
+                let started = first.take();
+                async move {
+                    let started = started.unwrap_or_else(Instant::now);
+                    let claim = store.claim(request).await;
+                    let ended = Instant::now();
+                    crate::metrics::claim_took(name, ended - started);
+                    Ok((claim?, ended))
+                }
             })
             .await?
         {
@@ -264,22 +271,26 @@ where
             .run(&codec, keep, started, context.clone(), work)
             .await
     };
-    Metered {
-        call: call.instrument(span),
+    Traced {
+        span,
         meter: Some(meter),
+        call,
     }
 }
 
 pin_project_lite::pin_project! {
-    /// A call's future that counts the call when it ends ([`CallMeter`](crate::metrics::CallMeter)).
-    struct Metered<F> {
+    /// A call's future, run inside the call's span, that counts the call when it ends
+    /// ([`CallMeter`](crate::metrics::CallMeter)). One wrapper for both, so the call's state
+    /// machine is moved into it once.
+    struct Traced<F> {
+        span: Span,
+        meter: Option<crate::metrics::CallMeter>,
         #[pin]
         call: F,
-        meter: Option<crate::metrics::CallMeter>,
     }
 }
 
-impl<F, T, E> Future for Metered<F>
+impl<F, T, E> Future for Traced<F>
 where
     F: Future<Output = Result<Outcome<T>, Error<E>>>,
 {
@@ -287,7 +298,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
-        let result = std::task::ready!(this.call.poll(cx));
+        let result = {
+            let _entered = this.span.enter();
+            std::task::ready!(this.call.poll(cx))
+        };
         let meter = this
             .meter
             .take()

@@ -28,6 +28,50 @@ pub const MAX_KEY_LEN: usize = 512;
 pub struct Key {
     scope: std::borrow::Cow<'static, str>,
     key: String,
+    /// The key's hash in `MemoryStore`'s index, once computed (so a call's claim and
+    /// completion hash it once). Not part of the key's value: equal, hash and order ignore it.
+    memo: Memo,
+}
+
+/// A hash remembered for a [`Key`] (0: not yet). Neutral in every comparison, so the derived
+/// traits of `Key` stay those of its scope and text.
+#[derive(Default)]
+struct Memo(std::sync::atomic::AtomicU64);
+
+impl Clone for Memo {
+    fn clone(&self) -> Memo {
+        Memo(std::sync::atomic::AtomicU64::new(self.get()))
+    }
+}
+
+impl Memo {
+    fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Memo) -> bool {
+        true
+    }
+}
+
+impl Eq for Memo {}
+
+impl PartialOrd for Memo {
+    fn partial_cmp(&self, other: &Memo) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Memo {
+    fn cmp(&self, _: &Memo) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
+}
+
+impl std::hash::Hash for Memo {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
 }
 
 /// The longest scope, in bytes.
@@ -53,6 +97,7 @@ impl Key {
             None => Ok(Key {
                 scope: std::borrow::Cow::Borrowed(DEFAULT_SCOPE),
                 key,
+                memo: Memo::default(),
             }),
             Some(reason) => Err(InvalidKey { key, reason }),
         }
@@ -72,6 +117,7 @@ impl Key {
             });
         }
         self.scope = scope;
+        self.memo = Memo::default();
         Ok(self)
     }
 
@@ -93,8 +139,24 @@ impl Key {
             Key {
                 scope: std::borrow::Cow::Borrowed(DEFAULT_SCOPE),
                 key: String::new(),
+                memo: Memo::default(),
             },
         )
+    }
+
+    /// The key's hash under `MemoryStore`'s process-wide hasher: `compute`d once, then
+    /// remembered (never 0, which marks "not yet"). Only that one hasher may use it.
+    pub(crate) fn memory_hash(&self, compute: impl FnOnce(&Key) -> u64) -> u64 {
+        match self.memo.get() {
+            0 => {
+                let hash = compute(self).max(1);
+                self.memo
+                    .0
+                    .store(hash, std::sync::atomic::Ordering::Relaxed);
+                hash
+            }
+            hash => hash,
+        }
     }
 
     /// The key's text as an owned `String`.

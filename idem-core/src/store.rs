@@ -61,6 +61,11 @@ impl ClaimToken {
     /// library's randomly keyed hasher; every draw also mixes in the monotonic clock, so a
     /// process forked from another (which inherits the generator's state) still draws others.
     pub fn random() -> ClaimToken {
+        ClaimToken::random_at(std::time::Instant::now())
+    }
+
+    /// [`random`](ClaimToken::random), mixing in `now` (a time the caller read anyway).
+    pub(crate) fn random_at(now: std::time::Instant) -> ClaimToken {
         use std::cell::Cell;
         use std::hash::{BuildHasher, Hash, Hasher};
         use std::sync::OnceLock;
@@ -74,7 +79,8 @@ impl ClaimToken {
             });
         }
         static ORIGIN: OnceLock<Instant> = OnceLock::new();
-        let ticks = ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64;
+        let origin = *ORIGIN.get_or_init(Instant::now);
+        let ticks = now.saturating_duration_since(origin).as_nanos() as u64;
         let state = STATE.with(|state| {
             let next = state.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
             state.set(next);

@@ -10,7 +10,7 @@ use std::panic::resume_unwind;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 use crate::codec::Codec;
 use crate::context::CallContext;
@@ -148,7 +148,7 @@ where
     let span = spec.span();
     let meter = crate::metrics::CallMeter::start(spec.name);
     let result = async move {
-        let prepared = Prepared::new(spec)?;
+        let prepared = Prepared::new(spec, std::time::Instant::now(), &Span::current())?;
         let request = prepared.request();
         let name = prepared.name;
         let claimed = prepared

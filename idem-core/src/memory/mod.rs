@@ -19,6 +19,13 @@ mod table;
 
 use table::{hash_key, Record as Stored, Table};
 
+/// The keyed hash of every `MemoryStore` in the process (SipHash, randomly keyed: keys may come
+/// from clients, as with the HTTP layer).
+fn hasher() -> &'static RandomState {
+    static HASHER: std::sync::OnceLock<RandomState> = std::sync::OnceLock::new();
+    HASHER.get_or_init(RandomState::new)
+}
+
 /// Shards (each its own lock) a store's keys are spread over, by hash.
 const SHARDS: usize = 64;
 
@@ -66,9 +73,9 @@ struct Inner {
     /// This store, for [`Store::shared`] called on a shared handle.
     me: std::sync::Weak<Inner>,
     clock: Box<dyn Clock>,
-    /// Hashes keys for the shard choice and the shards' indexes (SipHash, randomly keyed: keys
-    /// may come from clients, as with the HTTP layer).
-    hasher: RandomState,
+    /// Hashes keys for the shard choice and the shards' indexes: [`hasher`], one for every
+    /// `MemoryStore` of the process, so a key remembers its hash across a call's steps.
+    hasher: &'static RandomState,
     shards: Box<[Mutex<Shard>]>,
 }
 
@@ -190,7 +197,7 @@ impl MemoryStore {
             inner: Arc::new_cyclic(|me| Inner {
                 me: me.clone(),
                 clock: Box::new(clock),
-                hasher: RandomState::new(),
+                hasher: hasher(),
                 shards,
             }),
         }
@@ -293,7 +300,7 @@ impl Inner {
 
     /// The hash of `key` and its shard, locked.
     fn shard(&self, key: &Key) -> (u64, MutexGuard<'_, Shard>) {
-        let hash = hash_key(&self.hasher, key);
+        let hash = key.memory_hash(|key| hash_key(self.hasher, key));
         // The index uses the low bits (slot) and the top seven (tag); the shard takes others.
         (hash, self.lock((hash >> 48) as usize % SHARDS))
     }
@@ -328,7 +335,7 @@ impl Inner {
 
     fn claim(&self, request: ClaimRequest<'_>) -> Claim {
         let now = self.now();
-        let hasher = &self.hasher;
+        let hasher = self.hasher;
         let (hash, mut shard) = self.shard(request.key);
         shard.purge_if_grown(now, hasher);
         let found = shard.records.find(hash, request.key);
@@ -355,7 +362,7 @@ impl Inner {
         );
         match found {
             Some(at) => shard.records.replace(at, record),
-            None => shard.records.insert(hash, record, hasher),
+            None => shard.records.insert(hash, record),
         }
         Claim::Acquired {
             fence: Fence(fence),
@@ -432,7 +439,7 @@ impl Inner {
     fn record_effect(&self, key: &Key, fence: Fence, record: EffectRecord<'_>) -> Fenced {
         let now = self.now();
         let (hash, mut shard) = self.shard(key);
-        shard.purge_if_grown(now, &self.hasher);
+        shard.purge_if_grown(now, self.hasher);
         let holds = shard.records.find(hash, key).is_some_and(|at| {
             let held = shard.records.get(at);
             held.fence == fence.0 && !held.is_completed()
@@ -510,9 +517,7 @@ impl Inner {
             if records == 0 && effects == 0 {
                 break;
             }
-            let (r, e) = self
-                .lock(shard)
-                .purge(now, (records, effects), &self.hasher);
+            let (r, e) = self.lock(shard).purge(now, (records, effects), self.hasher);
             records -= r;
             effects -= e;
         }

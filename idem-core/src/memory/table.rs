@@ -1,6 +1,8 @@
 //! One shard's records, laid out compactly: each record is 64 bytes in a chunked slab, with its
 //! scope, key, fingerprint and output in one heap block, and the hash index holds only slab
-//! positions (4 bytes a slot), so the table's growth doubles an array of `u32`s, not of records.
+//! positions and 32 bits of each key's hash (8 bytes a slot): the table's growth doubles an
+//! array of those, and rehashes them from the stored bits without reading a record or hashing
+//! a key again.
 
 use hashbrown::HashTable;
 use std::hash::{BuildHasher, RandomState};
@@ -15,9 +17,23 @@ const TOKEN: u8 = 2;
 const FINGERPRINT: u8 = 4;
 const OUTPUT: u8 = 8;
 
-/// The hash of a key, as the index and the shard choice use it.
+/// The hash of a key, as the index and the shard choice use it (never 0).
 pub(super) fn hash_key(hasher: &RandomState, key: &Key) -> u64 {
-    hasher.hash_one((key.scope().as_bytes(), key.as_str().as_bytes()))
+    hasher
+        .hash_one((key.scope().as_bytes(), key.as_str().as_bytes()))
+        .max(1)
+}
+
+/// The 32 bits of a key's hash that the index keeps.
+fn tag(hash: u64) -> u32 {
+    (hash ^ (hash >> 32)) as u32
+}
+
+/// The hash the index files a key under, made from its tag alone (so growth needs nothing
+/// else): a multiply spreads the tag over the 64 bits hashbrown reads (its slot from the low
+/// bits, its control byte from the top seven).
+fn spread(tag: u32) -> u64 {
+    u64::from(tag).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(tag)
 }
 
 /// One record. Times are nanoseconds: monotonic ones on the store's clock (what decides), the
@@ -91,7 +107,7 @@ impl Record {
     }
 
     fn hash(&self, hasher: &RandomState) -> u64 {
-        hasher.hash_one((self.scope(), self.text()))
+        hasher.hash_one((self.scope(), self.text())).max(1)
     }
 
     fn is(&self, key: &Key) -> bool {
@@ -140,7 +156,8 @@ impl Record {
 /// The records of one shard, and the index that finds them by key.
 #[derive(Default)]
 pub(super) struct Table {
-    index: HashTable<u32>,
+    /// (slab position, tag) of each record.
+    index: HashTable<(u32, u32)>,
     chunks: Vec<Vec<Option<Record>>>,
     /// Slab positions whose record was removed, for reuse.
     free: Vec<u32>,
@@ -159,11 +176,12 @@ impl Table {
     /// Where the record for `key` is, if there is one.
     pub fn find(&self, hash: u64, key: &Key) -> Option<u32> {
         let chunks = &self.chunks;
+        let tag = tag(hash);
         self.index
-            .find(hash, |&at| {
-                slot(chunks, at).as_ref().is_some_and(|r| r.is(key))
+            .find(spread(tag), |&(at, other)| {
+                other == tag && slot(chunks, at).as_ref().is_some_and(|r| r.is(key))
             })
-            .copied()
+            .map(|&(at, _)| at)
     }
 
     pub fn get(&self, at: u32) -> &Record {
@@ -181,7 +199,7 @@ impl Table {
     }
 
     /// Adds the record of a key that has none (`hash` is its key's).
-    pub fn insert(&mut self, hash: u64, record: Record, hasher: &RandomState) {
+    pub fn insert(&mut self, hash: u64, record: Record) {
         let at = match self.free.pop() {
             Some(at) => {
                 let (chunk, offset) = split(at);
@@ -198,15 +216,17 @@ impl Table {
                 u32::try_from(full + chunk.len() - 1).expect("fewer than 2^32 records a shard")
             }
         };
-        let chunks = &self.chunks;
-        self.index.insert_unique(hash, at, |&at| {
-            slot(chunks, at).as_ref().expect("indexed").hash(hasher)
-        });
+        let tag = tag(hash);
+        self.index
+            .insert_unique(spread(tag), (at, tag), |&(_, tag)| spread(tag));
     }
 
     /// Removes the record at `at` (`hash` is its key's).
     pub fn remove(&mut self, hash: u64, at: u32) {
-        if let Ok(entry) = self.index.find_entry(hash, |&other| other == at) {
+        if let Ok(entry) = self
+            .index
+            .find_entry(spread(tag(hash)), |&(other, _)| other == at)
+        {
             entry.remove();
         }
         let (chunk, offset) = split(at);
@@ -271,7 +291,7 @@ mod tests {
             .collect();
         for (i, key) in keys.iter().enumerate() {
             let record = Record::claimed(key, Some("fp"), Some(i as u64), i as u64, 0);
-            table.insert(hash_key(&hasher, key), record, &hasher);
+            table.insert(hash_key(&hasher, key), record);
         }
         assert_eq!(table.len(), 5000);
         let removed = table.remove_where(usize::MAX, &hasher, |r| r.fence % 3 == 0);
@@ -293,7 +313,6 @@ mod tests {
         table.insert(
             hash_key(&hasher, &key),
             Record::claimed(&key, None, None, 1, 0),
-            &hasher,
         );
         assert_eq!(table.chunks.iter().map(Vec::len).sum::<usize>(), 5000);
     }
