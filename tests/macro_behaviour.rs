@@ -195,6 +195,29 @@ async fn slow_body_outlives_its_lease_without_takeover() {
     );
 }
 
+/// On a `current_thread` runtime too: the lease watch spawns the renewal from its own thread,
+/// and the runtime's one thread runs it while the body awaits.
+#[tokio::test(flavor = "current_thread")]
+async fn slow_body_is_renewed_on_a_current_thread_runtime() {
+    let store = Arc::new(FlakyStore::default());
+    let runs = Arc::new(AtomicU32::new(0));
+    let first = tokio::spawn({
+        let (store, runs) = (store.clone(), runs.clone());
+        async move { slow_job(&store, 2, &runs).await }
+    });
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let again = slow_job(&store, 2, &runs).await.unwrap();
+        assert!(again.is_in_progress(), "got {again:?}");
+    }
+    assert!(first.await.unwrap().unwrap().is_executed());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(
+        store.renews.load(Ordering::SeqCst) >= 3,
+        "the lease was renewed"
+    );
+}
+
 #[idempotent(key = "quick:{id}", store = store, lease = "300ms")]
 async fn quick_job(store: &FlakyStore, id: u32) -> Result<u32, MailError> {
     Ok(id)
