@@ -55,7 +55,10 @@ pub fn draw(path: &Path, title: &str, series: &[(String, Vec<(u32, f64)>)]) -> R
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
-    let palette = [&BLUE, &RED, &GREEN, &MAGENTA, &BLACK, &CYAN];
+    // One color per series (the sweep draws seven): a repeated color made two lines one.
+    const ORANGE: RGBColor = RGBColor(230, 120, 0);
+    const GREY: RGBColor = RGBColor(128, 128, 128);
+    let palette = [&BLUE, &RED, &GREEN, &MAGENTA, &BLACK, &CYAN, &ORANGE, &GREY];
     for (i, (label, points)) in series.iter().enumerate() {
         let color = palette[i % palette.len()];
         chart
