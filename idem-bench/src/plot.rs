@@ -26,7 +26,19 @@ fn register_font() -> Result<(), String> {
 }
 
 /// One line per mode: (label, [(concurrency, calls/s)]).
+#[allow(dead_code)] // the HTTP benchmark includes this file for `draw_with_axes` only
 pub fn draw(path: &Path, title: &str, series: &[(String, Vec<(u32, f64)>)]) -> Result<(), String> {
+    let axes = ("concurrent callers (log scale)", "calls per second");
+    draw_with_axes(path, title, axes, series)
+}
+
+/// One line per mode: (label, [(concurrency, calls/s)]), with the axes named `x` and `y`.
+pub fn draw_with_axes(
+    path: &Path,
+    title: &str,
+    (x, y): (&str, &str),
+    series: &[(String, Vec<(u32, f64)>)],
+) -> Result<(), String> {
     register_font()?;
     let root = BitMapBackend::new(path, (1000, 640)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
@@ -49,8 +61,8 @@ pub fn draw(path: &Path, title: &str, series: &[(String, Vec<(u32, f64)>)]) -> R
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
-        .x_desc("concurrent callers (log scale)")
-        .y_desc("calls per second")
+        .x_desc(x)
+        .y_desc(y)
         .label_style(("sans-serif", 16))
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()

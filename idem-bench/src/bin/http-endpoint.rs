@@ -33,6 +33,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[path = "../plot.rs"]
+mod plot;
+
 /// The article's endpoint under load. Unknown flags exit with status 2 and the usage.
 #[derive(Debug, clap::Parser)]
 #[command(about = "The article's endpoint over HTTP: hand-written against idem")]
@@ -58,6 +61,16 @@ struct Args {
     /// A server to use; without it a throwaway one is started.
     #[arg(long)]
     database_url: Option<String>,
+    /// After the table, the endpoints on PostgreSQL at each of these connection counts (keys
+    /// per point: `--sweep-keys`), drawn to `--plot`. Empty: no sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64,128")]
+    sweep: Vec<usize>,
+    /// Distinct keys per point of the sweep.
+    #[arg(long, default_value_t = 5_000)]
+    sweep_keys: u64,
+    /// Where the sweep's plot goes.
+    #[arg(long, default_value = "BENCHMARKS-http.png")]
+    plot: PathBuf,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -222,10 +235,12 @@ async fn load(
     }
 }
 
+/// One row: `keys` keys over `connections` connections on a fresh schema.
 async fn measure(
     variant: Variant,
     pool: &PgPool,
     run: usize,
+    (keys, connections): (u64, usize),
     args: &Args,
     dir: &std::path::Path,
 ) -> Measured {
@@ -270,13 +285,13 @@ async fn measure(
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move { axum::serve(listener, router).await });
     // Warm up: connections, prepared statements, caches.
-    let _ = load(&base, "warm", 500, args.connections, args.deliveries).await;
+    let _ = load(&base, "warm", 500, connections, args.deliveries).await;
     let sent_before = app.sent.load(Ordering::Relaxed);
-    let measured = load(&base, "job", args.keys, args.connections, args.deliveries).await;
+    let measured = load(&base, "job", keys, connections, args.deliveries).await;
     let sent = app.sent.load(Ordering::Relaxed) - sent_before;
     let expected = match variant {
-        Variant::HttpAlone => args.keys * args.deliveries,
-        _ => args.keys,
+        Variant::HttpAlone => keys * args.deliveries,
+        _ => keys,
     };
     assert_eq!(sent, expected, "{}: emails sent", variant.label());
     server.abort();
@@ -325,7 +340,8 @@ async fn main() {
     .enumerate()
     {
         eprintln!("http endpoint: {} ...", variant.label());
-        let measured = measure(variant, &pool, run, &args, &dir).await;
+        let shape = (args.keys, args.connections);
+        let measured = measure(variant, &pool, run, shape, &args, &dir).await;
         println!(
             "| {} | {:.0} | {:.2} | {:.2} |",
             variant.label(),
@@ -347,5 +363,54 @@ async fn main() {
         rates[5] / rates[0],
         rates[5] / rates[2]
     );
+    if !args.sweep.is_empty() {
+        sweep(&pool, &args, &dir).await;
+    }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The endpoints on PostgreSQL against connections (requests in flight), as a table and a plot.
+async fn sweep(pool: &PgPool, args: &Args, dir: &std::path::Path) {
+    let variants = [
+        Variant::HandWritten,
+        Variant::IdemDefault,
+        Variant::LayerPostgres,
+    ];
+    println!(
+        "\n### The article's endpoint against connections ({} keys per point, each delivered twice concurrently; requests/s)\n",
+        args.sweep_keys
+    );
+    let header: Vec<String> = args.sweep.iter().map(|c| c.to_string()).collect();
+    println!("| endpoint | {} |", header.join(" | "));
+    println!("| --- |{}", " ---: |".repeat(args.sweep.len()));
+    let mut series = Vec::new();
+    for (i, variant) in variants.into_iter().enumerate() {
+        let mut points = Vec::new();
+        for (j, &connections) in args.sweep.iter().enumerate() {
+            eprintln!("http sweep: {} at {connections} ...", variant.label());
+            let run = 100 + i * 100 + j;
+            let shape = (args.sweep_keys, connections);
+            let measured = measure(variant, pool, run, shape, args, dir).await;
+            points.push((connections as u32, measured.rate()));
+        }
+        let cells: Vec<String> = points.iter().map(|(_, r)| format!("{r:.0}")).collect();
+        println!("| {} | {} |", variant.label(), cells.join(" | "));
+        series.push((variant.label().replace('`', ""), points));
+    }
+    let axes = (
+        "connections, each key sent twice at once (log scale)",
+        "requests per second",
+    );
+    match plot::draw_with_axes(
+        &args.plot,
+        "The article's endpoint over HTTP",
+        axes,
+        &series,
+    ) {
+        Ok(()) => println!(
+            "\n![the endpoint against connections]({})",
+            args.plot.display()
+        ),
+        Err(e) => eprintln!("no plot: {e}"),
+    }
 }
