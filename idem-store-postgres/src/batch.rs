@@ -15,7 +15,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use idem_core::StoreError;
 use sqlx::PgConnection;
@@ -34,9 +34,6 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
     type Request: Send + Sync + 'static;
     /// What one caller is answered.
     type Answer: Send + 'static;
-
-    /// The batcher of this operation in `store`.
-    fn batcher(store: &PgStore) -> &Batcher<Self>;
 
     /// Feeds the record `request` names to `state`: two requests for one record never share a
     /// statement (a batch with the same key twice could answer both from one row).
@@ -100,6 +97,16 @@ pub(crate) struct Batcher<O: Op> {
     hasher: RandomState,
 }
 
+impl<O: Op> std::fmt::Debug for Batcher<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher")
+            .field("operation", &O::NAME)
+            .field("drivers", &self.drivers)
+            .field("queued", &self.queued())
+            .finish()
+    }
+}
+
 impl<O: Op> Batcher<O> {
     /// A batcher that runs at most `drivers` statements at once.
     pub fn new(drivers: usize) -> Batcher<O> {
@@ -111,6 +118,11 @@ impl<O: Op> Batcher<O> {
             drivers: drivers.max(1),
             hasher: RandomState::new(),
         }
+    }
+
+    /// How many statements it runs at most at once.
+    pub fn drivers(&self) -> usize {
+        self.drivers
     }
 
     /// How many requests wait for a statement.
@@ -160,12 +172,13 @@ impl<O: Op> Batcher<O> {
     }
 }
 
-/// Sends `request` in the next statement of its kind and waits for its answer.
+/// Sends `request` in the next statement of `batcher` (on `store`'s connections) and waits for
+/// its answer.
 pub(crate) async fn submit<O: Op>(
     store: &PgStore,
+    batcher: &Arc<Batcher<O>>,
     request: O::Request,
 ) -> Result<O::Answer, StoreError> {
-    let batcher = O::batcher(store);
     let (answer, answered) = oneshot::channel();
     let start = {
         let mut state = batcher.lock();
@@ -177,7 +190,7 @@ pub(crate) async fn submit<O: Op>(
         start
     };
     if start {
-        let driver = drive::<O>(store.clone());
+        let driver = drive::<O>(store.clone(), batcher.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(driver);
@@ -196,9 +209,9 @@ pub(crate) async fn submit<O: Op>(
 }
 
 /// Runs batches until the queue is empty.
-async fn drive<O: Op>(store: PgStore) {
+async fn drive<O: Op>(store: PgStore, batcher: Arc<Batcher<O>>) {
     let mut slot = Slot {
-        batcher: O::batcher(&store),
+        batcher: &batcher,
         retired: false,
     };
     loop {

@@ -10,7 +10,7 @@ use idem_core::{Claim, ClaimRequest, ClaimToken, Completion, Fence, Fenced, Fing
 use idem_core::{Operation, StoreError};
 use sqlx::{PgConnection, Row};
 
-use crate::batch::{hash_record, Batcher, Op};
+use crate::batch::{hash_record, Op};
 use crate::direct::on_conn;
 use crate::error::store_error;
 use crate::store::{fence_param, ClaimRow, Judged, PgStore};
@@ -77,10 +77,6 @@ impl Op for ClaimOp {
     type Request = OwnedClaim;
     type Answer = Claim;
 
-    fn batcher(store: &PgStore) -> &Batcher<Self> {
-        &store.batches().expect("batching is on").claims
-    }
-
     fn record(request: &OwnedClaim, state: &mut impl Hasher) {
         hash_record(request.key.as_str(), request.key.scope(), state);
     }
@@ -107,10 +103,6 @@ pub(crate) struct CompleteOp;
 impl Op for CompleteOp {
     type Request = OwnedCompletion;
     type Answer = Fenced;
-
-    fn batcher(store: &PgStore) -> &Batcher<Self> {
-        &store.batches().expect("batching is on").completions
-    }
 
     fn record(request: &OwnedCompletion, state: &mut impl Hasher) {
         hash_record(request.key.as_str(), "", state);

@@ -79,8 +79,8 @@ struct Shared {
 
 /// The queues of lease mode's batched operations.
 pub(crate) struct Batches {
-    pub claims: Batcher<ClaimOp>,
-    pub completions: Batcher<CompleteOp>,
+    pub claims: Arc<Batcher<ClaimOp>>,
+    pub completions: Arc<Batcher<CompleteOp>>,
 }
 
 /// Where the store's statements run.
@@ -200,8 +200,8 @@ impl PgStoreBuilder {
             Some(direct) if self.batching => {
                 let in_flight = self.in_flight.min(direct.connections());
                 Some(Batches {
-                    claims: Batcher::new(in_flight),
-                    completions: Batcher::new(in_flight),
+                    claims: Arc::new(Batcher::new(in_flight)),
+                    completions: Arc::new(Batcher::new(in_flight)),
                 })
             }
             _ => None,
@@ -602,8 +602,8 @@ pub(crate) fn fence_param(fence: Fence) -> i64 {
 #[async_trait]
 impl Store for PgStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        if self.batches().is_some() {
-            return batch::submit::<ClaimOp>(self, OwnedClaim::new(request)).await;
+        if let Some(batches) = self.batches() {
+            return batch::submit(self, &batches.claims, OwnedClaim::new(request)).await;
         }
         on_conn!(indexed self, conn => self.claim_on(conn, request))
             .map_err(|e| store_error(e).during(Operation::Claim))
@@ -615,9 +615,9 @@ impl Store for PgStore {
         fence: Fence,
         completion: Completion<'_>,
     ) -> Result<Fenced, StoreError> {
-        if self.batches().is_some() {
+        if let Some(batches) = self.batches() {
             let completion = OwnedCompletion::new(key, fence, completion);
-            return batch::submit::<CompleteOp>(self, completion).await;
+            return batch::submit(self, &batches.completions, completion).await;
         }
         on_conn!(indexed self, conn => self.complete_on(conn, key, fence, completion))
             .map_err(|e| store_error(e).during(Operation::Complete))

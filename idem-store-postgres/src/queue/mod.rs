@@ -104,6 +104,8 @@ pub use job::{
 };
 pub use workers::{ShutdownReport, Workers};
 
+use crate::batch::Batcher;
+use job_store::JobCompleteOp;
 use sql::QueueSql;
 
 /// The scope of the queue's jobs' records: a job's key names one record of its own, apart
@@ -117,6 +119,8 @@ pub const QUEUE_SCOPE: &str = "idem:queue";
 pub struct Queue {
     store: PgStore,
     sql: Arc<QueueSql>,
+    /// The completions of concurrent jobs, batched as the store batches calls' (when it does).
+    completions: Option<Arc<Batcher<JobCompleteOp>>>,
 }
 
 fn failed(operation: Operation) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -130,6 +134,9 @@ impl Queue {
         Queue {
             sql: Arc::new(QueueSql::new(store)),
             store: store.clone(),
+            completions: store
+                .batches()
+                .map(|batches| Arc::new(Batcher::new(batches.claims.drivers()))),
         }
     }
 

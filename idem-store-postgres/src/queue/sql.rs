@@ -34,6 +34,10 @@ pub(crate) struct QueueSql {
     /// in µs) that also marks the job done (`$5` attempt) when it applies, so a finished job
     /// costs one statement. Returns (record completed, job marked done).
     pub(crate) complete_and_done: String,
+    /// `complete_and_done` for many jobs at once (each key at most once): `$1` keys, `$2`
+    /// fences, `$3` outputs, `$4` keeps (µs), `$5` attempts. Returns, for each position `i`
+    /// (from 1, in order), (record completed, job marked done).
+    pub(crate) complete_and_done_many: String,
     /// `$1` key, `$2` attempt, `$3` delay (µs), `$4` error.
     pub(crate) retry: String,
     /// `$1` key, `$2` attempt, `$3` error.
@@ -66,6 +70,7 @@ impl QueueSql {
             "$3::text",
         );
         let (complete, renew) = (&records.complete, &records.renew);
+        let complete_many = &records.complete_many;
         let fenced = "FROM unnest($1::text[], $2::int[]) AS held(key, attempts)
              WHERE q.key = held.key AND q.attempts = held.attempts AND q.state = 'running'";
         QueueSql {
@@ -122,6 +127,19 @@ impl QueueSql {
                      RETURNING 1
                  )
                  SELECT (SELECT count(*) FROM completed), (SELECT count(*) FROM done)"
+            ),
+            complete_and_done_many: format!(
+                "WITH completed AS ({complete_many}),
+                 done AS (
+                     UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
+                     FROM unnest($1::text[], $5::int[]) WITH ORDINALITY AS d(key, attempts, i)
+                     WHERE q.key = ANY($1::text[]) AND q.key = d.key AND q.attempts = d.attempts
+                       AND q.state = 'running' AND d.i IN (SELECT i FROM completed)
+                     RETURNING d.i
+                 )
+                 SELECT n.i IN (SELECT i FROM completed), n.i IN (SELECT i FROM done)
+                 FROM generate_series(1::bigint, cardinality($1::text[])::bigint) AS n(i)
+                 ORDER BY n.i"
             ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
