@@ -3,7 +3,7 @@
 //! another contract fails to resolve instead of miscompiling.
 //!
 //! The expansion only builds a [`Call`] and hands it the body; every step of running it lives
-//! in the runtime ([`crate::execute`], [`crate::transactional`]), written once for the attribute
+//! in the runtime (`execute.rs`, `transactional.rs`), written once for the attribute
 //! and for direct users of [`Call`].
 
 use core::future::Future;

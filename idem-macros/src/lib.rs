@@ -1,8 +1,8 @@
 //! The `#[idempotent]` attribute. Use it through `idem-core`, which re-exports it and holds
 //! the runtime it expands to; see that crate for the full documentation.
 //!
-//! This crate only forwards: [`attr`] parses the arguments, [`validate`] checks them against
-//! the function, [`expand`] writes the code.
+//! This crate only forwards: `attr` parses the arguments, `validate` checks them against
+//! the function, `expand` writes the code.
 
 mod attr;
 mod duration;
