@@ -51,13 +51,17 @@ impl<S: Store + ?Sized> Lease<'_, S> {
     /// Keeps the claim, made at `claimed_at`, renewed through `context`'s store (the same store,
     /// as a handle another task can keep) until the returned guard is dropped.
     pub fn renew_in_background(&self, context: &CallContext, claimed_at: Instant) -> Renewal {
-        Renewal(watch::start(context, self.lease, claimed_at))
+        Renewal {
+            _watched: watch::start(context, self.lease, claimed_at),
+        }
     }
 }
 
-/// Renewal of a running claim; stops when dropped.
+/// Renewal of a running claim; stops when dropped (taking the claim off the watch).
 #[derive(Debug)]
-pub(crate) struct Renewal(#[allow(dead_code)] watch::Watched);
+pub(crate) struct Renewal {
+    _watched: watch::Watched,
+}
 
 /// Renews the claim at once, then every [`renew_every`], for as long as it is polled. When a
 /// newer run took the key over it stops renewing (the run's completion will be refused);
