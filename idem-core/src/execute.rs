@@ -87,7 +87,6 @@ impl Spec {
 
 /// A call's validated inputs.
 pub(crate) struct Prepared {
-    pub name: &'static str,
     key: Key,
     token: ClaimToken,
     fingerprint: Option<Fingerprint>,
@@ -109,7 +108,6 @@ impl Prepared {
             Error::Codec(e)
         })?;
         Ok(Prepared {
-            name: call.name,
             key,
             token: ClaimToken::random_at(now),
             fingerprint,
@@ -227,6 +225,7 @@ where
 {
     let span = spec.span();
     let meter = crate::metrics::CallMeter::start(spec.name);
+    let handler = meter.handler();
     let made = Instant::now();
     let mut prepared = Prepared::new(spec, made, &span);
     let call = async move {
@@ -235,7 +234,6 @@ where
             Err(invalid) => return Err(invalid),
         };
         let request = prepared.request();
-        let name = prepared.name;
         // The acquiring attempt carries when it returned: the claim's end is the body's start.
         // The first attempt starts when the call was made.
         let mut first = Some(made);
@@ -246,7 +244,7 @@ where
                     let started = started.unwrap_or_else(Instant::now);
                     let claim = store.claim(request).await;
                     let ended = Instant::now();
-                    crate::metrics::claim_took(name, ended - started);
+                    handler.claim_took(ended - started);
                     Ok((claim?, ended))
                 }
             })
@@ -258,7 +256,7 @@ where
         // The body's context takes the key over (no copy of it).
         let context = CallContext::new(prepared.key.take(), fence, store.shared());
         let claimed = Claimed {
-            name,
+            handler,
             lease: Lease {
                 store,
                 key: context.key(),
@@ -317,7 +315,7 @@ pub(crate) async fn catch_unwind<F: Future>(work: F) -> Result<F::Output, Box<dy
 
 /// A claim this call holds in lease mode.
 struct Claimed<'a, S: ?Sized> {
-    name: &'static str,
+    handler: crate::metrics::Handler,
     lease: Lease<'a, S>,
 }
 
@@ -341,7 +339,7 @@ impl<S: Store + ?Sized> Claimed<'_, S> {
         let result = {
             let _renewal = lease.renew_in_background(&context, started);
             let result = CatchUnwind(context.scope(work)).await;
-            crate::metrics::body_took(self.name, started.elapsed());
+            self.handler.body_took(started.elapsed());
             result
         };
         let settled = match result {

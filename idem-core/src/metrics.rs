@@ -122,31 +122,50 @@ fn keys(handler: &'static str) -> &'static HandlerKeys {
     keys
 }
 
-pub(crate) fn claim_took(handler: &'static str, took: Duration) {
-    let key = &keys(handler).claim;
-    metrics::with_recorder(|r| {
-        r.register_histogram(key, &METADATA)
-            .record(took.as_secs_f64())
-    });
+/// One handler's metrics: its name and keys, looked up once per call.
+#[derive(Clone, Copy)]
+pub(crate) struct Handler {
+    name: &'static str,
+    keys: &'static HandlerKeys,
 }
 
-pub(crate) fn body_took(handler: &'static str, took: Duration) {
-    let key = &keys(handler).body;
-    metrics::with_recorder(|r| {
-        r.register_histogram(key, &METADATA)
-            .record(took.as_secs_f64())
-    });
-}
-
-/// Counts one call of `handler` that ended with `outcome` (one of [`OUTCOMES`]).
-fn count_call(handler: &'static str, outcome: &'static str) {
-    match OUTCOMES.iter().position(|known| *known == outcome) {
-        Some(at) => {
-            let key = &keys(handler).calls[at];
-            metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+impl Handler {
+    pub fn new(name: &'static str) -> Handler {
+        Handler {
+            name,
+            keys: keys(name),
         }
-        None => metrics::counter!(CALLS, "handler" => handler, "outcome" => outcome).increment(1),
     }
+
+    /// Records one claim attempt's round trip.
+    pub fn claim_took(self, took: Duration) {
+        record_seconds(&self.keys.claim, took);
+    }
+
+    /// Records how long the body ran.
+    pub fn body_took(self, took: Duration) {
+        record_seconds(&self.keys.body, took);
+    }
+
+    /// Counts one call that ended with `outcome` (one of [`OUTCOMES`]).
+    fn count_call(self, outcome: &'static str) {
+        match OUTCOMES.iter().position(|known| *known == outcome) {
+            Some(at) => {
+                let key = &self.keys.calls[at];
+                metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(1));
+            }
+            None => {
+                metrics::counter!(CALLS, "handler" => self.name, "outcome" => outcome).increment(1)
+            }
+        }
+    }
+}
+
+fn record_seconds(key: &Key, took: Duration) {
+    metrics::with_recorder(|r| {
+        r.register_histogram(key, &METADATA)
+            .record(took.as_secs_f64())
+    });
 }
 
 fn operation_name(operation: Option<Operation>) -> &'static str {
@@ -164,16 +183,21 @@ fn operation_name(operation: Option<Operation>) -> &'static str {
 /// Counts one call when it ends: with its result, or (dropped without one) as `panicked` while
 /// unwinding, `dropped` otherwise.
 pub(crate) struct CallMeter {
-    handler: &'static str,
+    handler: Handler,
     done: bool,
 }
 
 impl CallMeter {
     pub fn start(handler: &'static str) -> CallMeter {
         CallMeter {
-            handler,
+            handler: Handler::new(handler),
             done: false,
         }
+    }
+
+    /// The call's handler, for the claim and body timings.
+    pub fn handler(&self) -> Handler {
+        self.handler
     }
 
     /// Records how the call ended, and hands the result back.
@@ -182,7 +206,7 @@ impl CallMeter {
         result: Result<Outcome<T>, Error<E>>,
     ) -> Result<Outcome<T>, Error<E>> {
         self.done = true;
-        let handler = self.handler;
+        let handler = self.handler.name;
         let outcome = match &result {
             Ok(outcome) => outcome.kind(),
             Err(Error::Handler(_)) => "handler_error",
@@ -203,7 +227,7 @@ impl CallMeter {
             }
             Err(Error::Codec(_)) => "codec_error",
         };
-        count_call(handler, outcome);
+        self.handler.count_call(outcome);
         result
     }
 }
@@ -216,7 +240,7 @@ impl Drop for CallMeter {
             } else {
                 "dropped"
             };
-            count_call(self.handler, outcome);
+            self.handler.count_call(outcome);
         }
     }
 }

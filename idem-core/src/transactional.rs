@@ -147,15 +147,15 @@ where
 {
     let span = spec.span();
     let meter = crate::metrics::CallMeter::start(spec.name);
+    let handler = meter.handler();
     let result = async move {
         let prepared = Prepared::new(spec, std::time::Instant::now(), &Span::current())?;
         let request = prepared.request();
-        let name = prepared.name;
         let claimed = prepared
             .claim(&codec, || async move {
                 let started = std::time::Instant::now();
                 let claimed = store.claim_in_transaction(request).await;
-                crate::metrics::claim_took(name, started.elapsed());
+                handler.claim_took(started.elapsed());
                 let TxClaim { claim, transaction } = claimed?;
                 Ok((claim, transaction))
             })
@@ -181,7 +181,7 @@ where
         // A panic drops the body, and with it the transaction: it rolls back.
         let started = std::time::Instant::now();
         let body_result = catch_unwind(context.scope(body)).await;
-        crate::metrics::body_took(name, started.elapsed());
+        handler.body_took(started.elapsed());
         let (transaction, result) = match body_result {
             Ok(returned) => returned,
             Err(panic) => {
