@@ -50,7 +50,8 @@ pub struct TxClaim<Tx> {
             `dyn Store`); remove `transaction` to use lease mode"
 )]
 pub trait TransactionalStore: Store {
-    /// The open transaction the handler receives (for PostgreSQL, a `sqlx::Transaction`).
+    /// The open transaction the handler receives (for PostgreSQL, `PgTransaction`, which
+    /// derefs to sqlx's connection; for SQLite, a `sqlx::Transaction`).
     type Transaction: Send;
 
     /// Begins a transaction and claims the key in it. When acquired, the claimed row stays

@@ -15,7 +15,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgConnection};
 use sqlx::{PgPool, Postgres};
 use std::sync::{Arc, Mutex, Weak};
-use tokio::sync::{oneshot, Semaphore, SemaphorePermit};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 /// Where the store's own connections come from.
 pub(crate) enum Source {
@@ -33,6 +33,13 @@ enum Own {
 
 impl Own {
     fn get(&mut self) -> &mut PgConnection {
+        match self {
+            Own::Held(conn) => conn,
+            Own::Opened(conn) => conn,
+        }
+    }
+
+    fn get_ref(&self) -> &PgConnection {
         match self {
             Own::Held(conn) => conn,
             Own::Opened(conn) => conn,
@@ -57,14 +64,26 @@ pub(crate) enum Tuning {
     Indexed,
 }
 
-/// Idle connections, by how they are set up.
+/// Idle connections, by how they are set up, and how many the store has.
 #[derive(Default)]
 struct Idle {
     default: Vec<Own>,
     indexed: Vec<Own>,
+    /// Connections the store has: idle, running a statement, or lent.
+    held: usize,
+    /// Of those, lent to open transactions.
+    lent: usize,
 }
 
 impl Idle {
+    /// Empties the idle lists (the connections are no longer the store's).
+    fn drain(&mut self) -> Vec<Own> {
+        let mut conns: Vec<Own> = self.default.drain(..).collect();
+        conns.append(&mut self.indexed);
+        self.held -= conns.len();
+        conns
+    }
+
     fn of(&mut self, tuning: Tuning) -> &mut Vec<Own> {
         match tuning {
             Tuning::Default => &mut self.default,
@@ -84,11 +103,28 @@ pub(crate) struct Direct {
     source: Source,
     connections: usize,
     idle: Arc<Mutex<Idle>>,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
+    /// How many connections that are not lent the store keeps before it lends one.
+    reserved: usize,
+    /// How many connections may be lent to open transactions at once (see [`Direct::lend`]):
+    /// `connections - reserved`. `None` when that is none.
+    lendable: Option<Arc<Semaphore>>,
     /// Stops the task that gives held connections back when the pool is closed (so
     /// `pool.close().await` does not wait for a store that is still alive); it ends when this
     /// is dropped, with the store.
     watching: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+/// Where a checkout's connection comes from.
+enum Pick {
+    /// An idle one; `true`: set up the other way, so to be set up again.
+    Idle(Own, bool),
+    /// A new one (counted already).
+    New,
+    /// A new one to keep idle for lease mode before lending (counted already).
+    Reserve,
+    /// None: the loan is refused.
+    Refused,
 }
 
 /// A connection checked out of [`Direct`]; closed on drop unless given back.
@@ -102,11 +138,51 @@ pub(crate) struct Checkout<'a> {
 
 impl Checkout<'_> {
     fn give_back(mut self) {
-        let Some(conn) = self.conn.take() else { return };
-        if matches!(&self.direct.source, Source::Pool(pool) if pool.is_closed()) {
-            return conn.discard();
+        if let Some(conn) = self.conn.take() {
+            self.direct.give_back(conn, self.tuning, false);
         }
-        lock(&self.direct.idle).of(self.tuning).push(conn);
+    }
+}
+
+/// A connection of the store's lent to an open transaction for as long as it lasts, which can
+/// outlive any borrow of the store (see [`Direct::lend`]). Closed on drop unless given back.
+pub(crate) struct Lent {
+    direct: Arc<Direct>,
+    conn: Option<Own>,
+    reused: bool,
+    _permits: [OwnedSemaphorePermit; 2],
+}
+
+impl Lent {
+    /// The connection.
+    pub fn get(&mut self) -> &mut PgConnection {
+        self.conn.as_mut().expect("lent until given back").get()
+    }
+
+    /// The connection, to read.
+    pub fn conn(&self) -> &PgConnection {
+        self.conn.as_ref().expect("lent until given back").get_ref()
+    }
+
+    /// Whether the connection was idle before (so one found dead may be replaced).
+    pub fn reused(&self) -> bool {
+        self.reused
+    }
+
+    /// Gives the connection back to the store's idle ones. Only for a connection whose last
+    /// statement ended normally and which is outside any transaction.
+    pub fn give_back(mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.direct.give_back(conn, Tuning::Default, true);
+        }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.direct.discard(conn, true);
+        }
     }
 }
 
@@ -117,26 +193,61 @@ fn lock(idle: &Mutex<Idle>) -> std::sync::MutexGuard<'_, Idle> {
 impl Drop for Checkout<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            conn.discard();
+            self.direct.discard(conn, false);
         }
     }
 }
 
 /// Errors after which the connection is gone: retrying on a fresh one is safe.
-fn is_connection_lost(error: &sqlx::Error) -> bool {
+pub(crate) fn is_connection_lost(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_))
         || crate::error::sqlstate(error)
             .is_some_and(|code| code.starts_with("08") || code == "57P01")
 }
 
 impl Direct {
-    pub fn new(source: Source, connections: usize) -> Direct {
+    /// Up to `connections` connections from `source`, of which all but `reserved` may be lent
+    /// to open transactions.
+    pub fn new(source: Source, connections: usize, reserved: usize) -> Direct {
+        let connections = connections.max(1);
+        let lendable = connections.saturating_sub(reserved);
         Direct {
             source,
-            connections: connections.max(1),
+            connections,
             idle: Arc::new(Mutex::new(Idle::default())),
-            permits: Semaphore::new(connections.max(1)),
+            permits: Arc::new(Semaphore::new(connections)),
+            reserved,
+            lendable: (lendable > 0).then(|| Arc::new(Semaphore::new(lendable))),
             watching: Mutex::new(None),
+        }
+    }
+
+    /// Puts a connection whose operation ended normally back among the idle ones (or lets it
+    /// go, when its pool has closed). `lent`: it comes back from a transaction.
+    fn give_back(&self, conn: Own, tuning: Tuning, lent: bool) {
+        if matches!(&self.source, Source::Pool(pool) if pool.is_closed()) {
+            return self.discard(conn, lent);
+        }
+        let mut idle = lock(&self.idle);
+        idle.lent -= usize::from(lent);
+        idle.of(tuning).push(conn);
+    }
+
+    /// Closes a connection of the store's (a held one is closed, not given back to the pool).
+    fn discard(&self, conn: Own, lent: bool) {
+        {
+            let mut idle = lock(&self.idle);
+            idle.held -= 1;
+            idle.lent -= usize::from(lent);
+        }
+        conn.discard();
+    }
+
+    /// Opens a connection, or holds one from the pool.
+    async fn open(&self) -> Result<Own, sqlx::Error> {
+        match &self.source {
+            Source::Pool(pool) => self.hold(pool).await,
+            Source::Options(options) => Ok(Own::Opened(options.connect().await?)),
         }
     }
 
@@ -159,49 +270,102 @@ impl Direct {
         self.connections
     }
 
-    /// Checks out a connection set up for `tuning`: an idle one set up so, else an idle one set
-    /// up the other way (set up again, one round trip per setting), else a new one.
+    /// Checks out a connection set up for `tuning` for one operation (see [`Direct::connection`]).
     async fn checkout(&self, tuning: Tuning) -> Result<Checkout<'_>, sqlx::Error> {
         let permit = self
             .permits
             .acquire()
             .await
             .map_err(|_| sqlx::Error::PoolClosed)?;
+        let (conn, reused) = self
+            .connection(tuning, false)
+            .await?
+            .expect("only a loan is refused");
+        Ok(Checkout {
+            direct: self,
+            conn: Some(conn),
+            tuning,
+            reused,
+            _permit: permit,
+        })
+    }
+
+    /// Lends a connection with the server's settings to an open transaction if one may be lent
+    /// now: `Ok(None)` when the store lends none (it has too few) or all it may lend are out
+    /// (then the transaction runs on a pooled connection, as the application's own do).
+    pub async fn lend(self: &Arc<Self>) -> Result<Option<Lent>, sqlx::Error> {
+        let Some(lent) = self
+            .lendable
+            .as_ref()
+            .and_then(|lendable| Arc::clone(lendable).try_acquire_owned().ok())
+        else {
+            return Ok(None);
+        };
+        let any = Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        let Some((conn, reused)) = self.connection(Tuning::Default, true).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Lent {
+            direct: Arc::clone(self),
+            conn: Some(conn),
+            reused,
+            _permits: [lent, any],
+        }))
+    }
+
+    /// An idle connection set up for `tuning`, else an idle one set up the other way (set up
+    /// again), else a new one; with whether it was idle before. The caller holds a permit.
+    ///
+    /// `lend`: the connection is for a transaction, which may hold it while its body makes
+    /// lease-mode calls that need the store's other connections. So a loan first leaves
+    /// `reserved` connections that are not lent (holding more to keep them when the store has
+    /// fewer), and is refused (`None`) when the store cannot keep them: lease mode's statements
+    /// then never wait on a pool that transactions have emptied.
+    async fn connection(
+        &self,
+        tuning: Tuning,
+        lend: bool,
+    ) -> Result<Option<(Own, bool)>, sqlx::Error> {
         // A connection given back to the idle list just as the pool closed (after the close
         // watcher emptied it) must not outlive the pool: once it is closed, nothing is checked
         // out, and what is idle is let go.
         if matches!(&self.source, Source::Pool(pool) if pool.is_closed()) {
-            let idle: Vec<Own> = {
-                let mut idle = lock(&self.idle);
-                let mut conns: Vec<Own> = idle.default.drain(..).collect();
-                conns.append(&mut idle.indexed);
-                conns
-            };
-            for conn in idle {
-                conn.discard();
-            }
+            let idle = lock(&self.idle).drain();
+            idle.into_iter().for_each(Own::discard);
             return Err(sqlx::Error::PoolClosed);
         }
         // Each idle connection is tried at most once: one that died while idle (a server
         // restart) fails its set-up and is closed.
-        for _ in 0..=self.connections {
-            let (idle, retune) = {
-                let mut idle = lock(&self.idle);
-                match idle.of(tuning).pop() {
-                    Some(conn) => (Some(conn), false),
-                    None => (idle.other(tuning).pop(), true),
+        let mut tries = 0;
+        while tries <= self.connections + self.reserved {
+            tries += 1;
+            let (conn, reused, retune) = match self.pick(tuning, lend) {
+                Pick::Refused => return Ok(None),
+                Pick::Idle(conn, retune) => (conn, true, retune),
+                Pick::Reserve => {
+                    match self.open().await {
+                        Ok(conn) => lock(&self.idle).default.push(conn),
+                        Err(e) => {
+                            lock(&self.idle).held -= 1;
+                            return Err(e);
+                        }
+                    }
+                    continue;
                 }
+                Pick::New => match self.open().await {
+                    Ok(conn) => (conn, false, false),
+                    Err(e) => {
+                        let mut idle = lock(&self.idle);
+                        idle.held -= 1;
+                        idle.lent -= usize::from(lend);
+                        return Err(e);
+                    }
+                },
             };
-            let (mut conn, reused) = match idle {
-                Some(conn) => (conn, true),
-                None => (
-                    match &self.source {
-                        Source::Pool(pool) => self.hold(pool).await?,
-                        Source::Options(options) => Own::Opened(options.connect().await?),
-                    },
-                    false,
-                ),
-            };
+            let mut conn = conn;
             // A new connection has the server's defaults.
             let set_up = match (reused, retune) {
                 (true, false) => Ok(()),
@@ -209,18 +373,10 @@ impl Direct {
                 _ => tune(conn.get(), tuning).await,
             };
             match set_up {
-                Ok(()) => {
-                    return Ok(Checkout {
-                        direct: self,
-                        conn: Some(conn),
-                        tuning,
-                        reused,
-                        _permit: permit,
-                    })
-                }
-                Err(e) if reused && is_connection_lost(&e) => conn.discard(),
+                Ok(()) => return Ok(Some((conn, reused))),
+                Err(e) if reused && is_connection_lost(&e) => self.discard(conn, lend),
                 Err(e) => {
-                    conn.discard();
+                    self.discard(conn, lend);
                     return Err(e);
                 }
             }
@@ -228,6 +384,32 @@ impl Direct {
         Err(sqlx::Error::Protocol(
             "every idle connection of the store was lost".into(),
         ))
+    }
+
+    /// Decides, under the lock, where a checkout's connection comes from (see
+    /// [`Direct::connection`]), and counts it.
+    fn pick(&self, tuning: Tuning, lend: bool) -> Pick {
+        let mut idle = lock(&self.idle);
+        if lend && idle.held - idle.lent <= self.reserved {
+            if idle.held >= self.connections {
+                return Pick::Refused;
+            }
+            idle.held += 1;
+            return Pick::Reserve;
+        }
+        let pick = match idle.of(tuning).pop() {
+            Some(conn) => Pick::Idle(conn, false),
+            None => match idle.other(tuning).pop() {
+                Some(conn) => Pick::Idle(conn, true),
+                None if lend && idle.held >= self.connections => return Pick::Refused,
+                None => {
+                    idle.held += 1;
+                    Pick::New
+                }
+            },
+        };
+        idle.lent += usize::from(lend);
+        pick
     }
 
     /// Checks a connection out: one of the store's own if it has them, else one of the pool's.
@@ -291,12 +473,7 @@ async fn give_back_on_close(
     tokio::select! {
         () = closed => {
             if let Some(idle) = idle.upgrade() {
-                let conns: Vec<_> = {
-                    let mut idle = lock(&idle);
-                    let mut conns: Vec<_> = idle.default.drain(..).collect();
-                    conns.append(&mut idle.indexed);
-                    conns
-                };
+                let conns = lock(&idle).drain();
                 conns.into_iter().for_each(Own::discard);
             }
         }

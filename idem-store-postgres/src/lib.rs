@@ -33,3 +33,4 @@ pub use sqlx;
 pub use store::{
     PgStore, PgStoreBuilder, DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_SCHEMA, DEFAULT_TABLE,
 };
+pub use transaction::PgTransaction;

@@ -42,7 +42,10 @@ pub const DEFAULT_TABLE: &str = "idem_records";
 /// lone call is sent at once and waits for nothing, and under load many calls cost one round
 /// trip ([`PgStoreBuilder::batching`]). Each call in a batch is answered as if it had been
 /// alone; a batch never holds two calls for one key; a batch the database refuses is sent
-/// again call by call, so a failure is reported to its own call only.
+/// again call by call, so a failure is reported to its own call only. Transactional mode's
+/// transactions run on those connections too, lent for the transaction's length (all but the
+/// few lease mode's statements need), and on the pool's when none is free to lend (see
+/// [`PgTransaction`](crate::PgTransaction)).
 ///
 /// ```no_run
 /// use idem_core::{idempotent, Outcome};
@@ -73,7 +76,7 @@ struct Shared {
     schema: String,
     table: String,
     sql: RecordsSql,
-    direct: Option<Direct>,
+    direct: Option<Arc<Direct>>,
     batches: Option<Batches>,
 }
 
@@ -183,19 +186,27 @@ impl PgStoreBuilder {
     pub fn build(self) -> Result<PgStore, StoreError> {
         validate_ident("schema", &self.schema)?;
         validate_ident("table", &self.table)?;
+        // The batchers' statements in flight, and one for the other operations: kept from
+        // transactional mode, which may borrow the rest (see `Direct::lend`).
+        let reserved = if self.batching {
+            2 * self.in_flight + 1
+        } else {
+            1
+        };
         let direct = match self.connections {
             Connections::HeldFromPool => {
                 match held_connections(self.pool.options().get_max_connections()) {
                     0 => None,
-                    n => Some(Direct::new(Source::Pool(self.pool.clone()), n)),
+                    n => Some(Direct::new(Source::Pool(self.pool.clone()), n, reserved)),
                 }
             }
             Connections::Dedicated(n) => {
                 let options = (*self.pool.connect_options()).clone();
-                Some(Direct::new(Source::Options(Box::new(options)), n))
+                Some(Direct::new(Source::Options(Box::new(options)), n, reserved))
             }
             Connections::Pooled => None,
-        };
+        }
+        .map(Arc::new);
         let batches = match &direct {
             Some(direct) if self.batching => {
                 let in_flight = self.in_flight.min(direct.connections());
@@ -221,7 +232,8 @@ impl PgStoreBuilder {
 }
 
 /// How many of a pool's `max_connections` a store holds by default: half, rounded down, so the
-/// other half serves the application's own queries and transactional mode. None of a pool of
+/// other half serves the application's own queries (and transactions when the store has none to
+/// lend). None of a pool of
 /// one: the store then checks it out for each statement.
 pub(crate) fn held_connections(pool_max: u32) -> usize {
     pool_max as usize / 2
@@ -312,6 +324,11 @@ impl PgStore {
     }
 
     pub(crate) fn direct(&self) -> Option<&Direct> {
+        self.shared.direct.as_deref()
+    }
+
+    /// The store's own connections, to lend to open transactions.
+    pub(crate) fn lender(&self) -> Option<&Arc<Direct>> {
         self.shared.direct.as_ref()
     }
 
@@ -359,7 +376,7 @@ impl PgStore {
     }
 
     /// Claims on `conn`: the one-statement claim, plus a takeover statement for a lapsed
-    /// record. Used by lease mode (on a pooled connection) and transactional mode (inside the
+    /// record. Used by lease mode (on one connection) and transactional mode (inside the
     /// open transaction, where an inserted or taken-over row stays locked until commit).
     pub(crate) async fn claim_on(
         &self,

@@ -5,10 +5,141 @@ use idem_core::{
     Claim, ClaimRequest, Completion, Fence, Fenced, Key, Operation, StoreError, TransactionalStore,
     TxClaim,
 };
-use sqlx::{Postgres, Transaction};
+use sqlx::{Database, PgConnection, Postgres, Transaction, TransactionManager};
+use std::fmt;
+use std::ops::{Deref, DerefMut};
 
+use crate::direct::{is_connection_lost, retry_budget, Lent};
 use crate::error::store_error;
 use crate::store::PgStore;
+
+type Manager = <Postgres as Database>::TransactionManager;
+
+/// The open transaction of a transactional call, which the handler receives: it derefs to
+/// [`PgConnection`], so the handler runs its queries on `&mut **tx` (as on sqlx's
+/// [`Transaction`]), and may open savepoints with [`sqlx::Connection::begin`].
+///
+/// It runs on one of the store's own connections when the store can lend one (so neither
+/// taking the connection nor giving it back costs a round trip: sqlx's pool tests every
+/// connection it takes back), else on a connection of the pool. The store commits it with the
+/// completion, or rolls it back; one dropped while open (a panic, a cancelled call) is rolled
+/// back by closing its connection.
+pub struct PgTransaction {
+    conn: TxConn,
+}
+
+enum TxConn {
+    /// One of the store's own connections, lent for the transaction.
+    Lent(Lent),
+    /// A connection of the pool, when the store lends none.
+    Pooled(Transaction<'static, Postgres>),
+}
+
+impl fmt::Debug for PgTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let on = match self.conn {
+            TxConn::Lent(_) => "the store's connection",
+            TxConn::Pooled(_) => "a pooled connection",
+        };
+        f.debug_struct("PgTransaction").field("on", &on).finish()
+    }
+}
+
+impl Deref for PgTransaction {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        match &self.conn {
+            TxConn::Lent(lent) => lent.conn(),
+            TxConn::Pooled(tx) => tx,
+        }
+    }
+}
+
+impl DerefMut for PgTransaction {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        match &mut self.conn {
+            TxConn::Lent(lent) => lent.get(),
+            TxConn::Pooled(tx) => tx,
+        }
+    }
+}
+
+impl PgTransaction {
+    /// Begins a transaction on a connection the store lends, else on one of the pool. A lent
+    /// connection that was idle and turns out dead (a server restart) is replaced, as lease
+    /// mode's are.
+    async fn begin(store: &PgStore) -> Result<PgTransaction, sqlx::Error> {
+        let Some(lender) = store.lender() else {
+            return PgTransaction::pooled(store).await;
+        };
+        let mut retries = retry_budget(Some(lender), store.pool());
+        loop {
+            let Some(mut lent) = lender.lend().await? else {
+                return PgTransaction::pooled(store).await;
+            };
+            match Manager::begin(lent.get(), None).await {
+                Ok(()) => {
+                    return Ok(PgTransaction {
+                        conn: TxConn::Lent(lent),
+                    })
+                }
+                Err(e) if lent.reused() && is_connection_lost(&e) && retries > 0 => {
+                    retries -= 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn pooled(store: &PgStore) -> Result<PgTransaction, sqlx::Error> {
+        Ok(PgTransaction {
+            conn: TxConn::Pooled(store.pool().begin().await?),
+        })
+    }
+
+    /// Fails unless the transaction is at its outermost level: committing with a savepoint
+    /// still open (one leaked with `mem::forget`) would only release the savepoint.
+    fn outermost(&self) -> Result<(), sqlx::Error> {
+        match Manager::get_transaction_depth(self) {
+            1 => Ok(()),
+            depth => Err(sqlx::Error::Protocol(format!(
+                "the transaction is {depth} levels deep at its end: the handler left a \
+                 savepoint open; nothing was committed"
+            ))),
+        }
+    }
+
+    /// Commits; a lent connection then goes back to the store.
+    async fn commit(self) -> Result<(), sqlx::Error> {
+        self.outermost()?;
+        match self.conn {
+            TxConn::Lent(mut lent) => {
+                Manager::commit(lent.get()).await?;
+                lent.give_back();
+                Ok(())
+            }
+            TxConn::Pooled(tx) => tx.commit().await,
+        }
+    }
+
+    /// Rolls back; a lent connection then goes back to the store.
+    async fn rollback(self) -> Result<(), sqlx::Error> {
+        match self.conn {
+            TxConn::Lent(mut lent) if Manager::get_transaction_depth(lent.conn()) == 1 => {
+                Manager::rollback(lent.get()).await?;
+                lent.give_back();
+                Ok(())
+            }
+            // Savepoints left open: closing the connection rolls everything back.
+            TxConn::Lent(lent) => {
+                drop(lent);
+                Ok(())
+            }
+            TxConn::Pooled(tx) => tx.rollback().await,
+        }
+    }
+}
 
 /// The handler receives the open transaction; run its queries on `&mut **tx`:
 ///
@@ -33,14 +164,14 @@ use crate::store::PgStore;
 /// cannot be repeated.)
 #[async_trait]
 impl TransactionalStore for PgStore {
-    type Transaction = Transaction<'static, Postgres>;
+    type Transaction = PgTransaction;
 
     async fn claim_in_transaction(
         &self,
         request: ClaimRequest<'_>,
     ) -> Result<TxClaim<Self::Transaction>, StoreError> {
         let failed = |e| store_error(e).during(Operation::Claim);
-        let mut tx = self.pool().begin().await.map_err(failed)?;
+        let mut tx = PgTransaction::begin(self).await.map_err(failed)?;
         let claim = self.claim_on(&mut tx, request).await.map_err(failed)?;
         if matches!(claim, Claim::Acquired { .. }) {
             return Ok(TxClaim {

@@ -30,12 +30,6 @@ enum Via {
 }
 
 async fn counted_store_with(test: &TestStore, via: Via) -> (PgStore, CountingProxy) {
-    let options = PgConnectOptions::from_str(&support::database_url()).unwrap();
-    let proxy = CountingProxy::start(options.get_host().to_owned(), options.get_port()).await;
-    let options = options
-        .host("127.0.0.1")
-        .port(proxy.port)
-        .ssl_mode(PgSslMode::Disable);
     // Through the pool, one connection (so acquiring it waits until it is back, pinged); else
     // two: the default store holds one, and transactional mode takes the other.
     let max = if matches!(via, Via::ThroughPool) {
@@ -43,6 +37,16 @@ async fn counted_store_with(test: &TestStore, via: Via) -> (PgStore, CountingPro
     } else {
         2
     };
+    counted_store_sized(test, via, max).await
+}
+
+async fn counted_store_sized(test: &TestStore, via: Via, max: u32) -> (PgStore, CountingProxy) {
+    let options = PgConnectOptions::from_str(&support::database_url()).unwrap();
+    let proxy = CountingProxy::start(options.get_host().to_owned(), options.get_port()).await;
+    let options = options
+        .host("127.0.0.1")
+        .port(proxy.port)
+        .ssl_mode(PgSslMode::Disable);
     let pool = PgPoolOptions::new()
         .max_connections(max)
         .test_before_acquire(false)
@@ -300,6 +304,42 @@ async fn dedicated_connections_make_no_pings() {
         pings_after, pings_before,
         "no pings on dedicated connections"
     );
+}
+
+/// Transactional mode on a store that can lend connections (a pool of 10: the store holds 5 and
+/// keeps 3 for lease mode's statements, so it lends 2): the transaction runs on one of the
+/// store's connections, so taking it and giving it back cost nothing on the wire (sqlx's pool
+/// would ping it on return): BEGIN, claim, complete, COMMIT.
+#[tokio::test]
+async fn transactions_on_the_stores_connections_cost_four_round_trips() {
+    let test = TestStore::new("rt_tx_lent", 2).await;
+    let (store, proxy) = counted_store_sized(&test, Via::Default, 10).await;
+    exercise_every_statement(&store, "warm").await;
+    let on = std::sync::Mutex::new(String::new());
+    let (outcome, trips) = count(
+        &proxy,
+        Call::new(&store, key("lent-fresh")).run_in_transaction(|tx| {
+            *on.lock().unwrap() = format!("{tx:?}");
+            Box::pin(work())
+        }),
+    )
+    .await;
+    assert!(outcome.unwrap().is_executed());
+    assert_eq!(trips, 4, "BEGIN, claim, complete, COMMIT");
+    assert!(
+        on.lock().unwrap().contains("the store's connection"),
+        "{:?}",
+        on.lock().unwrap()
+    );
+    let (outcome, trips) = count(
+        &proxy,
+        Call::new(&store, key("lent-fresh")).run_in_transaction(|_tx| Box::pin(work())),
+    )
+    .await;
+    assert!(outcome.unwrap().is_duplicate());
+    assert_eq!(trips, 3, "BEGIN, claim, ROLLBACK");
+    let (_, _, pings) = proxy.counts();
+    assert_eq!(pings, 0, "nothing was given back to the pool");
 }
 
 /// The counterpart that shows the ping counter sees what the test above rules out: through

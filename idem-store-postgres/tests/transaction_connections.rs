@@ -1,0 +1,182 @@
+//! Where transactional mode's transactions run: on connections the store lends (with the
+//! server's settings, never lease mode's), else on the pool's; bodies that make lease-mode calls
+//! of their own never starve the store; savepoints work, and one left open commits nothing.
+
+mod support;
+
+use idem_core::{idempotent, Call, Error, Outcome};
+use idem_store_postgres::sqlx::{self, Connection, Row};
+use idem_store_postgres::PgStore;
+use std::sync::Arc;
+use std::time::Duration;
+use support::TestStore;
+
+async fn table(test: &TestStore) -> String {
+    let table = format!("\"{}\".notes", test.schema);
+    sqlx::raw_sql(&format!("CREATE TABLE {table} (id int PRIMARY KEY)"))
+        .execute(test.store.pool())
+        .await
+        .unwrap();
+    table
+}
+
+async fn ids(store: &PgStore, table: &str) -> Vec<i32> {
+    sqlx::query_scalar(&format!("SELECT id FROM {table} ORDER BY id"))
+        .fetch_all(store.pool())
+        .await
+        .unwrap()
+}
+
+/// A transactional body that also makes a lease-mode call on the same store and holds its
+/// transaction a while: with more such calls at once than the store lends connections, the
+/// lent ones all wait on bodies, and the bodies' own calls still need the store's statements.
+#[idempotent(key = "nested:{n}", store = store, transaction = tx)]
+async fn nested(store: &PgStore, table: &str, n: i32) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!("INSERT INTO {table} VALUES ($1)"))
+        .bind(n)
+        .execute(&mut **tx)
+        .await?;
+    let inner = Call::new(store, format!("inner:{n}"))
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await;
+    assert!(
+        inner.unwrap().is_executed(),
+        "the lease-mode call inside ran"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(())
+}
+
+/// A pool of 10: the store holds 5 and lends 2 of them to transactions; 24 concurrent
+/// transactional calls whose bodies each make a lease-mode call all finish (the others run on
+/// the pool's connections), and each wrote once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_that_call_the_store_again_never_starve_it() {
+    let test = TestStore::new("txc_nested", 10).await;
+    let table = Arc::new(table(&test).await);
+    let store = Arc::new(test.store.clone());
+    let calls: Vec<_> = (0..24)
+        .map(|n| {
+            let (store, table) = (Arc::clone(&store), Arc::clone(&table));
+            tokio::spawn(async move { nested(&store, &table, n).await })
+        })
+        .collect();
+    let all = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut outcomes = Vec::new();
+        for call in calls {
+            outcomes.push(call.await.unwrap());
+        }
+        outcomes
+    })
+    .await
+    .expect("no transactional call waits forever on the store");
+    for outcome in all {
+        assert_eq!(outcome.unwrap(), Outcome::Executed(()));
+    }
+    assert_eq!(ids(&store, &table).await, (0..24).collect::<Vec<_>>());
+}
+
+#[idempotent(key = "settings:{n}", store = store, transaction = tx)]
+async fn settings(store: &PgStore, n: u32) -> Result<(String, String), sqlx::Error> {
+    let row =
+        sqlx::query("SELECT current_setting('enable_seqscan'), current_setting('plan_cache_mode')")
+            .fetch_one(&mut **tx)
+            .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Lease mode tunes its own connections for the records table (sequential scans off, generic
+/// plans); a transaction lent one of them gets the server's settings back, since the handler's
+/// own queries run in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lent_connections_have_the_servers_settings() {
+    let test = TestStore::new("txc_settings", 10).await;
+    let store = Arc::new(test.store.clone());
+    for round in 0..5u32 {
+        // Lease-mode traffic first, so idle connections are tuned for it.
+        let lease: Vec<_> = (0..16)
+            .map(|i| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    Call::new(&*store, format!("lease:{round}:{i}"))
+                        .run(async { Ok::<_, std::io::Error>(()) })
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        for call in lease {
+            assert!(call.await.unwrap().is_executed());
+        }
+        let txs: Vec<_> = (0..4)
+            .map(|i| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { settings(&store, round * 10 + i).await })
+            })
+            .collect();
+        for tx in txs {
+            let Outcome::Executed((seqscan, plans)) = tx.await.unwrap().unwrap() else {
+                panic!("fresh key")
+            };
+            assert_eq!((seqscan.as_str(), plans.as_str()), ("on", "auto"));
+        }
+    }
+}
+
+#[idempotent(key = "savepoint:{n}", store = store, transaction = tx)]
+async fn with_savepoints(store: &PgStore, table: &str, n: i32) -> Result<(), sqlx::Error> {
+    let insert = format!("INSERT INTO {table} VALUES ($1)");
+    // A savepoint rolled back: its row is gone, the transaction goes on.
+    let mut undone = (**tx).begin().await?;
+    sqlx::query(&insert)
+        .bind(n + 1)
+        .execute(&mut *undone)
+        .await?;
+    undone.rollback().await?;
+    // A savepoint released: its row commits with the transaction.
+    let mut kept = (**tx).begin().await?;
+    sqlx::query(&insert).bind(n).execute(&mut *kept).await?;
+    kept.commit().await?;
+    Ok(())
+}
+
+#[idempotent(key = "leaked:{n}", store = store, transaction = tx)]
+async fn leaks_a_savepoint(store: &PgStore, table: &str, n: i32) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!("INSERT INTO {table} VALUES ($1)"))
+        .bind(n)
+        .execute(&mut **tx)
+        .await?;
+    let open = (**tx).begin().await?;
+    std::mem::forget(open);
+    Ok(())
+}
+
+/// Savepoints inside the handler's transaction behave as sqlx's do; a handler that leaves one
+/// open gets a store error and nothing commits (committing would only have released the
+/// savepoint), and the key can be run again.
+#[tokio::test]
+async fn savepoints_nest_and_one_left_open_commits_nothing() {
+    let test = TestStore::new("txc_savepoints", 10).await;
+    let table = table(&test).await;
+    let store = &test.store;
+    assert_eq!(
+        with_savepoints(store, &table, 10).await.unwrap(),
+        Outcome::Executed(())
+    );
+    assert_eq!(ids(store, &table).await, vec![10]);
+
+    let leaked = leaks_a_savepoint(store, &table, 20).await;
+    assert!(matches!(leaked, Err(Error::Store(_))), "{leaked:?}");
+    assert_eq!(ids(store, &table).await, vec![10], "nothing committed");
+    let key = idem_core::Key::new("leaked:20").unwrap();
+    assert!(
+        idem_core::Store::get(store, &key).await.unwrap().is_none(),
+        "the claim rolled back with the writes"
+    );
+    // The store and its connections still work, and the key runs cleanly.
+    assert_eq!(
+        with_savepoints(store, &table, 30).await.unwrap(),
+        Outcome::Executed(())
+    );
+    assert_eq!(ids(store, &table).await, vec![10, 30]);
+}
