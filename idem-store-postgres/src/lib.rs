@@ -19,6 +19,7 @@ mod batch;
 mod batched;
 pub mod claim_batch;
 mod direct;
+mod duplicate_rate;
 mod error;
 mod ident;
 mod migrate;

@@ -18,7 +18,7 @@ use crate::time::micros_sql;
 /// (A record in the scope `''`, written before scopes existed, counts in every scope.)
 /// complete: $1 key, $2 fence, $3 output, $4 keep (µs);
 /// release: $1 key, $2 fence; renew: $1 key, $2 fence, $3 lease (µs);
-/// get: $1 key; purge: $1 limit.
+/// get: $1 key; purge: $1 limit; look_up: $1 key, $2 scope.
 /// claim_many: the claim's parameters as arrays, one element per record ($1 keys, $2 scopes,
 /// $3 fingerprints, $4 leases, $5 tokens); complete_many: $1 keys, $2 fences, $3 outputs,
 /// $4 keeps.
@@ -36,6 +36,7 @@ pub(crate) struct RecordsSql {
     pub release: String,
     pub renew: String,
     pub get: String,
+    pub look_up: String,
     pub purge: String,
     pub effect: String,
     pub record_effect: String,
@@ -155,6 +156,13 @@ impl RecordsSql {
             get: format!(
                 "SELECT fence, fingerprint, {completed}, {expires}, output FROM {t}
                  WHERE key = $1 AND scope IN ($2, '') ORDER BY scope DESC LIMIT 1"
+            ),
+            // The claim's reading of an existing record, without its insert and outside any
+            // transaction: the same columns as the claim's row (see `ClaimRow`).
+            look_up: format!(
+                "SELECT false, fence, fingerprint, {completed}, {expires}, output,
+                        expires_at <= now(), token, scope
+                 FROM {t} WHERE key = $1 AND scope IN ($2, '') ORDER BY scope DESC LIMIT 1"
             ),
             // Bounded batches in index order, records and journal entries in one statement;
             // rows locked by a concurrent claim are skipped.

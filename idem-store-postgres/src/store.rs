@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::batch::{self, Batcher};
 use crate::batched::{token_param, ClaimOp, CompleteOp, OwnedClaim, OwnedCompletion};
 use crate::direct::{on_conn, Direct, Source};
+use crate::duplicate_rate::DuplicateRate;
 use crate::error::store_error;
 use crate::ident::validate_ident;
 use crate::records::RecordsSql;
@@ -78,6 +79,8 @@ struct Shared {
     sql: RecordsSql,
     direct: Option<Arc<Direct>>,
     batches: Option<Batches>,
+    /// How often transactional claims find their key settled.
+    tx_duplicates: DuplicateRate,
 }
 
 /// The queues of lease mode's batched operations.
@@ -226,6 +229,7 @@ impl PgStoreBuilder {
                 table: self.table,
                 direct,
                 batches,
+                tx_duplicates: DuplicateRate::default(),
             }),
         })
     }
@@ -325,6 +329,11 @@ impl PgStore {
 
     pub(crate) fn direct(&self) -> Option<&Direct> {
         self.shared.direct.as_deref()
+    }
+
+    /// How often transactional claims find their key settled.
+    pub(crate) fn tx_duplicates(&self) -> &DuplicateRate {
+        &self.shared.tx_duplicates
     }
 
     /// The store's own connections, to lend to open transactions.

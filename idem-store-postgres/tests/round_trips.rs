@@ -342,6 +342,39 @@ async fn transactions_on_the_stores_connections_cost_four_round_trips() {
     assert_eq!(pings, 0, "nothing was given back to the pool");
 }
 
+/// While most transactional calls are duplicates, a duplicate is one read outside any
+/// transaction instead of BEGIN, claim, ROLLBACK; once fresh keys dominate again, a fresh call
+/// is back to BEGIN, claim, complete, COMMIT with no read first.
+#[tokio::test]
+async fn transactional_duplicates_cost_one_round_trip_while_they_dominate() {
+    let test = TestStore::new("rt_tx_dups", 2).await;
+    let (store, proxy) = counted_store_sized(&test, Via::Default, 10).await;
+    exercise_every_statement(&store, "warm").await;
+    let tx_call =
+        |name: &str| Call::new(&store, key(name)).run_in_transaction(|_tx| Box::pin(work()));
+    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
+    assert!(outcome.unwrap().is_executed());
+    assert_eq!(trips, 4, "a new store assumes fresh keys");
+    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
+    assert!(outcome.unwrap().is_duplicate());
+    assert_eq!(trips, 3, "BEGIN, claim, ROLLBACK while duplicates are rare");
+    for _ in 0..16 {
+        assert!(tx_call("dup").await.unwrap().is_duplicate());
+    }
+    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
+    assert!(outcome.unwrap().is_duplicate());
+    assert_eq!(trips, 1, "one read while duplicates dominate");
+    let (outcome, trips) = count(&proxy, tx_call("fresh-0")).await;
+    assert!(outcome.unwrap().is_executed());
+    assert_eq!(trips, 5, "a fresh key meanwhile pays the read too");
+    for i in 1..32 {
+        assert!(tx_call(&format!("fresh-{i}")).await.unwrap().is_executed());
+    }
+    let (outcome, trips) = count(&proxy, tx_call("fresh-last")).await;
+    assert!(outcome.unwrap().is_executed());
+    assert_eq!(trips, 4, "no read first once fresh keys dominate");
+}
+
 /// The counterpart that shows the ping counter sees what the test above rules out: through
 /// sqlx's pool, a connection is pinged when it goes back. (Acquiring the pool's one connection
 /// waits until it is back, pinged; then every ping has been counted.)
