@@ -394,10 +394,11 @@ async fn pooled_connections_are_pinged_on_return() {
     );
 }
 
-/// A queued job costs one claim statement and one completion statement, which also marks the
-/// job done: counted on the wire with one worker, where every claim takes one job.
+/// While work waits, a queued job costs one statement: its completion, which also marks it done
+/// and claims the next job for the slot it frees (so the worker's own claim runs only when
+/// the slot finds nothing). Counted on the wire with one worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_job_costs_one_claim_and_one_completion() {
+async fn a_queued_job_costs_one_statement_while_work_waits() {
     use idem_store_postgres::queue::{Job, NewJob, Queue};
 
     const JOBS: u64 = 40;
@@ -426,17 +427,19 @@ async fn a_queued_job_costs_one_claim_and_one_completion() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The first claim, then each job's completion, which also claims the next job (the last
+    // finds none); then the worker's own claim, which finds nothing.
+    let expected = 1 + JOBS + 1;
     // Let the worker's last (empty) claim happen, then stop it: nothing is held, nothing sent.
-    while proxy.counts().0 - statements_before < 2 * JOBS + 1 {
+    while proxy.counts().0 - statements_before < expected {
         assert!(std::time::Instant::now() < deadline, "no final claim");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let report = workers.shutdown(Duration::from_secs(5)).await;
     assert_eq!(report.released, 0);
     let (statements, trips, pings) = proxy.counts();
-    // Per job: its claim and its completion; then one claim that finds nothing.
-    assert_eq!(statements - statements_before, 2 * JOBS + 1);
+    assert_eq!(statements - statements_before, expected);
     // One round trip each, plus preparing the two statements once on the new connection.
-    assert_eq!(trips - trips_before, 2 * JOBS + 1 + 2);
+    assert_eq!(trips - trips_before, expected + 2);
     assert_eq!(pings, pings_before, "dedicated connections: no pings");
 }

@@ -138,6 +138,7 @@ impl WorkerBuilder {
             held: Held::default(),
             worker,
             queue: self.queue,
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         let config = ProducerConfig {
             concurrency: self.concurrency,
@@ -160,4 +161,6 @@ pub(crate) struct Shared {
     pub held: Held,
     /// This set of workers' name in the queue table (`pid:random`).
     pub worker: String,
+    /// Set once the workers stop: completions then claim no next job.
+    pub stopping: std::sync::atomic::AtomicBool,
 }

@@ -3,6 +3,7 @@
 //! dead-lettered, or given back).
 
 use std::any::Any;
+use std::sync::Arc;
 
 use idem_core::{Call, Claim, Error, Fence, Outcome};
 use tracing::Instrument;
@@ -18,12 +19,33 @@ use crate::time::from_micros;
 /// The longest error text kept with a job.
 const MAX_ERROR_LEN: usize = 2000;
 
-/// Runs one claimed job and settles its claim.
-pub(crate) async fn run(shared: &Shared, job: Claimed) {
+/// Runs a claimed job and settles its claim, then each job that its completion claimed for
+/// the slot (see `job_store`), each in a span of its own.
+pub(crate) async fn run(shared: Arc<Shared>, job: Claimed) {
+    let mut next = Some(job);
+    while let Some(job) = next.take() {
+        let span = tracing::info_span!("idem::queue::job", key = %job.key, attempt = job.attempt);
+        next = run_one(&shared, job).instrument(span).await;
+    }
+}
+
+/// Runs one claimed job and settles its claim; returns the job its completion claimed for the
+/// slot, if it did.
+async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
     let started = std::time::Instant::now();
+    let store = JobStore::new(
+        shared.queue.clone(),
+        job.attempt,
+        job.record.map(|(fence, expires_us)| Claim::Acquired {
+            fence: Fence(fence.unsigned_abs()),
+            lease_expires_at: from_micros(expires_us),
+            taken_over: false,
+        }),
+        Some(Arc::clone(shared)),
+    );
     let settled = match rescue(&job) {
         Some(settle) => Some(settle),
-        None => execute(shared, &job).await,
+        None => execute(shared, &job, &store).await,
     };
     let outcome = match &settled {
         // Settled with the call's completion (or owned by a newer claim).
@@ -40,23 +62,18 @@ pub(crate) async fn run(shared: &Shared, job: Claimed) {
         settle(shared, &job, how).await;
     }
     shared.held.forget(&job.key, job.attempt);
+    store.take_next()
 }
 
 /// Runs the job's idempotent call; says how to settle its claim, or `None` when it is settled
 /// already or a newer claim owns it.
-async fn execute(shared: &Shared, job: &Claimed) -> Option<Settle> {
+async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Settle> {
     let work = (shared.handler)(Job {
         key: job.key.clone(),
         payload: parse_payload(&job.payload),
         attempt: job.attempt.unsigned_abs(),
         max_attempts: job.max_attempts.unsigned_abs(),
     });
-    let claimed = job.record.map(|(fence, expires_us)| Claim::Acquired {
-        fence: Fence(fence.unsigned_abs()),
-        lease_expires_at: from_micros(expires_us),
-        taken_over: false,
-    });
-    let store = JobStore::new(shared.queue.clone(), job.attempt, claimed);
     let (key, lease, call_store) = (job.key.clone(), shared.lease, store.clone());
     // The call runs in a task of its own: a panicking handler (which the call resumes once it
     // has released its claim) ends that task with the panic, instead of this one.

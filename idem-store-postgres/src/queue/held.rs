@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::producer::Claimed;
+
 /// One held claim: the job's attempt (the queue row's fence) and the fence of the idempotency
 /// record the claim statement took for it, if it took one.
 #[derive(Debug, Clone, Copy)]
@@ -19,8 +21,13 @@ impl Held {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn insert(&self, key: String, claim: HeldClaim) {
-        self.map().insert(key, claim);
+    /// Notes a claimed job as held.
+    pub fn hold(&self, job: &Claimed) {
+        let claim = HeldClaim {
+            attempt: job.attempt,
+            record_fence: job.record.map(|(fence, _)| fence),
+        };
+        self.map().insert(job.key.clone(), claim);
     }
 
     /// Forgets `key`'s claim if it is still the one of `attempt`.

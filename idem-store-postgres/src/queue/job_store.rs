@@ -5,7 +5,11 @@
 //! - renewing the call's lease also extends the job's claim, in the same statement (so a
 //!   running job is renewed by one loop: idem-core's, on its one policy), and
 //! - completing the call also marks the job done, in the same statement; when the store batches,
-//!   the completions of concurrent jobs share one statement ([`JobCompleteOp`]).
+//!   the completions of concurrent jobs share one statement ([`JobCompleteOp`]), and
+//! - that statement also claims the next job for the slot the finished job frees (unless the
+//!   workers are stopping): the job's task runs it next, so a job costs one statement where
+//!   there is work waiting (its share of a completion that claims), and no job is claimed
+//!   before a slot is free to run it.
 
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +23,8 @@ use idem_core::{
 };
 use sqlx::{PgConnection, Row};
 
+use super::builder::Shared;
+use super::producer::Claimed;
 use super::sql::QueueSql;
 use super::Queue;
 use crate::batch::{self, hash_record, Op};
@@ -29,31 +35,60 @@ use crate::time::duration_micros;
 use crate::PgStore;
 
 /// The store a job's call runs on. Clones share the job's state.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct JobStore {
     queue: Queue,
     attempt: i32,
     state: Arc<JobState>,
 }
 
-#[derive(Debug)]
+impl std::fmt::Debug for JobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobStore")
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
 struct JobState {
     /// The record the queue's claim statement took for this job's key, if it had none: the
     /// call's first claim is answered with it.
     claimed: Mutex<Option<Claim>>,
     marked_done: AtomicBool,
+    /// The workers whose slot this job holds, for the completion to claim the next job for.
+    workers: Option<Arc<Shared>>,
+    /// The job the completion claimed for this slot.
+    next: Mutex<Option<Claimed>>,
 }
 
 impl JobStore {
-    pub(crate) fn new(queue: Queue, attempt: i32, claimed: Option<Claim>) -> JobStore {
+    /// The store of a job with `attempt`, with the record its claim took (if any), running in
+    /// a slot of `workers` (`None`: its completion claims nothing).
+    pub(crate) fn new(
+        queue: Queue,
+        attempt: i32,
+        claimed: Option<Claim>,
+        workers: Option<Arc<Shared>>,
+    ) -> JobStore {
         JobStore {
             queue,
             attempt,
             state: Arc::new(JobState {
                 claimed: Mutex::new(claimed),
                 marked_done: AtomicBool::new(false),
+                workers,
+                next: Mutex::new(None),
             }),
         }
+    }
+
+    /// The job the completion claimed for this job's slot, to run next.
+    pub(crate) fn take_next(&self) -> Option<Claimed> {
+        self.state
+            .next
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Whether the call's completion marked the job done.
@@ -95,13 +130,21 @@ impl Store for JobStore {
             output: completion.output.map(<[u8]>::to_vec),
             keep: duration_micros(completion.keep),
             attempt: self.attempt,
+            next: self
+                .state
+                .workers
+                .clone()
+                .filter(|workers| !workers.stopping.load(Ordering::SeqCst)),
         };
         let store = self.inner();
-        let (completed, done) = match &self.queue.completions {
+        let (completed, done, next) = match &self.queue.completions {
             Some(batcher) => batch::submit(store, batcher, request).await?,
             None => JobCompleteOp::one(store, &request).await?,
         };
         self.state.marked_done.store(done, Ordering::SeqCst);
+        if let Some(next) = next {
+            *self.state.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
+        }
         Ok(if completed {
             Fenced::Applied
         } else {
@@ -169,15 +212,19 @@ pub(crate) struct JobCompletion {
     output: Option<Vec<u8>>,
     keep: i64,
     attempt: i32,
+    /// The workers whose slot this job frees, when its completion is to claim the next job
+    /// for it.
+    next: Option<Arc<Shared>>,
 }
 
 /// Completions of concurrent jobs, in one statement: answered (record completed, job marked
-/// done) for each. A refused batch is sent again job by job (batch.rs).
+/// done, the next job claimed for its slot) for each. A refused batch is sent again job by
+/// job (batch.rs).
 pub(crate) struct JobCompleteOp;
 
 impl Op for JobCompleteOp {
     type Request = JobCompletion;
-    type Answer = (bool, bool);
+    type Answer = (bool, bool, Option<Claimed>);
 
     fn record(request: &JobCompletion, state: &mut impl Hasher) {
         hash_record(&request.key, super::QUEUE_SCOPE, state);
@@ -185,28 +232,79 @@ impl Op for JobCompleteOp {
 
     const NAME: &'static str = "job completion";
 
+    /// The statement also claims jobs from the queue (see `Tuning::Default`).
+    const INDEXED: bool = false;
+
     async fn many(
         _store: &PgStore,
         conn: &mut PgConnection,
         batch: &[JobCompletion],
-    ) -> Result<Vec<(bool, bool)>, sqlx::Error> {
+    ) -> Result<Vec<Self::Answer>, sqlx::Error> {
         let keys: Vec<&str> = batch.iter().map(|c| c.key.as_str()).collect();
         let fences: Vec<i64> = batch.iter().map(|c| c.fence).collect();
         let outputs: Vec<Option<&[u8]>> = batch.iter().map(|c| c.output.as_deref()).collect();
         let keeps: Vec<i64> = batch.iter().map(|c| c.keep).collect();
         let attempts: Vec<i32> = batch.iter().map(|c| c.attempt).collect();
-        let rows = sqlx::query(&batch[0].sql.complete_and_done_many)
+        let slots: Vec<(usize, &Arc<Shared>)> = batch
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.next.as_ref().map(|workers| (i, workers)))
+            .collect();
+        let sql = &batch[0].sql;
+        let Some(&(_, workers)) = slots.first() else {
+            let rows = sqlx::query(&sql.complete_and_done_many)
+                .bind(&keys)
+                .bind(&fences)
+                .bind(&outputs)
+                .bind(&keeps)
+                .bind(&attempts)
+                .fetch_all(&mut *conn)
+                .await?;
+            return Ok(rows
+                .iter()
+                .map(|row| (row.get(0), row.get(1), None))
+                .collect());
+        };
+        let rows = sqlx::query(&sql.complete_and_claim_many)
             .bind(&keys)
             .bind(&fences)
             .bind(&outputs)
             .bind(&keeps)
             .bind(&attempts)
+            .bind(i64::try_from(slots.len()).unwrap_or(i64::MAX))
+            .bind(duration_micros(workers.lease))
+            .bind(&workers.worker)
             .fetch_all(&mut *conn)
             .await?;
-        Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+        let mut answers: Vec<Self::Answer> = batch.iter().map(|_| (false, false, None)).collect();
+        let mut claimed = Vec::new();
+        for row in &rows {
+            match row.try_get::<Option<i64>, _>(0)? {
+                Some(i) => {
+                    let answer = usize::try_from(i - 1)
+                        .ok()
+                        .and_then(|i| answers.get_mut(i))
+                        .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {i}")))?;
+                    (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?);
+                }
+                None => claimed.push(Claimed::decode(row, 3)),
+            }
+        }
+        // Each claimed job is held (given back at shutdown) before any slot hears of it.
+        for ((slot, workers), job) in slots.into_iter().zip(claimed) {
+            workers.held.hold(&job);
+            answers[slot].2 = Some(job);
+        }
+        Ok(answers)
     }
 
-    async fn one(store: &PgStore, c: &JobCompletion) -> Result<(bool, bool), StoreError> {
+    async fn one(store: &PgStore, c: &JobCompletion) -> Result<Self::Answer, StoreError> {
+        if c.next.is_some() {
+            let mut answers =
+                on_conn!(store, conn => JobCompleteOp::many(store, conn, std::slice::from_ref(c)))
+                    .map_err(|e| store_error(e).during(Operation::Complete))?;
+            return Ok(answers.pop().expect("one answer per completion"));
+        }
         let row = on_conn!(store, conn => sqlx::query(&c.sql.complete_and_done)
             .bind(c.key.as_str())
             .bind(c.fence)
@@ -216,7 +314,7 @@ impl Op for JobCompleteOp {
             .fetch_one(&mut *conn))
         .map_err(|e| store_error(e).during(Operation::Complete))?;
         let (completed, done): (i64, i64) = (row.get(0), row.get(1));
-        Ok((completed == 1, done == 1))
+        Ok((completed == 1, done == 1, None))
     }
 }
 
@@ -230,14 +328,14 @@ mod tests {
     use idem_core::ClaimToken;
     use sqlx::postgres::PgPoolOptions;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn one_statement_answers_each_job_as_its_own_would() {
+    /// A store and its queue in a schema of their own.
+    async fn setup(prefix: &str) -> (sqlx::PgPool, String, PgStore, Queue) {
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .connect(&idem_testdb::database_url())
             .await
             .expect("DATABASE_URL names a reachable PostgreSQL (scripts/test starts one)");
-        let schema = idem_testdb::unique_schema("job_done_many");
+        let schema = idem_testdb::unique_schema(prefix);
         sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
             .execute(&pool)
             .await
@@ -248,6 +346,52 @@ mod tests {
             .unwrap();
         store.migrate().await.unwrap();
         let queue = Queue::new(&store);
+        (pool, schema, store, queue)
+    }
+
+    /// A running job `key` whose row names `row_attempt`, with its call's record claimed;
+    /// returns the record's fence.
+    async fn running(store: &PgStore, schema: &str, key: &str, row_attempt: i32) -> Fence {
+        let k = Key::new(key)
+            .unwrap()
+            .with_scope(super::super::QUEUE_SCOPE)
+            .unwrap();
+        let Claim::Acquired { fence, .. } = store
+            .claim(ClaimRequest {
+                key: &k,
+                fingerprint: None,
+                lease: Duration::from_secs(60),
+                token: Some(ClaimToken::random()),
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("a fresh key is acquired");
+        };
+        sqlx::query(&format!(
+            "INSERT INTO {schema}.idem_records_queue (key, payload, state, attempts, max_attempts)
+             VALUES ($1, '{{}}', 'running', $2, 5)"
+        ))
+        .bind(key)
+        .bind(row_attempt)
+        .execute(store.pool())
+        .await
+        .unwrap();
+        fence
+    }
+
+    async fn states(pool: &sqlx::PgPool, schema: &str) -> Vec<(String, String)> {
+        sqlx::query_as(&format!(
+            "SELECT key, state FROM {schema}.idem_records_queue ORDER BY key"
+        ))
+        .fetch_all(pool)
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_statement_answers_each_job_as_its_own_would() {
+        let (pool, schema, store, queue) = setup("job_done_many").await;
         let mut completions = Vec::new();
         // (key, fence offset, attempt written on the job's row, attempt the completion names)
         let cases = [
@@ -257,31 +401,7 @@ mod tests {
             ("output", 0, 3, 3),
         ];
         for (key, fence_offset, row_attempt, attempt) in cases {
-            let k = Key::new(key)
-                .unwrap()
-                .with_scope(super::super::QUEUE_SCOPE)
-                .unwrap();
-            let Claim::Acquired { fence, .. } = store
-                .claim(ClaimRequest {
-                    key: &k,
-                    fingerprint: None,
-                    lease: Duration::from_secs(60),
-                    token: Some(ClaimToken::random()),
-                })
-                .await
-                .unwrap()
-            else {
-                panic!("a fresh key is acquired");
-            };
-            sqlx::query(&format!(
-                "INSERT INTO {schema}.idem_records_queue (key, payload, state, attempts, max_attempts)
-                 VALUES ($1, '{{}}', 'running', $2, 5)"
-            ))
-            .bind(key)
-            .bind(row_attempt)
-            .execute(&pool)
-            .await
-            .unwrap();
+            let fence = running(&store, &schema, key, row_attempt).await;
             completions.push(JobCompletion {
                 sql: queue.sql.clone(),
                 key: key.to_owned(),
@@ -289,23 +409,26 @@ mod tests {
                 output: (key == "output").then(|| b"out".to_vec()),
                 keep: 60_000_000,
                 attempt,
+                next: None,
             });
         }
         let mut conn = pool.acquire().await.unwrap();
         let answers = JobCompleteOp::many(&store, &mut conn, &completions)
             .await
             .expect("the batched statement runs");
+        let answers: Vec<(bool, bool)> = answers
+            .into_iter()
+            .map(|(completed, done, next)| {
+                assert!(next.is_none(), "nothing asked for a next job");
+                (completed, done)
+            })
+            .collect();
         assert_eq!(
             answers,
             [(true, true), (true, false), (false, false), (true, true)],
             "completed / marked done, per job"
         );
-        let states: Vec<(String, String)> = sqlx::query_as(&format!(
-            "SELECT key, state FROM {schema}.idem_records_queue ORDER BY key"
-        ))
-        .fetch_all(&pool)
-        .await
-        .unwrap();
+        let states = states(&pool, &schema).await;
         let done: Vec<&str> = states
             .iter()
             .filter(|(_, state)| state == "done")
@@ -328,11 +451,93 @@ mod tests {
         ));
         // A completion sent again alone answers as the batch did: the record is completed
         // already with this fence (applies again), the job is no longer running.
-        assert_eq!(
-            JobCompleteOp::one(&store, &completions[0]).await.unwrap(),
-            (true, false)
-        );
+        let (completed, done, _) = JobCompleteOp::one(&store, &completions[0]).await.unwrap();
+        assert_eq!((completed, done), (true, false));
         drop(conn);
+        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+
+    /// Completions that each free a slot claim one job per slot in the same statement: each a
+    /// queued job (never one of the completing ones), held for its workers before it is
+    /// answered, and the completions answered as without the claim.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn completions_claim_the_next_job_for_each_slot_they_free() {
+        let (pool, schema, store, queue) = setup("job_done_next").await;
+        for i in 0..5 {
+            let job = super::super::NewJob::new(format!("queued-{i}"), &i).unwrap();
+            let _ = queue.enqueue(job).await.unwrap();
+        }
+        let workers = Arc::new(Shared {
+            queue: queue.clone(),
+            handler: Arc::new(|_| Box::pin(async { Ok(()) })),
+            lease: Duration::from_secs(60),
+            backoff: super::super::Backoff::default(),
+            timeout: None,
+            held: Default::default(),
+            worker: "test-worker".to_owned(),
+            stopping: Default::default(),
+        });
+        let mut completions = Vec::new();
+        for key in ["running-a", "running-b", "running-c"] {
+            let fence = running(&store, &schema, key, 1).await;
+            completions.push(JobCompletion {
+                sql: queue.sql.clone(),
+                key: key.to_owned(),
+                fence: fence_param(fence),
+                output: None,
+                keep: 60_000_000,
+                attempt: 1,
+                next: Some(Arc::clone(&workers)),
+            });
+        }
+        // The one in the middle frees no slot (its workers are stopping, say).
+        completions[1].next = None;
+        let mut conn = pool.acquire().await.unwrap();
+        let answers = JobCompleteOp::many(&store, &mut conn, &completions)
+            .await
+            .expect("the batched statement runs");
+        drop(conn);
+        let next: Vec<Option<String>> = answers
+            .iter()
+            .map(|(completed, done, next)| {
+                assert!(*completed && *done, "completed and marked done");
+                next.as_ref().map(|job| job.key.clone())
+            })
+            .collect();
+        assert!(next[1].is_none(), "no job for a slot that was not freed");
+        let (a, c) = (next[0].clone().unwrap(), next[2].clone().unwrap());
+        assert_ne!(a, c);
+        for job in answers.iter().filter_map(|(_, _, next)| next.as_ref()) {
+            assert!(job.key.starts_with("queued-"), "{}", job.key);
+            assert_eq!(job.attempt, 1);
+            assert!(job.record.is_some(), "its record claimed with it");
+        }
+        let mut held: Vec<String> = workers
+            .held
+            .snapshot()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        held.sort();
+        let mut expected = vec![a.clone(), c.clone()];
+        expected.sort();
+        assert_eq!(held, expected, "held before being answered");
+        let states = states(&pool, &schema).await;
+        let of = |state: &str| {
+            states
+                .iter()
+                .filter(|(_, s)| s == state)
+                .map(|(k, _)| k.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(of("done"), ["running-a", "running-b", "running-c"]);
+        let mut running = of("running");
+        running.sort();
+        assert_eq!(running, expected);
+        assert_eq!(of("queued").len(), 3);
         sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(&pool)
             .await

@@ -62,7 +62,8 @@
 //!
 //! **Layout, by role** (as River splits its queue): [`Queue`] is the client (`enqueue.rs`,
 //! `admin.rs`); the workers are a `producer` that claims batches into free slots, an `executor`
-//! that runs each job as an idempotent call on the job's view of the store (`job_store`), a
+//! that runs each job as an idempotent call on the job's view of the store (`job_store`, whose
+//! completion also claims the next job for the slot it frees, so the slot's task runs it next), a
 //! `completer` that records how each claim ended, and a `rescuer` that decides what a claim
 //! whose worker died becomes. The queue sits on top of [`PgStore`]: the store knows nothing of
 //! it, and the queue reaches job records only through the store's records interface.

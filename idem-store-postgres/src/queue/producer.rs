@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::postgres::PgRow;
 use sqlx::Row;
 use tokio::sync::{watch, Notify};
 use tokio::task::{JoinError, JoinHandle, JoinSet};
@@ -16,7 +17,6 @@ use tracing::Instrument;
 use super::builder::Shared;
 use super::completer::release_held;
 use super::executor::run;
-use super::held::HeldClaim;
 use super::listen::listen;
 use super::workers::ShutdownReport;
 use crate::direct::on_conn;
@@ -30,6 +30,7 @@ pub(crate) struct ProducerConfig {
 }
 
 /// A claimed row.
+#[derive(Debug)]
 pub(crate) struct Claimed {
     pub key: String,
     pub payload: String,
@@ -88,13 +89,7 @@ pub(crate) async fn produce(
                 drained = got < want && announced;
                 idle.send_replace(got == 0 && drained && tasks.is_empty());
                 for job in jobs {
-                    let shared = shared.clone();
-                    let span = tracing::info_span!(
-                        "idem::queue::job",
-                        key = %job.key,
-                        attempt = job.attempt
-                    );
-                    tasks.spawn(async move { run(&shared, job).await }.instrument(span));
+                    tasks.spawn(run(shared.clone(), job).in_current_span());
                 }
                 got < want
             }
@@ -120,6 +115,8 @@ pub(crate) async fn produce(
         }
     }
 
+    // From now on completions claim no next job (see `job_store`).
+    shared.stopping.store(true, Ordering::SeqCst);
     let deadline = stopping.borrow().unwrap_or_else(Instant::now);
     while let Some(joined) = tasks.try_join_next() {
         log_join(joined);
@@ -164,26 +161,25 @@ async fn claim(shared: &Shared, limit: usize) -> Result<Vec<Claimed>, sqlx::Erro
         .bind(duration_micros(shared.lease))
         .bind(&shared.worker)
         .fetch_all(&mut *conn))?;
-    let claimed: Vec<Claimed> = rows
-        .iter()
-        .map(|row| Claimed {
-            key: row.get(0),
-            payload: row.get(1),
-            attempt: row.get(2),
-            max_attempts: row.get(3),
-            record: row
-                .get::<Option<i64>, _>(4)
-                .zip(row.get::<Option<i64>, _>(5)),
-        })
-        .collect();
+    let claimed: Vec<Claimed> = rows.iter().map(|row| Claimed::decode(row, 0)).collect();
     for job in &claimed {
-        shared.held.insert(
-            job.key.clone(),
-            HeldClaim {
-                attempt: job.attempt,
-                record_fence: job.record.map(|(fence, _)| fence),
-            },
-        );
+        shared.held.hold(job);
     }
     Ok(claimed)
+}
+
+impl Claimed {
+    /// Decodes a claimed job from the columns of `claim` (key, payload, attempts, max
+    /// attempts, record fence, record lease end) starting at column `first`.
+    pub(crate) fn decode(row: &PgRow, first: usize) -> Claimed {
+        Claimed {
+            key: row.get(first),
+            payload: row.get(first + 1),
+            attempt: row.get(first + 2),
+            max_attempts: row.get(first + 3),
+            record: row
+                .get::<Option<i64>, _>(first + 4)
+                .zip(row.get::<Option<i64>, _>(first + 5)),
+        }
+    }
 }

@@ -38,6 +38,12 @@ pub(crate) struct QueueSql {
     /// fences, `$3` outputs, `$4` keeps (µs), `$5` attempts. Returns, for each position `i`
     /// (from 1, in order), (record completed, job marked done).
     pub(crate) complete_and_done_many: String,
+    /// `complete_and_done_many` that also claims up to `$6` more jobs, as `claim` does (`$7`
+    /// lease in µs, `$8` worker), for the slots those jobs free: the completions' keys are never
+    /// among them. Returns, first, a row per completion (`i`, record completed, job marked
+    /// done, then NULLs), then a row per claimed job (NULL, NULL, NULL, then `claim`'s
+    /// columns).
+    pub(crate) complete_and_claim_many: String,
     /// `$1` key, `$2` attempt, `$3` delay (µs), `$4` error.
     pub(crate) retry: String,
     /// `$1` key, `$2` attempt, `$3` error.
@@ -68,6 +74,12 @@ impl QueueSql {
             "SELECT key FROM claimed WHERE attempts <= max_attempts",
             &format!("$2::bigint {micros}"),
             "$3::text",
+        );
+        let claim_next_records = records.claim_unheld(
+            super::QUEUE_SCOPE,
+            "SELECT key FROM claimed WHERE attempts <= max_attempts",
+            &format!("$7::bigint {micros}"),
+            "$8::text",
         );
         let (complete, renew) = (&records.complete, &records.renew);
         let complete_many = &records.complete_many;
@@ -140,6 +152,36 @@ impl QueueSql {
                  SELECT n.i IN (SELECT i FROM completed), n.i IN (SELECT i FROM done)
                  FROM generate_series(1::bigint, cardinality($1::text[])::bigint) AS n(i)
                  ORDER BY n.i"
+            ),
+            complete_and_claim_many: format!(
+                "WITH completed AS ({complete_many}),
+                 done AS (
+                     UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
+                     FROM unnest($1::text[], $5::int[]) WITH ORDINALITY AS d(key, attempts, i)
+                     WHERE q.key = ANY($1::text[]) AND q.key = d.key AND q.attempts = d.attempts
+                       AND q.state = 'running' AND d.i IN (SELECT i FROM completed)
+                     RETURNING d.i
+                 ), claimed AS (
+                     UPDATE {q}
+                     SET state = 'running', attempts = attempts + 1, worker = $8,
+                         available_at = now() + $7::bigint {micros}
+                     WHERE key IN (
+                         SELECT key FROM {q}
+                         WHERE state IN ('queued', 'running') AND available_at <= now()
+                           AND key <> ALL($1::text[])
+                         ORDER BY available_at
+                         LIMIT $6
+                         FOR UPDATE SKIP LOCKED
+                     )
+                     RETURNING key, payload, attempts, max_attempts
+                 ), records AS ({claim_next_records})
+                 SELECT n.i, n.i IN (SELECT i FROM completed), n.i IN (SELECT i FROM done),
+                        NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint
+                 FROM generate_series(1::bigint, cardinality($1::text[])::bigint) AS n(i)
+                 UNION ALL
+                 SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
+                        r.fence, r.expires_us
+                 FROM claimed c LEFT JOIN records r ON r.key = c.key"
             ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
