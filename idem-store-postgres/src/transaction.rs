@@ -151,7 +151,10 @@ impl PgStore {
     /// the transaction waits on it as before).
     async fn settled(&self, request: &ClaimRequest<'_>) -> Result<Option<Claim>, sqlx::Error> {
         let sql = &self.records().look_up;
-        let row = on_conn!(indexed self, conn => {
+        // On a connection with the server's settings, as the transactions' own: set up for
+        // lease mode's statements instead, the store would set its connections up again and
+        // again as reads and transactions take turns on them.
+        let row = on_conn!(self, conn => {
             sqlx::query(sql)
                 .bind(request.key.as_str())
                 .bind(request.key.scope())
