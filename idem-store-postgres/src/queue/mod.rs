@@ -120,7 +120,10 @@ pub const QUEUE_SCOPE: &str = "idem:queue";
 pub struct Queue {
     store: PgStore,
     sql: Arc<QueueSql>,
-    /// The completions of concurrent jobs, batched as the store batches calls' (when it does).
+    /// The completions of concurrent jobs, batched as the store batches calls' (when it does),
+    /// with at least two statements in flight: each also claims the next jobs for the slots it
+    /// frees, so with one in flight two workers' jobs took turns on the wire (measured: 0.25 of
+    /// the hand-written loop at two workers, 0.52-0.60 with two in flight).
     completions: Option<Arc<Batcher<JobCompleteOp>>>,
 }
 
@@ -137,7 +140,7 @@ impl Queue {
             store: store.clone(),
             completions: store
                 .batches()
-                .map(|batches| Arc::new(Batcher::new(batches.claims.drivers()))),
+                .map(|batches| Arc::new(Batcher::new(batches.claims.drivers().max(2)))),
         }
     }
 
