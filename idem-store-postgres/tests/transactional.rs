@@ -13,24 +13,11 @@ use support::TestStore;
 /// An account table in the test's schema, and the store in the same database.
 async fn setup(prefix: &str) -> (TestStore, String) {
     let test = TestStore::new(prefix, 40).await;
-    let accounts = format!("\"{}\".accounts", test.schema);
-    sqlx::raw_sql(&format!(
-        "CREATE TABLE {accounts} (id int PRIMARY KEY, credits bigint NOT NULL);
-         INSERT INTO {accounts} VALUES (42, 0);"
-    ))
-    .execute(test.store.pool())
-    .await
-    .unwrap();
+    let accounts = support::accounts(&test).await;
     (test, accounts)
 }
 
-async fn credits(store: &PgStore, accounts: &str) -> i64 {
-    sqlx::query(&format!("SELECT credits FROM {accounts} WHERE id = 42"))
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
-        .get(0)
-}
+use support::credits;
 
 #[derive(Debug)]
 enum CreditError {

@@ -6,31 +6,13 @@
 mod support;
 
 use idem_core::{idempotent, Error, Outcome};
-use idem_store_postgres::sqlx::{self, Row};
+use idem_store_postgres::sqlx;
 use idem_store_postgres::PgStore;
 use std::sync::Arc;
 use std::time::Duration;
 use support::TestStore;
 
-async fn accounts(test: &TestStore) -> String {
-    let accounts = format!("\"{}\".accounts", test.schema);
-    sqlx::raw_sql(&format!(
-        "CREATE TABLE {accounts} (id int PRIMARY KEY, credits bigint NOT NULL);
-         INSERT INTO {accounts} VALUES (42, 0);"
-    ))
-    .execute(test.store.pool())
-    .await
-    .unwrap();
-    accounts
-}
-
-async fn credits(store: &PgStore, accounts: &str) -> i64 {
-    sqlx::query(&format!("SELECT credits FROM {accounts} WHERE id = 42"))
-        .fetch_one(store.pool())
-        .await
-        .unwrap()
-        .get(0)
-}
+use support::{accounts, credits};
 
 #[idempotent(key = "credit:{order}", store = store, transaction = tx, fingerprint(amount), replay, keep = "300ms")]
 async fn credit(

@@ -83,6 +83,37 @@ impl QueueSql {
         );
         let (complete, renew) = (&records.complete, &records.renew);
         let complete_many = &records.complete_many;
+        // The completions of many jobs, each marking its job done: the start of both batched
+        // completion statements.
+        let complete_and_done = format!(
+            "WITH completed AS ({complete_many}),
+             done AS (
+                 UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
+                 FROM unnest($1::text[], $5::int[]) WITH ORDINALITY AS d(key, attempts, i)
+                 WHERE q.key = ANY($1::text[]) AND q.key = d.key AND q.attempts = d.attempts
+                   AND q.state = 'running' AND d.i IN (SELECT i FROM completed)
+                 RETURNING d.i
+             )"
+        );
+        // Claims up to `limit` jobs for `worker` with a lease of `lease` µs (SQL expressions),
+        // skipping any that `also` (a condition on `key`) rules out.
+        let claimed = |limit: &str, lease: &str, worker: &str, also: &str| {
+            format!(
+                "claimed AS (
+                     UPDATE {q}
+                     SET state = 'running', attempts = attempts + 1, worker = {worker},
+                         available_at = now() + {lease}::bigint {micros}
+                     WHERE key IN (
+                         SELECT key FROM {q}
+                         WHERE state IN ('queued', 'running') AND available_at <= now() {also}
+                         ORDER BY available_at
+                         LIMIT {limit}
+                         FOR UPDATE SKIP LOCKED
+                     )
+                     RETURNING key, payload, attempts, max_attempts
+                 )"
+            )
+        };
         let fenced = "FROM unnest($1::text[], $2::int[]) AS held(key, attempts)
              WHERE q.key = held.key AND q.attempts = held.attempts AND q.state = 'running'";
         QueueSql {
@@ -100,21 +131,10 @@ impl QueueSql {
             ),
             same_payload: format!("SELECT payload = $2::jsonb FROM {q} WHERE key = $1"),
             claim: format!(
-                "WITH claimed AS (
-                     UPDATE {q}
-                     SET state = 'running', attempts = attempts + 1, worker = $3,
-                         available_at = now() + $2::bigint {micros}
-                     WHERE key IN (
-                         SELECT key FROM {q}
-                         WHERE state IN ('queued', 'running') AND available_at <= now()
-                         ORDER BY available_at
-                         LIMIT $1
-                         FOR UPDATE SKIP LOCKED
-                     )
-                     RETURNING key, payload, attempts, max_attempts
-                 ), records AS ({claim_records})
+                "WITH {}, records AS ({claim_records})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, r.expires_us
-                 FROM claimed c LEFT JOIN records r ON r.key = c.key"
+                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
+                claimed("$1", "$2", "$3", "")
             ),
             forget_records: records.release_batch(),
             renew: format!(
@@ -141,47 +161,21 @@ impl QueueSql {
                  SELECT (SELECT count(*) FROM completed), (SELECT count(*) FROM done)"
             ),
             complete_and_done_many: format!(
-                "WITH completed AS ({complete_many}),
-                 done AS (
-                     UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
-                     FROM unnest($1::text[], $5::int[]) WITH ORDINALITY AS d(key, attempts, i)
-                     WHERE q.key = ANY($1::text[]) AND q.key = d.key AND q.attempts = d.attempts
-                       AND q.state = 'running' AND d.i IN (SELECT i FROM completed)
-                     RETURNING d.i
-                 )
+                "{complete_and_done}
                  SELECT n.i IN (SELECT i FROM completed), n.i IN (SELECT i FROM done)
                  FROM generate_series(1::bigint, cardinality($1::text[])::bigint) AS n(i)
                  ORDER BY n.i"
             ),
             complete_and_claim_many: format!(
-                "WITH completed AS ({complete_many}),
-                 done AS (
-                     UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
-                     FROM unnest($1::text[], $5::int[]) WITH ORDINALITY AS d(key, attempts, i)
-                     WHERE q.key = ANY($1::text[]) AND q.key = d.key AND q.attempts = d.attempts
-                       AND q.state = 'running' AND d.i IN (SELECT i FROM completed)
-                     RETURNING d.i
-                 ), claimed AS (
-                     UPDATE {q}
-                     SET state = 'running', attempts = attempts + 1, worker = $8,
-                         available_at = now() + $7::bigint {micros}
-                     WHERE key IN (
-                         SELECT key FROM {q}
-                         WHERE state IN ('queued', 'running') AND available_at <= now()
-                           AND key <> ALL($1::text[])
-                         ORDER BY available_at
-                         LIMIT $6
-                         FOR UPDATE SKIP LOCKED
-                     )
-                     RETURNING key, payload, attempts, max_attempts
-                 ), records AS ({claim_next_records})
+                "{complete_and_done}, {}, records AS ({claim_next_records})
                  SELECT n.i, n.i IN (SELECT i FROM completed), n.i IN (SELECT i FROM done),
                         NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint
                  FROM generate_series(1::bigint, cardinality($1::text[])::bigint) AS n(i)
                  UNION ALL
                  SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
                         r.fence, r.expires_us
-                 FROM claimed c LEFT JOIN records r ON r.key = c.key"
+                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
+                claimed("$6", "$7", "$8", "AND key <> ALL($1::text[])")
             ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},

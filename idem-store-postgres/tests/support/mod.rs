@@ -7,3 +7,27 @@
 pub mod wire;
 
 pub use idem_testdb::{database_url, pool, unique_schema, TestStore};
+
+/// An account table (`id 42` with no credits) in the test's schema, for handlers whose effect
+/// is a write to the store's own database; returns its quoted name.
+pub async fn accounts(test: &TestStore) -> String {
+    let accounts = format!("\"{}\".accounts", test.schema);
+    idem_store_postgres::sqlx::raw_sql(&format!(
+        "CREATE TABLE {accounts} (id int PRIMARY KEY, credits bigint NOT NULL);
+         INSERT INTO {accounts} VALUES (42, 0);"
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    accounts
+}
+
+/// Account 42's credits.
+pub async fn credits(store: &idem_store_postgres::PgStore, accounts: &str) -> i64 {
+    idem_store_postgres::sqlx::query_scalar(&format!(
+        "SELECT credits FROM {accounts} WHERE id = 42"
+    ))
+    .fetch_one(store.pool())
+    .await
+    .unwrap()
+}
