@@ -291,15 +291,18 @@ async fn failing_jobs_back_off_more_each_time_then_dead_letter() {
         let times = runs.times(key);
         assert_eq!(times.len(), 4, "{key} ran exactly max_attempts times");
         let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+        // After failed attempt n the wait is at least half of base * 2^(n-1), at most all of it.
+        // The floors prove the growth: the third wait's floor (4 * base / 2) is above the
+        // first wait's ceiling (base). Only floors are asserted: a gap also holds the handler's
+        // own time, and under RUST_BACKTRACE=1 the first panic's hook symbolizes a backtrace
+        // for hundreds of milliseconds, so comparing two measured gaps would flake.
         for (i, gap) in gaps.iter().enumerate() {
-            // After failed attempt n the wait is at least half of base * 2^(n-1).
             let floor = base * (1 << i) / 2;
             assert!(
                 *gap >= floor,
                 "{key}: gap {i} {gap:?} < {floor:?} ({gaps:?})"
             );
         }
-        assert!(gaps[2] > gaps[0], "{key}: backoff grows: {gaps:?}");
     }
     let dead = queue.dead(10).await.unwrap();
     assert_eq!(dead.len(), 2);
