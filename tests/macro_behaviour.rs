@@ -357,6 +357,7 @@ async fn wait_gives_up_with_in_progress() {
         async move { short_wait(&store, 1, &gate).await }
     });
     gate.entered().await; // the first run holds the key, and keeps it until the gate opens
+
     // The gate stays shut until after this call, so an unbounded wait would never return: the
     // timeout turns that hang into a failure. The lower bound shows it did wait first (a lower
     // bound on elapsed time cannot flake on a slow machine; an upper one could).
@@ -365,7 +366,10 @@ async fn wait_gives_up_with_in_progress() {
         .await
         .expect("wait = \"100ms\" gives up instead of waiting for the first run");
     assert!(second.unwrap().is_in_progress());
-    assert!(started.elapsed() >= Duration::from_millis(100), "it waited first");
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "it waited first"
+    );
     gate.open();
     assert!(first.await.unwrap().unwrap().is_executed());
 }
