@@ -42,11 +42,6 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
     /// What a failed batch is logged as ("claim", "completion").
     const NAME: &'static str;
 
-    /// Whether the batched statement runs on a connection set up for the records table's
-    /// statements (`Tuning::Indexed`), or with the server's settings (for a statement that
-    /// also reads the queue, whose plans depend on the data).
-    const INDEXED: bool = true;
-
     /// Sends `batch` (two or more requests for distinct records) as one statement on `conn`,
     /// answering each request in order.
     fn many<'a>(
@@ -67,11 +62,7 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
 /// database refuses is sent again call by call, so a failure is each request's own answer.
 async fn run<O: Op>(store: &PgStore, batch: Vec<O::Request>) -> Vec<Result<O::Answer, StoreError>> {
     if batch.len() > 1 {
-        let answers = if O::INDEXED {
-            on_conn!(indexed store, conn => O::many(store, conn, &batch))
-        } else {
-            on_conn!(store, conn => O::many(store, conn, &batch))
-        };
+        let answers = on_conn!(indexed store, conn => O::many(store, conn, &batch));
         match answers {
             Ok(answers) => return answers.into_iter().map(Ok).collect(),
             Err(e) => tracing::debug!(

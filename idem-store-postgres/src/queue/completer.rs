@@ -47,7 +47,7 @@ pub(crate) async fn settle(shared: &Shared, job: &Claimed, settle: Settle) {
             .bind(vec![job.attempt])
             .bind(duration_micros(*delay)),
     };
-    match on_conn!(shared.queue.store, conn => query().execute(&mut *conn)) {
+    match on_conn!(indexed shared.queue.store, conn => query().execute(&mut *conn)) {
         Ok(done) if done.rows_affected() == 0 => tracing::warn!(
             "the job's claim was taken over before it was settled (its lease lapsed)"
         ),
@@ -75,14 +75,14 @@ pub(crate) async fn release_held(shared: &Shared) -> usize {
         .iter()
         .map(|(key, claim)| (key.as_str(), claim.attempt))
         .unzip();
-    let freed = on_conn!(shared.queue.store, conn => sqlx::query(&shared.queue.sql.forget_records)
+    let freed = on_conn!(indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.forget_records)
         .bind(&record_keys)
         .bind(&fences)
         .execute(&mut *conn));
     if let Err(e) = freed {
         tracing::warn!(error = %e, "freeing the records of released jobs failed; they lapse with their lease");
     }
-    let result = on_conn!(shared.queue.store, conn => sqlx::query(&shared.queue.sql.release)
+    let result = on_conn!(indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.release)
         .bind(&keys)
         .bind(&attempts)
         .bind(0i64)

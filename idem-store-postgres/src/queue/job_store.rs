@@ -154,7 +154,7 @@ impl Store for JobStore {
 
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
         let sql = &self.queue.sql.renew;
-        let row = on_conn!(self.inner(), conn => sqlx::query(sql)
+        let row = on_conn!(indexed self.inner(), conn => sqlx::query(sql)
             .bind(key.as_str())
             .bind(fence_param(fence))
             .bind(duration_micros(lease))
@@ -232,9 +232,6 @@ impl Op for JobCompleteOp {
 
     const NAME: &'static str = "job completion";
 
-    /// The statement also claims jobs from the queue (see `Tuning::Default`).
-    const INDEXED: bool = false;
-
     async fn many(
         _store: &PgStore,
         conn: &mut PgConnection,
@@ -301,11 +298,11 @@ impl Op for JobCompleteOp {
     async fn one(store: &PgStore, c: &JobCompletion) -> Result<Self::Answer, StoreError> {
         if c.next.is_some() {
             let mut answers =
-                on_conn!(store, conn => JobCompleteOp::many(store, conn, std::slice::from_ref(c)))
+                on_conn!(indexed store, conn => JobCompleteOp::many(store, conn, std::slice::from_ref(c)))
                     .map_err(|e| store_error(e).during(Operation::Complete))?;
             return Ok(answers.pop().expect("one answer per completion"));
         }
-        let row = on_conn!(store, conn => sqlx::query(&c.sql.complete_and_done)
+        let row = on_conn!(indexed store, conn => sqlx::query(&c.sql.complete_and_done)
             .bind(c.key.as_str())
             .bind(c.fence)
             .bind(c.output.as_deref())

@@ -156,7 +156,7 @@ fn log_join(joined: Result<(), JoinError>) {
 /// Claims up to `limit` jobs in one statement, which also claims the idempotency record of each
 /// job whose key has none, and notes them as held.
 async fn claim(shared: &Shared, limit: usize) -> Result<Vec<Claimed>, sqlx::Error> {
-    let rows = on_conn!(shared.queue.store, conn => sqlx::query(&shared.queue.sql.claim)
+    let rows = on_conn!(indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.claim)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .bind(duration_micros(shared.lease))
         .bind(&shared.worker)

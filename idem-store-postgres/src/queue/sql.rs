@@ -96,20 +96,25 @@ impl QueueSql {
              )"
         );
         // Claims up to `limit` jobs for `worker` with a lease of `lease` µs (SQL expressions),
-        // skipping any that `also` (a condition on `key`) rules out.
+        // skipping any that `also` (a condition on `key`) rules out. The picked keys are an
+        // array (`= ANY(ARRAY(..))`, not `IN (..)`) so that the update finds them by primary
+        // key in any plan: a generic plan (the store's connections keep one per statement)
+        // estimates a `LIMIT $n` at a tenth of the table, and planned `IN (..)` as a hash join
+        // over a sequential scan of the whole queue (2.2 ms a claim at 20,000 jobs, against
+        // 0.26 ms this way; a custom plan instead costs 0.5-0.7 ms of planning per execution).
         let claimed = |limit: &str, lease: &str, worker: &str, also: &str| {
             format!(
                 "claimed AS (
                      UPDATE {q}
                      SET state = 'running', attempts = attempts + 1, worker = {worker},
                          available_at = now() + {lease}::bigint {micros}
-                     WHERE key IN (
+                     WHERE key = ANY(ARRAY(
                          SELECT key FROM {q}
                          WHERE state IN ('queued', 'running') AND available_at <= now() {also}
                          ORDER BY available_at
                          LIMIT {limit}
                          FOR UPDATE SKIP LOCKED
-                     )
+                     ))
                      RETURNING key, payload, attempts, max_attempts
                  )"
             )
