@@ -227,3 +227,107 @@ impl QueueSql {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::QueueSql;
+    use crate::PgStore;
+    use sqlx::postgres::PgPoolOptions;
+
+    /// The plan of `statement` (run with `arguments`) that a connection keeping one generic plan
+    /// per statement uses, with sequential scans allowed or not.
+    async fn generic_plan(
+        conn: &mut sqlx::PgConnection,
+        statement: &str,
+        arguments: &str,
+        seqscan: bool,
+    ) -> String {
+        let seqscan = if seqscan { "on" } else { "off" };
+        sqlx::raw_sql(&format!(
+            "SET enable_seqscan = {seqscan}; SET plan_cache_mode = force_generic_plan;
+             PREPARE planned AS {statement}"
+        ))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        let rows: Vec<(String,)> = sqlx::query_as(&format!("EXPLAIN EXECUTE planned({arguments})"))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+        sqlx::raw_sql("DEALLOCATE planned; RESET enable_seqscan; RESET plan_cache_mode")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        rows.into_iter()
+            .map(|(line,)| line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Both claims find the jobs they pick by primary key in a generic plan, whatever the
+    /// planner makes of `LIMIT $n`: written as `key IN (SELECT .. LIMIT $n ..)`, the generic
+    /// plan updated them through a hash join over a sequential scan of the whole queue, which
+    /// is why the store's connections could not keep one generic plan for the queue's
+    /// statements (and planned each execution anew instead, for longer than it ran).
+    #[tokio::test]
+    async fn claims_find_their_jobs_by_key_in_a_generic_plan() {
+        let pool = PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&idem_testdb::database_url())
+            .await
+            .expect("DATABASE_URL names a reachable PostgreSQL (scripts/test starts one)");
+        let schema = idem_testdb::unique_schema("q_plans");
+        sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        let store = PgStore::builder(pool.clone())
+            .schema(schema.clone())
+            .build()
+            .unwrap();
+        store.migrate().await.unwrap();
+        // Enough queued jobs for a tenth of them to outweigh a lookup by key.
+        sqlx::raw_sql(&format!(
+            "INSERT INTO {schema}.idem_records_queue (key, payload, max_attempts)
+                 SELECT 'job:' || i, to_jsonb(i), 25 FROM generate_series(1, 5000) i;
+             ANALYZE {schema}.idem_records_queue"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        let sql = QueueSql::new(&store);
+        let mut conn = pool.acquire().await.unwrap();
+        let statements = [
+            ("claim", &sql.claim, "1, 1000000, 'w'"),
+            (
+                "complete_and_claim_many",
+                &sql.complete_and_claim_many,
+                "'{}', '{}', '{}', '{}', '{}', 1, 1000000, 'w'",
+            ),
+        ];
+        for (name, statement, arguments) in statements {
+            for seqscan in [true, false] {
+                let plan = generic_plan(&mut conn, statement, arguments, seqscan).await;
+                assert!(
+                    !plan.contains("Seq Scan on idem_records_queue "),
+                    "{name} (enable_seqscan {seqscan}) scans the whole queue:\n{plan}"
+                );
+                // Every use of the queue's primary key looks keys up; none reads it whole.
+                let lines: Vec<&str> = plan.lines().collect();
+                for (i, line) in lines.iter().enumerate() {
+                    if line.contains("using idem_records_queue_pkey") {
+                        assert!(
+                            lines.get(i + 1).is_some_and(|l| l.contains("Index Cond: (") && l.contains("key")),
+                            "{name} (enable_seqscan {seqscan}) reads the whole queue's index:\n{plan}"
+                        );
+                    }
+                }
+            }
+        }
+        drop(conn);
+        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+}
