@@ -14,6 +14,13 @@ use std::collections::HashSet;
 use std::process::Child;
 use std::time::Duration;
 
+/// The tests of this file take turns: together their worker processes (12 connections each, up
+/// to five at once in a test) open more connections than a stock PostgreSQL allows
+/// (`max_connections = 100`). Run side by side against such a server, connections were refused,
+/// handlers' inserts and completions failed, and jobs ran again after their lease: the
+/// at-least-once rule working as documented, but not what these tests are about.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Enqueues `jobs` jobs `job:0..` from 8 concurrent tasks, through the public API.
 async fn enqueue(schema: &Schema, jobs: u32) -> Queue {
     let queue = Queue::new(&idem_testdb::pg_store(&schema.name, 8, None).await);
@@ -69,6 +76,7 @@ async fn all_done(schema: &Schema, queue: &Queue, total: u32) -> (i64, i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_worker_processes_drain_20000_jobs_running_each_once() {
+    let _turn = TURN.lock().await;
     const JOBS: u32 = 20_000;
     let schema = Schema::new("q_drain").await;
     // Two processes start before the work exists (they are woken by notifications), two while
@@ -92,6 +100,7 @@ async fn four_worker_processes_drain_20000_jobs_running_each_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_killed_or_stalled_mid_batch_lose_nothing() {
+    let _turn = TURN.lock().await;
     const JOBS: u32 = 5_000;
     const KILLS: usize = 5;
     const CONCURRENCY: i64 = 8;
@@ -158,6 +167,7 @@ async fn workers_killed_or_stalled_mid_batch_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_stopped_mid_batch_gives_its_jobs_back() {
+    let _turn = TURN.lock().await;
     const JOBS: u32 = 400;
     let schema = Schema::new("q_term").await;
     let queue = enqueue(&schema, JOBS).await;

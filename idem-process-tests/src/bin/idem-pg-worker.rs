@@ -208,7 +208,10 @@ async fn main() {
             (Arc::new(store), sink)
         }
         None => {
-            let store = args.worker.store(tasks as u32 + 2).await;
+            // At most 18 connections a process: four processes and the test's own pool then
+            // fit a stock PostgreSQL (`max_connections = 100`). With one connection per task,
+            // the storm's four processes of 24 tasks opened 104, and connections were refused.
+            let store = args.worker.store((tasks as u32 + 2).min(18)).await;
             let pool = store.pool().clone();
             let sink = Sink::Postgres {
                 pool,
