@@ -448,15 +448,27 @@ impl Direct {
 /// connection only: a held one is closed, never given back to the pool with them. A server that
 /// lacks a setting (`plan_cache_mode` before PostgreSQL 12) plans as before.
 async fn tune(conn: &mut PgConnection, tuning: Tuning) -> Result<(), sqlx::Error> {
-    let settings = match tuning {
-        Tuning::Indexed => [
-            "SET enable_seqscan = off",
-            "SET plan_cache_mode = force_generic_plan",
-        ],
-        Tuning::Default => ["RESET enable_seqscan", "RESET plan_cache_mode"],
+    let (both, settings) = match tuning {
+        Tuning::Indexed => (
+            "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan",
+            [
+                "SET enable_seqscan = off",
+                "SET plan_cache_mode = force_generic_plan",
+            ],
+        ),
+        Tuning::Default => (
+            "RESET enable_seqscan; RESET plan_cache_mode",
+            ["RESET enable_seqscan", "RESET plan_cache_mode"],
+        ),
     };
+    // A `&str` with no arguments goes out as a simple query, so both settings take one round
+    // trip. They run as one implicit transaction: a server that lacks a setting refuses both,
+    // and then each goes alone, the missing one left out.
+    match sqlx::Executor::execute(&mut *conn, both).await {
+        Err(e) if crate::error::sqlstate(&e).as_deref() == Some(UNDEFINED_SETTING) => {}
+        other => return other.map(drop),
+    }
     for setting in settings {
-        // A `&str` with no arguments goes out as a simple query: one round trip.
         match sqlx::Executor::execute(&mut *conn, setting).await {
             Err(e) if crate::error::sqlstate(&e).as_deref() == Some(UNDEFINED_SETTING) => {}
             other => other.map(drop)?,
