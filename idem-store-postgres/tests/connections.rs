@@ -5,21 +5,8 @@
 mod support;
 
 use idem_core::{Call, Error};
-use idem_store_postgres::sqlx;
 use std::time::Duration;
-use support::TestStore;
-
-async fn connections_named(test: &TestStore) -> i64 {
-    let admin = support::pool(1).await;
-    let n: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
-            .bind(&test.schema)
-            .fetch_one(&admin)
-            .await
-            .unwrap();
-    admin.close().await;
-    n
-}
+use support::{connections_named, TestStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_store_holds_at_most_half_the_pool() {

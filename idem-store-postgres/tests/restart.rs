@@ -7,43 +7,24 @@
 mod support;
 
 use idem_core::{Call, Outcome};
-use idem_store_postgres::sqlx;
-use support::TestStore;
+use support::{connections_named, TestStore};
 
 /// Terminates every connection of `test`'s store (they carry its schema as application name),
 /// as a server restart does, and returns how many there were.
 async fn terminate_connections(test: &TestStore) -> i64 {
-    let admin = support::pool(1).await;
-    let terminated: i64 = sqlx::query_scalar(
+    support::count_for(
+        test,
         "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE application_name = $1) AS t",
     )
-    .bind(&test.schema)
-    .fetch_one(&admin)
     .await
-    .unwrap();
-    admin.close().await;
-    terminated
-}
-
-/// How many connections `test`'s store has open.
-async fn connections_of(test: &TestStore) -> i64 {
-    let admin = support::pool(1).await;
-    let open: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
-            .bind(&test.schema)
-            .fetch_one(&admin)
-            .await
-            .unwrap();
-    admin.close().await;
-    open
 }
 
 async fn calls_survive_terminated_connections(test: TestStore) {
     // Open several connections and leave them idle: rounds of 16 concurrent calls until the
     // store has at least two (batching can serve a whole round on one connection).
     let mut round = 0;
-    while connections_of(&test).await < 2 {
+    while connections_named(&test).await < 2 {
         round += 1;
         assert!(
             round <= 50,

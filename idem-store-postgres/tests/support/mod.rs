@@ -31,3 +31,26 @@ pub async fn credits(store: &idem_store_postgres::PgStore, accounts: &str) -> i6
     .await
     .unwrap()
 }
+
+/// Runs `sql`, a query of one count with the schema of `test` as `$1`, on a connection of its
+/// own (not one of the test's pool).
+pub async fn count_for(test: &TestStore, sql: &str) -> i64 {
+    let admin = pool(1).await;
+    let n: i64 = idem_store_postgres::sqlx::query_scalar(sql)
+        .bind(&test.schema)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    n
+}
+
+/// How many connections `test`'s store and pool have open (they carry its schema as
+/// `application_name`).
+pub async fn connections_named(test: &TestStore) -> i64 {
+    count_for(
+        test,
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .await
+}
