@@ -15,7 +15,8 @@
 //!
 //! Each row is marked claimed in the same statement that selects it, so two overlapping runs get
 //! different rows and a re-run picks up only what is left. [`ClaimBatch`] writes that statement
-//! for your table from validated names:
+//! for your table from validated names, with the picked ids as an array
+//! (`WHERE id = ANY(ARRAY(SELECT ..))`, so that a generic plan still finds the rows by id):
 //!
 //! ```no_run
 //! use idem_store_postgres::claim_batch::ClaimBatch;
@@ -168,12 +169,16 @@ impl ClaimBatchBuilder {
             .map(|c| format!(", \"{c}\" = now()"))
             .unwrap_or_default();
         let returning: Vec<String> = self.returning.iter().map(|c| format!("\"{c}\"")).collect();
+        // The picked ids are an array (`= ANY(ARRAY(..))` rather than the article's `IN (..)`):
+        // the subquery then runs once, and in a generic plan (`plan_cache_mode =
+        // force_generic_plan`) the update still looks the rows up by id, where `IN (..)` with
+        // `LIMIT $3` was planned as a hash join over a sequential scan of the table.
         let sql = format!(
             "UPDATE {table} SET \"{status}\" = $1{claimed_at}
-             WHERE \"{id}\" IN (
+             WHERE \"{id}\" = ANY(ARRAY(
                SELECT \"{id}\" FROM {table} WHERE \"{status}\" = $2
                ORDER BY \"{id}\" LIMIT $3 FOR UPDATE SKIP LOCKED
-             )
+             ))
              RETURNING {}",
             returning.join(", ")
         );

@@ -106,3 +106,33 @@ async fn names_are_validated() {
         .unwrap_err();
     assert!(err.to_string().contains("invalid column name"), "{err}");
 }
+
+/// In a generic plan (a server or connection with `plan_cache_mode = force_generic_plan`) the
+/// claim still finds its rows by id: written with the article's `IN (SELECT .. LIMIT $3 ..)`,
+/// it was planned as a hash join over a sequential scan of the whole table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_finds_its_rows_by_id_in_a_generic_plan() {
+    let test = TestStore::new("claimbatch_plan", 2).await;
+    let table = emails(&test).await;
+    let mut conn = test.store.pool().acquire().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "ANALYZE {table};
+         SET plan_cache_mode = force_generic_plan;
+         PREPARE planned AS {}",
+        claim(&test).sql()
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar("EXPLAIN EXECUTE planned('sending', 'queued', 25)")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(
+        !plan.contains("Seq Scan on emails"),
+        "the claim scans the whole table:\n{plan}"
+    );
+    // The connection carries the setting and the prepared statement: it is not given back.
+    conn.detach();
+}
