@@ -444,9 +444,9 @@ impl Direct {
 ///   `queue/sql.rs`.)
 ///
 /// [`Tuning::Default`] resets both, for transactions, where the caller's own SQL runs with the
-/// server's settings. The settings stay on the
-/// connection only: a held one is closed, never given back to the pool with them. A server that
-/// lacks a setting (`plan_cache_mode` before PostgreSQL 12) plans as before.
+/// server's settings. The settings stay on the connection only: a held one is closed, never
+/// given back to the pool with them. A server that lacks a setting (`plan_cache_mode` before
+/// PostgreSQL 12) plans as before.
 async fn tune(conn: &mut PgConnection, tuning: Tuning) -> Result<(), sqlx::Error> {
     let (both, settings) = match tuning {
         Tuning::Indexed => (

@@ -11,8 +11,9 @@
 //!   transaction, so the job exists exactly when the business write commits.
 //! - **Claim, then process.** Workers in any number of processes claim batches with one
 //!   `UPDATE .. WHERE key = ANY(ARRAY(SELECT .. FOR UPDATE SKIP LOCKED)) RETURNING ..`
-//!   statement, so concurrent workers get different jobs. A claim is a lease, renewed while the job runs: a
-//!   slow worker that is alive keeps its jobs; a crashed one's jobs return once the lease lapses.
+//!   statement, so concurrent workers get different jobs. A claim is a lease, renewed while the
+//!   job runs: a slow worker that is alive keeps its jobs; a crashed one's jobs return once the
+//!   lease lapses.
 //! - **Each job runs as an idempotent call** keyed by the job's key ([`idem_core::Call`]), so a
 //!   job whose worker died after finishing it is recognised as done and not run again, and
 //!   [`idem_core::context`], keyed clients and the [`idem_core::journal::Journal`] work in handlers
