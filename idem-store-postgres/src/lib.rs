@@ -26,6 +26,8 @@ mod migrate;
 pub mod queue;
 mod records;
 mod store;
+#[cfg(test)]
+mod test_store;
 mod time;
 mod transaction;
 

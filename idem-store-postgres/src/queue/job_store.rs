@@ -323,25 +323,10 @@ impl Op for JobCompleteOp {
 mod tests {
     use super::*;
     use idem_core::ClaimToken;
-    use sqlx::postgres::PgPoolOptions;
 
     /// A store and its queue in a schema of their own.
     async fn setup(prefix: &str) -> (sqlx::PgPool, String, PgStore, Queue) {
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .connect(&idem_testdb::database_url())
-            .await
-            .expect("DATABASE_URL names a reachable PostgreSQL (scripts/test starts one)");
-        let schema = idem_testdb::unique_schema(prefix);
-        sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-        let store = PgStore::builder(pool.clone())
-            .schema(schema.clone())
-            .build()
-            .unwrap();
-        store.migrate().await.unwrap();
+        let (pool, schema, store) = crate::test_store::store_in_new_schema(prefix).await;
         let queue = Queue::new(&store);
         (pool, schema, store, queue)
     }

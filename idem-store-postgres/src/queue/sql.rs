@@ -231,8 +231,6 @@ impl QueueSql {
 #[cfg(test)]
 mod tests {
     use super::QueueSql;
-    use crate::PgStore;
-    use sqlx::postgres::PgPoolOptions;
 
     /// The plan of `statement` (run with `arguments`) that a connection keeping one generic plan
     /// per statement uses, with sequential scans allowed or not.
@@ -271,21 +269,7 @@ mod tests {
     /// statements (and planned each execution anew instead, for longer than it ran).
     #[tokio::test]
     async fn claims_find_their_jobs_by_key_in_a_generic_plan() {
-        let pool = PgPoolOptions::new()
-            .max_connections(2)
-            .connect(&idem_testdb::database_url())
-            .await
-            .expect("DATABASE_URL names a reachable PostgreSQL (scripts/test starts one)");
-        let schema = idem_testdb::unique_schema("q_plans");
-        sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-        let store = PgStore::builder(pool.clone())
-            .schema(schema.clone())
-            .build()
-            .unwrap();
-        store.migrate().await.unwrap();
+        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_plans").await;
         // Enough queued jobs for a tenth of them to outweigh a lookup by key.
         sqlx::raw_sql(&format!(
             "INSERT INTO {schema}.idem_records_queue (key, payload, max_attempts)

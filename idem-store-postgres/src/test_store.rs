@@ -1,0 +1,24 @@
+//! For the crate's own tests against PostgreSQL: a migrated store in a schema of its own.
+
+use crate::PgStore;
+use sqlx::postgres::PgPoolOptions;
+
+/// A pool of 4 to `DATABASE_URL`, a new schema named from `prefix`, and a migrated store in it.
+pub(crate) async fn store_in_new_schema(prefix: &str) -> (sqlx::PgPool, String, PgStore) {
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&idem_testdb::database_url())
+        .await
+        .expect("DATABASE_URL names a reachable PostgreSQL (scripts/test starts one)");
+    let schema = idem_testdb::unique_schema(prefix);
+    sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let store = PgStore::builder(pool.clone())
+        .schema(schema.clone())
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    (pool, schema, store)
+}
