@@ -214,6 +214,13 @@ impl RecordsSql {
     /// names and that has no record in that scope yet. Keys with a record are left alone: their
     /// call claims through the store as usual. Returns `key, fence, expires_us` of each record
     /// it claimed.
+    ///
+    /// A key with a record from before scopes (scope `''`) counts as held. That check is a
+    /// lookup of `(key, '')` per key: `OFFSET 0` keeps it a subquery run per key, because as
+    /// an anti-join a generic plan made while the table was small (a fresh deployment's, kept
+    /// by the store's connections for their life) read every entry of the primary key with
+    /// `scope = ''`, for each claim, at a cost that grew with the table (0.33 ms of a 0.47 ms
+    /// statement at 10,000 records).
     pub fn claim_unheld(&self, scope: &str, source: &str, lease: &str, holder: &str) -> String {
         debug_assert!(scope.chars().all(|c| c.is_ascii_alphanumeric() || c == ':'));
         let (t, seq) = (&self.table, &self.seq);
@@ -221,7 +228,10 @@ impl RecordsSql {
         format!(
             "INSERT INTO {t} (key, scope, fence, expires_at, holder)
              SELECT key, '{scope}', nextval({seq}), now() + {lease}, {holder} FROM ({source}) AS unheld
-             WHERE NOT EXISTS (SELECT 1 FROM {t} AS legacy WHERE legacy.key = unheld.key AND legacy.scope = '')
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM {t} AS legacy WHERE legacy.key = unheld.key AND legacy.scope = ''
+                 OFFSET 0
+             )
              ON CONFLICT (key, scope) DO NOTHING
              RETURNING key, fence, {expires} AS expires_us"
         )
