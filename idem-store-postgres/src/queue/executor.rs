@@ -3,8 +3,10 @@
 //! dead-lettered, or given back).
 
 use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use idem_core::{Call, Claim, Error, Fence, Outcome};
 use tracing::Instrument;
 
@@ -12,7 +14,7 @@ use super::builder::Shared;
 use super::completer::{settle, Settle};
 use super::job::{parse_payload, Job};
 use super::job_store::JobStore;
-use super::producer::{AbortOnDrop, Claimed};
+use super::producer::Claimed;
 use super::rescuer::rescue;
 use crate::time::from_micros;
 
@@ -74,30 +76,22 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
         attempt: job.attempt.unsigned_abs(),
         max_attempts: job.max_attempts.unsigned_abs(),
     });
-    let (key, lease, call_store) = (job.key.clone(), shared.lease, store.clone());
-    // The call runs in a task of its own: a panicking handler (which the call resumes once it
-    // has released its claim) ends that task with the panic, instead of this one.
-    let mut call = AbortOnDrop(tokio::spawn(
-        async move {
-            Call::new(&call_store, key.as_str())
-                .scope(super::QUEUE_SCOPE)
-                .name("idem::queue::run")
-                .lease(lease)
-                .run(work)
-                .await
-        }
-        .in_current_span(),
-    ));
+    // A panicking handler (which the call resumes once it has released its claim) ends the
+    // call with the panic, caught here: the call runs in this task, not one of its own.
+    let call = AssertUnwindSafe(
+        Call::new(store, job.key.as_str())
+            .scope(super::QUEUE_SCOPE)
+            .name("idem::queue::run")
+            .lease(shared.lease)
+            .run(work),
+    )
+    .catch_unwind();
     let joined = match shared.timeout {
-        None => (&mut call.0).await,
-        Some(limit) => match tokio::time::timeout(limit, &mut call.0).await {
+        None => call.await,
+        Some(limit) => match tokio::time::timeout(limit, call).await {
             Ok(joined) => joined,
-            Err(_) => {
-                // Dropping the call abandons its claim, so the retry can take it.
-                call.0.abort();
-                let _ = (&mut call.0).await;
-                return Some(failure(shared, job, format!("timed out after {limit:?}")));
-            }
+            // The call was dropped, which abandons its claim, so the retry can take it.
+            Err(_) => return Some(failure(shared, job, format!("timed out after {limit:?}"))),
         },
     };
     Some(match joined {
@@ -124,16 +118,7 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
             Settle::Release { delay }
         }
         Ok(Err(Error::Handler(error))) => failure(shared, job, error),
-        Err(joined) if joined.is_panic() => {
-            let panic = joined.into_panic();
-            failure(shared, job, format!("panicked: {}", panic_message(&*panic)))
-        }
-        Err(cancelled) => {
-            tracing::warn!(error = %cancelled, "the job's call was cancelled; it goes back to the queue");
-            Settle::Release {
-                delay: shared.backoff.delay(1),
-            }
-        }
+        Err(panic) => failure(shared, job, format!("panicked: {}", panic_message(&*panic))),
         Ok(Err(Error::LostClaim { .. })) => {
             tracing::warn!("the job ran, but a newer run took it over meanwhile (this worker stalled past its lease)");
             return None;
