@@ -23,6 +23,8 @@ mod duplicate_rate;
 mod error;
 mod ident;
 mod migrate;
+#[cfg(test)]
+mod plan_tests;
 pub mod queue;
 mod records;
 mod store;

@@ -88,7 +88,7 @@ mod listen;
 pub mod metrics;
 mod producer;
 mod rescuer;
-mod sql;
+pub(crate) mod sql;
 mod workers;
 
 use std::sync::Arc;

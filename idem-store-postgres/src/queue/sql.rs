@@ -231,42 +231,15 @@ impl QueueSql {
 #[cfg(test)]
 mod tests {
     use super::QueueSql;
-
-    /// The plan of `statement` (run with `arguments`) that a connection keeping one generic plan
-    /// per statement uses, with sequential scans allowed or not.
-    async fn generic_plan(
-        conn: &mut sqlx::PgConnection,
-        statement: &str,
-        arguments: &str,
-        seqscan: bool,
-    ) -> String {
-        let seqscan = if seqscan { "on" } else { "off" };
-        sqlx::raw_sql(&format!(
-            "SET enable_seqscan = {seqscan}; SET plan_cache_mode = force_generic_plan;
-             PREPARE planned AS {statement}"
-        ))
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-        let rows: Vec<(String,)> = sqlx::query_as(&format!("EXPLAIN EXECUTE planned({arguments})"))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap();
-        sqlx::raw_sql("DEALLOCATE planned; RESET enable_seqscan; RESET plan_cache_mode")
-            .execute(&mut *conn)
-            .await
-            .unwrap();
-        rows.into_iter()
-            .map(|(line,)| line)
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
+    use crate::plan_tests::{generic_plan, whole_reads};
 
     /// Both claims find the jobs they pick by primary key in a generic plan, whatever the
-    /// planner makes of `LIMIT $n`: written as `key IN (SELECT .. LIMIT $n ..)`, the generic
-    /// plan updated them through a hash join over a sequential scan of the whole queue, which
-    /// is why the store's connections could not keep one generic plan for the queue's
-    /// statements (and planned each execution anew instead, for longer than it ran).
+    /// planner makes of `LIMIT $n`, with sequential scans allowed or not: written as
+    /// `key IN (SELECT .. LIMIT $n ..)`, the generic plan updated them through a hash join over
+    /// a sequential scan of the whole queue, which is why the store's connections could not
+    /// keep one generic plan for the queue's statements (and planned each execution anew
+    /// instead, for longer than it ran). (On a fresh store, every statement is checked in
+    /// `plan_tests`; this one has 5,000 jobs queued and analyzed.)
     #[tokio::test]
     async fn claims_find_their_jobs_by_key_in_a_generic_plan() {
         let (pool, schema, store) = crate::test_store::store_in_new_schema("q_plans").await;
@@ -282,35 +255,17 @@ mod tests {
         let sql = QueueSql::new(&store);
         let mut conn = pool.acquire().await.unwrap();
         let statements = [
-            ("claim", &sql.claim, "1, 1000000, 'w'"),
-            (
-                "complete_and_claim_many",
-                &sql.complete_and_claim_many,
-                "'{}', '{}', '{}', '{}', '{}', 1, 1000000, 'w'",
-            ),
+            ("claim", &sql.claim),
+            ("complete_and_claim_many", &sql.complete_and_claim_many),
         ];
-        for (name, statement, arguments) in statements {
+        for (name, statement) in statements {
             for seqscan in [true, false] {
-                let plan = generic_plan(&mut conn, statement, arguments, seqscan).await;
+                let plan = generic_plan(&mut conn, statement, seqscan).await;
+                let reads = whole_reads(&plan);
                 assert!(
-                    !plan.contains("Seq Scan on idem_records_queue "),
-                    "{name} (enable_seqscan {seqscan}) scans the whole queue:\n{plan}"
+                    reads.is_empty(),
+                    "{name} (enable_seqscan {seqscan}) reads a whole table or index: {reads:?}\n{plan}"
                 );
-                // Every use of the queue's or the records' primary key looks keys up; none
-                // reads either whole (the records' key is `(key, scope)`: a condition on the
-                // scope alone reads every entry).
-                let lines: Vec<&str> = plan.lines().collect();
-                for (i, line) in lines.iter().enumerate() {
-                    if line.contains("using idem_records_queue_pkey")
-                        || line.contains("using idem_records_pkey")
-                        || line.contains("on idem_records_pkey")
-                    {
-                        assert!(
-                            lines.get(i + 1).is_some_and(|l| l.contains("Index Cond: (") && l.contains("key =")),
-                            "{name} (enable_seqscan {seqscan}) reads a whole index:\n{plan}"
-                        );
-                    }
-                }
             }
         }
         drop(conn);

@@ -1,0 +1,162 @@
+//! The plans the store's connections keep: one generic plan per statement, made on its first
+//! execution, with sequential scans off (`direct.rs`). A generic plan made while a table is new
+//! and never analyzed (a fresh deployment's) is kept for the connection's life, so each
+//! statement must find its rows by key in any such plan: a read of a whole index costs more
+//! with every row the table gains.
+
+use crate::queue::sql::QueueSql;
+
+/// The generic plan of `statement` on `conn`, as a connection of the store's (or, with
+/// `seqscan`, one with sequential scans allowed) would keep it. The plan does not depend on
+/// the arguments, so every parameter is NULL.
+pub(crate) async fn generic_plan(
+    conn: &mut sqlx::PgConnection,
+    statement: &str,
+    seqscan: bool,
+) -> String {
+    let seqscan = if seqscan { "on" } else { "off" };
+    sqlx::raw_sql(&format!(
+        "SET enable_seqscan = {seqscan}; SET plan_cache_mode = force_generic_plan;
+         PREPARE planned AS {statement}"
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {statement}"));
+    let nulls = vec!["NULL"; parameters(statement)].join(", ");
+    let rows: Vec<(String,)> = sqlx::query_as(&format!("EXPLAIN EXECUTE planned({nulls})"))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql("DEALLOCATE planned; RESET enable_seqscan; RESET plan_cache_mode")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    rows.into_iter()
+        .map(|(line,)| line)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The highest `$n` in `statement`.
+fn parameters(statement: &str) -> usize {
+    statement
+        .split('$')
+        .skip(1)
+        .filter_map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// What in `plan` reads one of idem's tables whole: a sequential scan, or a use of a primary
+/// key (the records' `(key, scope)`, the queue's `key`) whose condition does not name the key
+/// (a condition on the scope alone reads every entry).
+pub(crate) fn whole_reads(plan: &str) -> Vec<String> {
+    let lines: Vec<&str> = plan.lines().collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.contains("Seq Scan on idem_records") {
+            found.push(line.trim().to_owned());
+        }
+        let pkey = [
+            "idem_records_pkey",
+            "idem_records_queue_pkey",
+            "idem_records_effects_pkey",
+        ]
+        .iter()
+        .any(|index| {
+            line.contains(&format!("using {index} ")) || line.contains(&format!("on {index} "))
+        });
+        let keyed = lines
+            .get(i + 1)
+            .is_some_and(|next| next.contains("Index Cond: (") && next.contains("key ="));
+        if pkey && !keyed {
+            found.push(format!(
+                "{} / {}",
+                line.trim(),
+                lines.get(i + 1).map_or("", |l| l.trim())
+            ));
+        }
+    }
+    found
+}
+
+/// Every statement the store and its queue run on the hot path, by name.
+fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
+    let r = store.records();
+    let q = QueueSql::new(store);
+    vec![
+        ("records claim", r.claim.clone()),
+        ("records claim_many", r.claim_many.clone()),
+        ("records takeover", r.takeover.clone()),
+        ("records complete", r.complete.clone()),
+        ("records complete_many", r.complete_many.clone()),
+        ("records release", r.release.clone()),
+        ("records release_batch", r.release_batch()),
+        ("records renew", r.renew.clone()),
+        ("records get", r.get.clone()),
+        ("records look_up", r.look_up.clone()),
+        ("records effect", r.effect.clone()),
+        ("records record_effect", r.record_effect.clone()),
+        ("queue enqueue", q.enqueue),
+        ("queue same_payload", q.same_payload),
+        ("queue claim", q.claim),
+        ("queue forget_records", q.forget_records),
+        ("queue renew", q.renew),
+        ("queue done", q.done),
+        ("queue complete_and_done", q.complete_and_done),
+        ("queue complete_and_done_many", q.complete_and_done_many),
+        ("queue complete_and_claim_many", q.complete_and_claim_many),
+        ("queue retry", q.retry),
+        ("queue dead", q.dead),
+        ("queue release", q.release),
+        ("queue status", q.status),
+        ("queue retry_dead", q.retry_dead),
+        ("queue discard", q.discard),
+    ]
+}
+
+/// On a fresh store (its tables new and never analyzed, as a new deployment's), every
+/// statement's generic plan finds its rows by key. The queue's claims failed this before their
+/// check for a pre-scope record became a lookup per key: their plan read every entry of the
+/// records' primary key with `scope = ''`, once per claim.
+#[tokio::test]
+async fn every_statement_finds_its_rows_by_key_in_a_fresh_stores_generic_plan() {
+    let (pool, schema, store) = crate::test_store::store_in_new_schema("plans").await;
+    let mut conn = pool.acquire().await.unwrap();
+    let mut failures = Vec::new();
+    for (name, statement) in statements(&store) {
+        let plan = generic_plan(&mut conn, &statement, false).await;
+        let reads = whole_reads(&plan);
+        if !reads.is_empty() {
+            failures.push(format!(
+                "{name} reads a whole table or index: {reads:?}\n{plan}"
+            ));
+        }
+    }
+    drop(conn);
+    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn parameters_are_counted_by_their_highest_number() {
+    assert_eq!(parameters("SELECT 1"), 0);
+    assert_eq!(parameters("SELECT $1, $12::int, $3"), 12);
+}
+
+#[test]
+fn a_primary_key_read_without_its_key_is_a_whole_read() {
+    let keyed = "Index Scan using idem_records_pkey on idem_records t\n  Index Cond: ((key = $1) AND (scope = ''::text))";
+    assert!(whole_reads(keyed).is_empty());
+    let scoped = "Bitmap Index Scan on idem_records_pkey  (cost=0.00..10.92 rows=2 width=0)\n  Index Cond: (scope = ''::text)";
+    assert_eq!(whole_reads(scoped).len(), 1);
+    let unconditioned = "Index Only Scan using idem_records_queue_pkey on idem_records_queue\n  Filter: (state = 'done'::text)";
+    assert_eq!(whole_reads(unconditioned).len(), 1);
+    assert_eq!(whole_reads("Seq Scan on idem_records_queue q").len(), 1);
+}
