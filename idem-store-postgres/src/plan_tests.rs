@@ -137,10 +137,7 @@ async fn every_statement_finds_its_rows_by_key_in_a_fresh_stores_generic_plan() 
         }
     }
     drop(conn);
-    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
-        .execute(&pool)
-        .await
-        .unwrap();
+    crate::test_store::drop_schema(&pool, &schema).await;
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 

@@ -1,4 +1,5 @@
-//! For the crate's own tests against PostgreSQL: a migrated store in a schema of its own.
+//! For the crate's own tests against PostgreSQL: a migrated store in a schema of its own, and
+//! the schema's removal at the test's end.
 
 use crate::PgStore;
 use sqlx::postgres::PgPoolOptions;
@@ -21,4 +22,12 @@ pub(crate) async fn store_in_new_schema(prefix: &str) -> (sqlx::PgPool, String, 
         .unwrap();
     store.migrate().await.unwrap();
     (pool, schema, store)
+}
+
+/// Drops `schema` (made by [`store_in_new_schema`]) and everything in it.
+pub(crate) async fn drop_schema(pool: &sqlx::PgPool, schema: &str) {
+    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(pool)
+        .await
+        .unwrap();
 }

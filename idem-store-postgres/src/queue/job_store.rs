@@ -436,10 +436,7 @@ mod tests {
         let (completed, done, _) = JobCompleteOp::one(&store, &completions[0]).await.unwrap();
         assert_eq!((completed, done), (true, false));
         drop(conn);
-        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(&pool)
-            .await
-            .unwrap();
+        crate::test_store::drop_schema(&pool, &schema).await;
     }
 
     /// Completions that each free a slot claim one job per slot in the same statement: each a
@@ -520,9 +517,6 @@ mod tests {
         running.sort();
         assert_eq!(running, expected);
         assert_eq!(of("queued").len(), 3);
-        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(&pool)
-            .await
-            .unwrap();
+        crate::test_store::drop_schema(&pool, &schema).await;
     }
 }

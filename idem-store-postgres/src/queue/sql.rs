@@ -269,9 +269,6 @@ mod tests {
             }
         }
         drop(conn);
-        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(&pool)
-            .await
-            .unwrap();
+        crate::test_store::drop_schema(&pool, &schema).await;
     }
 }
