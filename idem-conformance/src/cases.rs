@@ -626,6 +626,29 @@ crate::declare_cases! { $ __store_cases:
         assert!(store.get(&done_new).await.unwrap().is_some());
     }
 
+    /// Purge deletes an expired record and nothing else of its key: the same key's record in
+    /// another scope, still live, stays (deleting it would make a completed call new work).
+    pub async fn purge_leaves_the_same_key_in_another_scope(h: &impl Harness) {
+        let store = h.store();
+        let short = h.short_lease();
+        let lapsed = key("purge-scoped").with_scope("lapsing").unwrap();
+        let done = key("purge-scoped").with_scope("kept").unwrap();
+        let _ = acquire(&*store, &lapsed, short).await;
+        let f = acquire(&*store, &done, LONG_LEASE).await;
+        let _ = complete(&*store, &done, f, None).await;
+        h.advance(past(short)).await;
+        let purged = store.purge_expired(10_000).await.unwrap();
+        assert!(purged >= 1, "purged {purged}");
+        assert_eq!(store.get(&lapsed).await.unwrap(), None);
+        assert!(
+            matches!(
+                store.get(&done).await.unwrap().map(|r| r.state),
+                Some(RecordState::Completed { .. })
+            ),
+            "purging the lapsed record of one scope deleted the completed record of another"
+        );
+    }
+
     /// Purge deletes at most `limit` records per call.
     pub async fn purge_respects_its_limit(h: &impl Harness) {
         let store = h.store();

@@ -100,6 +100,7 @@ fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
         ("records look_up", r.look_up.clone()),
         ("records effect", r.effect.clone()),
         ("records record_effect", r.record_effect.clone()),
+        ("records purge", r.purge.clone()),
         ("queue enqueue", q.enqueue),
         ("queue same_payload", q.same_payload),
         ("queue claim", q.claim),
@@ -115,6 +116,7 @@ fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
         ("queue status", q.status),
         ("queue retry_dead", q.retry_dead),
         ("queue discard", q.discard),
+        ("queue purge_done", q.purge_done),
     ]
 }
 

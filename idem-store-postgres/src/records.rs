@@ -165,18 +165,28 @@ impl RecordsSql {
                  FROM {t} WHERE key = $1 AND scope IN ($2, '') ORDER BY scope DESC LIMIT 1"
             ),
             // Bounded batches in index order, records and journal entries in one statement;
-            // rows locked by a concurrent claim are skipped.
+            // rows locked by a concurrent claim are skipped. A record is deleted by its key
+            // and scope (the same key in another scope is another record, maybe still live),
+            // and found by `key = ANY(..)`: an index lookup whatever the plan, where `IN (..)`
+            // planned on a fresh table by a connection that allows sequential scans (a store
+            // through the pool) is a hash join over a sequential scan of the whole table.
             purge: format!(
-                "WITH records AS (
-                    DELETE FROM {t} WHERE key IN (
-                        SELECT key FROM {t} WHERE expires_at <= now()
-                        ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
-                    ) RETURNING 1
+                "WITH due AS (
+                    SELECT key, scope FROM {t} WHERE expires_at <= now()
+                    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+                 ), records AS (
+                    DELETE FROM {t} AS t
+                    WHERE t.key = ANY(ARRAY(SELECT key FROM due))
+                      AND (t.key, t.scope) IN (SELECT key, scope FROM due)
+                    RETURNING 1
+                 ), due_effects AS (
+                    SELECT key, scope, effect FROM {e} WHERE expires_at <= now()
+                    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
                  ), effects AS (
-                    DELETE FROM {e} WHERE (key, scope, effect) IN (
-                        SELECT key, scope, effect FROM {e} WHERE expires_at <= now()
-                        ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
-                    ) RETURNING 1
+                    DELETE FROM {e} AS j
+                    WHERE j.key = ANY(ARRAY(SELECT key FROM due_effects))
+                      AND (j.key, j.scope, j.effect) IN (SELECT key, scope, effect FROM due_effects)
+                    RETURNING 1
                  )
                  SELECT (SELECT count(*) FROM records) + (SELECT count(*) FROM effects)"
             ),
