@@ -21,6 +21,8 @@ pub mod claim_batch;
 mod direct;
 mod duplicate_rate;
 mod error;
+#[cfg(test)]
+mod hot_tests;
 mod ident;
 mod migrate;
 #[cfg(test)]

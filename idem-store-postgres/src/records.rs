@@ -18,7 +18,7 @@ use crate::time::micros_sql;
 /// (A record in the scope `''`, written before scopes existed, counts in every scope.)
 /// complete: $1 key, $2 fence, $3 output, $4 keep (µs);
 /// release: $1 key, $2 fence; renew: $1 key, $2 fence, $3 lease (µs);
-/// get: $1 key; purge: $1 limit; look_up: $1 key, $2 scope.
+/// get: $1 key; purge: $1 and $2 limits; look_up: $1 key, $2 scope.
 /// claim_many: the claim's parameters as arrays, one element per record ($1 keys, $2 scopes,
 /// $3 fingerprints, $4 leases, $5 tokens); complete_many: $1 keys, $2 fences, $3 outputs,
 /// $4 keeps.
@@ -60,9 +60,10 @@ impl RecordsSql {
                     FROM {t} WHERE key = $1 AND scope IN ($5, '')
                     ORDER BY scope DESC LIMIT 1
                  ), inserted AS (
-                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, token, holder)
-                    SELECT $1, $5, nextval({seq}), $2, now() + $3 * interval '1 microsecond', $4,
-                           $6
+                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, purge_at, token,
+                                     holder)
+                    SELECT $1, $5, nextval({seq}), $2, now() + $3 * interval '1 microsecond',
+                           now() + $3 * interval '1 microsecond', $4, $6
                     WHERE NOT EXISTS (SELECT 1 FROM existing)
                     ON CONFLICT (key, scope) DO NOTHING
                     RETURNING fence, expires_at
@@ -97,8 +98,10 @@ impl RecordsSql {
                         ORDER BY scope DESC LIMIT 1
                     ) AS found
                  ), inserted AS (
-                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, token, holder)
+                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, purge_at, token,
+                                     holder)
                     SELECT key, scope, nextval({seq}), fingerprint,
+                           now() + lease * interval '1 microsecond',
                            now() + lease * interval '1 microsecond', token, $6::text
                     FROM req WHERE NOT EXISTS (SELECT 1 FROM existing WHERE existing.i = req.i)
                     ORDER BY key, scope
@@ -120,15 +123,20 @@ impl RecordsSql {
             takeover: format!(
                 "UPDATE {t}
                  SET fence = nextval({seq}), fingerprint = $2, completed_at = NULL, output = NULL,
-                     expires_at = now() + $3 * interval '1 microsecond', token = $4, scope = $5,
+                     expires_at = now() + $3 * interval '1 microsecond',
+                     purge_at = now() + $3 * interval '1 microsecond', token = $4, scope = $5,
                      holder = $7
                  WHERE key = $1 AND scope = $6 AND expires_at <= now()
                  RETURNING fence, {expires}"
             ),
+            // `purge_at` keeps its value unless `keep` ends first: an index covers it, and a
+            // completion that changes no indexed column is a HOT update (see 0007_purge_at.sql).
             complete: format!(
                 "UPDATE {t}
                  SET completed_at = coalesce(completed_at, now()),
                      expires_at = coalesce(completed_at, now()) + $4 * interval '1 microsecond',
+                     purge_at = least(purge_at,
+                                      coalesce(completed_at, now()) + $4 * interval '1 microsecond'),
                      output = $3
                  WHERE key = $1 AND fence = $2"
             ),
@@ -139,6 +147,8 @@ impl RecordsSql {
                 "UPDATE {t} AS t
                  SET completed_at = coalesce(t.completed_at, now()),
                      expires_at = coalesce(t.completed_at, now()) + c.keep * interval '1 microsecond',
+                     purge_at = least(t.purge_at,
+                                      coalesce(t.completed_at, now()) + c.keep * interval '1 microsecond'),
                      output = c.output
                  FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::bigint[])
                       WITH ORDINALITY AS c(key, fence, output, keep, i)
@@ -164,31 +174,41 @@ impl RecordsSql {
                         expires_at <= now(), token, scope
                  FROM {t} WHERE key = $1 AND scope IN ($2, '') ORDER BY scope DESC LIMIT 1"
             ),
-            // Bounded batches in index order, records and journal entries in one statement;
-            // rows locked by a concurrent claim are skipped. A record is deleted by its key
-            // and scope (the same key in another scope is another record, maybe still live),
-            // and found by `key = ANY(..)`: an index lookup whatever the plan, where `IN (..)`
-            // planned on a fresh table by a connection that allows sequential scans (a store
-            // through the pool) is a hash join over a sequential scan of the whole table.
+            // Bounded batches in `purge_at` order, records and journal entries in one
+            // statement; rows locked by a concurrent claim are skipped. Of the due records, the
+            // expired ones are deleted and the others are filed again at their `expires_at`
+            // (0007_purge_at.sql); the second column counts those. A record is deleted by its
+            // key and scope (the same key in another scope is another record, maybe still
+            // live), and found by `key = ANY(..)`: an index lookup whatever the plan, where
+            // `IN (..)` planned on a fresh table by a connection that allows sequential scans
+            // (a store through the pool) is a hash join over a sequential scan of the table.
+            // $1 the records' limit, $2 the journal entries'.
             purge: format!(
                 "WITH due AS (
-                    SELECT key, scope FROM {t} WHERE expires_at <= now()
-                    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+                    SELECT key, scope, expires_at <= now() AS expired FROM {t}
+                    WHERE purge_at <= now()
+                    ORDER BY purge_at LIMIT $1 FOR UPDATE SKIP LOCKED
                  ), records AS (
                     DELETE FROM {t} AS t
-                    WHERE t.key = ANY(ARRAY(SELECT key FROM due))
-                      AND (t.key, t.scope) IN (SELECT key, scope FROM due)
+                    WHERE t.key = ANY(ARRAY(SELECT key FROM due WHERE expired))
+                      AND (t.key, t.scope) IN (SELECT key, scope FROM due WHERE expired)
+                    RETURNING 1
+                 ), refiled AS (
+                    UPDATE {t} AS t SET purge_at = t.expires_at
+                    WHERE t.key = ANY(ARRAY(SELECT key FROM due WHERE NOT expired))
+                      AND (t.key, t.scope) IN (SELECT key, scope FROM due WHERE NOT expired)
                     RETURNING 1
                  ), due_effects AS (
                     SELECT key, scope, effect FROM {e} WHERE expires_at <= now()
-                    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+                    ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
                  ), effects AS (
                     DELETE FROM {e} AS j
                     WHERE j.key = ANY(ARRAY(SELECT key FROM due_effects))
                       AND (j.key, j.scope, j.effect) IN (SELECT key, scope, effect FROM due_effects)
                     RETURNING 1
                  )
-                 SELECT (SELECT count(*) FROM records) + (SELECT count(*) FROM effects)"
+                 SELECT (SELECT count(*) FROM records), (SELECT count(*) FROM refiled),
+                        (SELECT count(*) FROM effects)"
             ),
             // $1 key, $2 effect, $3 scope.
             effect: format!(
@@ -236,8 +256,9 @@ impl RecordsSql {
         let (t, seq) = (&self.table, &self.seq);
         let expires = micros_sql("expires_at");
         format!(
-            "INSERT INTO {t} (key, scope, fence, expires_at, holder)
-             SELECT key, '{scope}', nextval({seq}), now() + {lease}, {holder} FROM ({source}) AS unheld
+            "INSERT INTO {t} (key, scope, fence, expires_at, purge_at, holder)
+             SELECT key, '{scope}', nextval({seq}), now() + {lease}, now() + {lease}, {holder}
+             FROM ({source}) AS unheld
              WHERE NOT EXISTS (
                  SELECT 1 FROM {t} AS legacy WHERE legacy.key = unheld.key AND legacy.scope = ''
                  OFFSET 0

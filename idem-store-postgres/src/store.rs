@@ -560,13 +560,26 @@ impl PgStore {
         }))
     }
 
+    /// Deletes up to `limit` expired records and up to `limit` expired journal entries. A
+    /// batch of due records that were not expired yet (a completion's `keep`, a renewed lease)
+    /// files them again and goes on, so a call deletes fewer than `limit` records only when
+    /// no due record is left: [`idem_core::purge::drain`] stops on that.
     async fn purge_on(&self, conn: &mut PgConnection, limit: i64) -> Result<u64, sqlx::Error> {
-        let deleted: i64 = sqlx::query(&self.shared.sql.purge)
-            .bind(limit)
-            .fetch_one(conn)
-            .await?
-            .try_get(0)?;
-        Ok(deleted.unsigned_abs())
+        let (mut records, mut effects) = (0, 0);
+        loop {
+            let asked = limit - records;
+            let row = sqlx::query(&self.shared.sql.purge)
+                .bind(asked)
+                .bind(limit - effects)
+                .fetch_one(&mut *conn)
+                .await?;
+            let (deleted, refiled): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
+            records += deleted;
+            effects += row.try_get::<i64, _>(2)?;
+            if deleted + refiled < asked || records >= limit {
+                return Ok((records + effects).unsigned_abs());
+            }
+        }
     }
 
     async fn effect_on(

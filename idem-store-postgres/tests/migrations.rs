@@ -32,7 +32,7 @@ async fn concurrent_migrations_apply_once() {
     .await
     .unwrap()
     .get(0);
-    assert_eq!(applied, 6, "migrations 1 to 6 recorded once each");
+    assert_eq!(applied, 7, "migrations 1 to 7 recorded once each");
     // And the table works.
     let store = PgStore::builder(pool.clone())
         .schema(schema.clone())
@@ -139,6 +139,69 @@ async fn purge_clears_a_backlog_in_batches() {
         test.store.get(&live).await.unwrap().is_some(),
         "live records stay"
     );
+}
+
+/// Records that are due but kept (a completion's `keep` outlasting its lease, or records from
+/// before migration 7, due at once) are filed again at their `expires_at`, not deleted, and a
+/// drain goes on past batches of them to the expired records behind.
+#[tokio::test]
+async fn purge_files_kept_records_again_and_drains_past_them() {
+    let test = TestStore::new("purge_refile", 2).await;
+    let table = test.store.table().to_owned();
+    // Due first (earlier `purge_at`) but kept for an hour, then the expired ones.
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {table} (key, fence, completed_at, expires_at, purge_at)
+         SELECT 'kept:' || i, i, now(), now() + interval '1 hour', now() - interval '2 hours'
+         FROM generate_series(1, 3000) i;
+         INSERT INTO {table} (key, fence, expires_at, purge_at)
+         SELECT 'old:' || i, i, now() - interval '1 hour', now() - interval '1 hour'
+         FROM generate_series(1, 2000) i;"
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    // Through the store: claimed with a lease that lapsed at once, completed to keep an hour.
+    let key = idem_core::Key::new("completed").unwrap();
+    let fence = match test
+        .store
+        .claim(idem_core::ClaimRequest {
+            key: &key,
+            fingerprint: None,
+            lease: std::time::Duration::ZERO,
+            token: None,
+        })
+        .await
+        .unwrap()
+    {
+        idem_core::Claim::Acquired { fence, .. } => fence,
+        other => panic!("a fresh key is acquired: {other:?}"),
+    };
+    let completion = idem_core::Completion {
+        output: None,
+        keep: std::time::Duration::from_secs(3600),
+    };
+    assert_eq!(
+        test.store.complete(&key, fence, completion).await.unwrap(),
+        idem_core::Fenced::Applied
+    );
+
+    assert_eq!(test.store.purge_all_expired(700).await.unwrap(), 2000);
+    let (left, refiled): (i64, i64) = sqlx::query_as(&format!(
+        "SELECT count(*), count(*) FILTER (WHERE purge_at = expires_at) FROM {table}"
+    ))
+    .fetch_one(test.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(left, 3001, "the kept records stay");
+    assert_eq!(
+        refiled, 3001,
+        "each kept record is filed at the end of its keep"
+    );
+    assert_eq!(test.store.purge_all_expired(700).await.unwrap(), 0);
+    assert!(matches!(
+        test.store.get(&key).await.unwrap().map(|r| r.state),
+        Some(idem_core::RecordState::Completed { .. })
+    ));
 }
 
 /// A table from before the claim token (migrations 1 to 3) is upgraded in place: its records
