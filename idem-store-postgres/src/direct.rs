@@ -15,7 +15,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgConnection};
 use sqlx::{PgPool, Postgres};
 use std::sync::{Arc, Mutex, Weak};
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
+use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 /// Where the store's own connections come from.
 pub(crate) enum Source {
@@ -74,6 +74,8 @@ struct Idle {
     held: usize,
     /// Of those, lent to open transactions.
     lent: usize,
+    /// Of those, still being opened (counted in `held` before their connection exists).
+    opening: usize,
 }
 
 impl Idle {
@@ -110,6 +112,8 @@ pub(crate) struct Direct {
     /// How many connections may be lent to open transactions at once (see [`Direct::lend`]):
     /// `connections - reserved`. `None` when that is none.
     lendable: Option<Arc<Semaphore>>,
+    /// Woken when a connection being opened is opened (or failed to open).
+    opened: Notify,
     /// Stops the task that gives held connections back when the pool is closed (so
     /// `pool.close().await` does not wait for a store that is still alive); it ends when this
     /// is dropped, with the store.
@@ -219,6 +223,7 @@ impl Direct {
             permits: Arc::new(Semaphore::new(connections)),
             reserved,
             lendable: (lendable > 0).then(|| Arc::new(Semaphore::new(lendable))),
+            opened: Notify::new(),
             watching: Mutex::new(None),
         }
     }
@@ -244,11 +249,69 @@ impl Direct {
         conn.discard();
     }
 
-    /// Opens a connection, or holds one from the pool.
+    /// Opens a connection, or holds one from the pool, for a place already counted in `held`
+    /// and `opening` (which this ends).
     async fn open(&self) -> Result<Own, sqlx::Error> {
-        match &self.source {
+        let opened = match &self.source {
             Source::Pool(pool) => self.hold(pool).await,
-            Source::Options(options) => Ok(Own::Opened(options.connect().await?)),
+            Source::Options(options) => options.connect().await.map(Own::Opened),
+        };
+        lock(&self.idle).opening -= 1;
+        self.opened.notify_waiters();
+        opened
+    }
+
+    /// Waits until the store holds the connections it never lends (`reserved`), opening
+    /// those it lacks. A transaction that runs on a connection of the pool (the store lends
+    /// none, or all it may are out) waits for this first: otherwise a burst of transactions
+    /// could take the pool's last connections while the store was still opening its own, and
+    /// their bodies' lease-mode calls, which need those, would wait on the pool until its
+    /// `acquire_timeout` (seen in CI, on a cluster slow to open connections). Connections
+    /// opened apart from the pool (`dedicated_connections`) never wait on it.
+    pub async fn hold_reserve(&self) -> Result<(), sqlx::Error> {
+        if matches!(self.source, Source::Options(_)) {
+            return Ok(());
+        }
+        enum Next {
+            Done,
+            Wait,
+            Open,
+        }
+        loop {
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            let next = {
+                let mut idle = lock(&self.idle);
+                let unlent = idle.held - idle.lent;
+                if unlent.saturating_sub(idle.opening) >= self.reserved
+                    || (idle.held >= self.connections && idle.opening == 0)
+                {
+                    Next::Done
+                } else if unlent >= self.reserved || idle.held >= self.connections {
+                    // Enough are counted, but some are still being opened.
+                    Next::Wait
+                } else {
+                    idle.held += 1;
+                    idle.opening += 1;
+                    Next::Open
+                }
+            };
+            match next {
+                Next::Done => return Ok(()),
+                Next::Wait => {
+                    opened.await;
+                    continue;
+                }
+                Next::Open => {}
+            }
+            match self.open().await {
+                Ok(conn) => lock(&self.idle).default.push(conn),
+                Err(e) => {
+                    lock(&self.idle).held -= 1;
+                    return Err(e);
+                }
+            }
         }
     }
 
@@ -264,6 +327,12 @@ impl Direct {
             *watching = Some(stop);
         }
         Ok(Own::Held(conn))
+    }
+
+    /// How many connections the store holds that are open and not lent.
+    pub fn unlent_open(&self) -> usize {
+        let idle = lock(&self.idle);
+        (idle.held - idle.lent).saturating_sub(idle.opening)
     }
 
     /// How many connections the store may hold.
@@ -396,6 +465,7 @@ impl Direct {
                 return Pick::Refused;
             }
             idle.held += 1;
+            idle.opening += 1;
             return Pick::Reserve;
         }
         let pick = match idle.of(tuning).pop() {
@@ -405,6 +475,7 @@ impl Direct {
                 None if lend && idle.held >= self.connections => return Pick::Refused,
                 None => {
                     idle.held += 1;
+                    idle.opening += 1;
                     Pick::New
                 }
             },

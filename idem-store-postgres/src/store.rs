@@ -45,7 +45,8 @@ pub const DEFAULT_TABLE: &str = "idem_records";
 /// alone; a batch never holds two calls for one key; a batch the database refuses is sent
 /// again call by call, so a failure is reported to its own call only. Transactional mode's
 /// transactions run on those connections too, lent for the transaction's length (all but the
-/// few lease mode's statements need), and on the pool's when none is free to lend (see
+/// few lease mode's statements need), and on the pool's when none is free to lend, once the
+/// store holds those few (so transactions never leave lease mode without connections; see
 /// [`PgTransaction`](crate::PgTransaction)).
 ///
 /// ```no_run
@@ -339,6 +340,13 @@ impl PgStore {
     /// The store's own connections, to lend to open transactions.
     pub(crate) fn lender(&self) -> Option<&Arc<Direct>> {
         self.shared.direct.as_ref()
+    }
+
+    /// How many connections of its own the store holds, opened and not lent (`0` through the
+    /// pool); for tests of when it opens them.
+    #[doc(hidden)]
+    pub fn connections_held(&self) -> usize {
+        self.lender().map_or(0, |direct| direct.unlent_open())
     }
 
     /// How many claims and completions wait for a statement (always `(0, 0)` without

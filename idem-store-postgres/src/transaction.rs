@@ -94,6 +94,9 @@ impl PgTransaction {
     }
 
     async fn pooled(store: &PgStore) -> Result<PgTransaction, sqlx::Error> {
+        if let Some(direct) = store.lender() {
+            direct.hold_reserve().await?;
+        }
         Ok(PgTransaction {
             conn: TxConn::Pooled(store.pool().begin().await?),
         })

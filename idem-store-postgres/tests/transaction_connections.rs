@@ -76,6 +76,27 @@ async fn bodies_that_call_the_store_again_never_starve_it() {
     assert_eq!(ids(&store, &table).await, (0..24).collect::<Vec<_>>());
 }
 
+#[idempotent(key = "reserve:{n}", store = store, transaction = tx)]
+async fn held_inside(store: &PgStore, n: u32) -> Result<usize, sqlx::Error> {
+    sqlx::query("SELECT 1").execute(&mut **tx).await?;
+    Ok(store.connections_held())
+}
+
+/// A pool of 6: the store holds up to 3 and lends none (it needs all 3 for lease mode), so
+/// every transaction runs on a connection of the pool. Before one begins, the store holds the
+/// connections its lease-mode statements need: a burst of transactions cannot take the pool's
+/// last ones first and leave their bodies' own calls waiting on the pool (which CI saw, as a
+/// `PoolTimedOut` in the test above, on a cluster slow to open connections).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_transaction_begins_once_the_store_holds_its_own_connections() {
+    let test = TestStore::new("txc_reserve", 6).await;
+    assert_eq!(test.store.connections_held(), 0, "nothing opened yet");
+    let Outcome::Executed(held) = held_inside(&test.store, 1).await.unwrap() else {
+        panic!("fresh key")
+    };
+    assert_eq!(held, 3, "the store held its 3 before the transaction began");
+}
+
 #[idempotent(key = "settings:{n}", store = store, transaction = tx)]
 async fn settings(store: &PgStore, n: u32) -> Result<(String, String), sqlx::Error> {
     let row =
