@@ -578,8 +578,11 @@ impl Backend {
                 table,
                 ..
             } => {
+                // Every expired record is due (`purge_at` has passed: see the store's migration
+                // 7), so the count reads the `purge_at` index, not the whole table.
                 let row = sqlx::query(&format!(
-                    "SELECT (SELECT count(*) FROM \"{schema}\".\"{table}\" WHERE expires_at <= now()),
+                    "SELECT (SELECT count(*) FROM \"{schema}\".\"{table}\"
+                             WHERE purge_at <= now() AND expires_at <= now()),
                             (SELECT count(*) FROM \"{schema}\".\"{table}_effects\" WHERE expires_at <= now())"
                 ))
                 .fetch_one(pool)
