@@ -15,7 +15,7 @@
 //! A lone call starts a driver too, rather than sending its statement from its own task:
 //! requests that arrive together (the callers a batch answered at once) then share the
 //! driver's first statement. Measured (BENCHMARKS.md), a lone call sent from its own task
-//! saved no time at one caller and ran 2 callers at 0.3-0.4 of this, each call of a pair
+//! ran no faster at one caller and ran 2 callers at 0.3-0.4 of this, each call of a pair
 //! waiting for the other's statement.
 
 use std::collections::{HashSet, VecDeque};
