@@ -1,0 +1,14 @@
+-- One job at one worker, as the queue runs it on the queue's table: the claim (the queue's own
+-- `UPDATE .. WHERE key = ANY(ARRAY(SELECT .. FOR UPDATE SKIP LOCKED))`), then the job marked
+-- done, each its own transaction. (The queue's real statements also claim and complete the
+-- job's idempotency record, in another table; what grows is this table's index walk.)
+UPDATE idem_vacuum.idem_records_queue
+SET state = 'running', attempts = attempts + 1, worker = 'bench', available_at = now() + interval '5 minutes'
+WHERE key = ANY(ARRAY(
+    SELECT key FROM idem_vacuum.idem_records_queue
+    WHERE state IN ('queued', 'running') AND available_at <= now()
+    ORDER BY available_at LIMIT 1 FOR UPDATE SKIP LOCKED))
+RETURNING key, attempts
+\gset
+UPDATE idem_vacuum.idem_records_queue SET state = 'done', finished_at = now(), worker = NULL
+WHERE key = :key AND attempts = :attempts AND state = 'running';
