@@ -8,7 +8,7 @@ use idem_core::{
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Row};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::batch::{self, Batcher};
@@ -568,26 +568,47 @@ impl PgStore {
         }))
     }
 
-    /// Deletes up to `limit` expired records and up to `limit` expired journal entries. A
-    /// batch of due records that were not expired yet (a completion's `keep`, a renewed lease)
-    /// files them again and goes on, so a call deletes fewer than `limit` records only when
-    /// no due record is left: [`idem_core::purge::drain`] stops on that.
-    async fn purge_on(&self, conn: &mut PgConnection, limit: i64) -> Result<u64, sqlx::Error> {
+    /// Deletes up to `limit` expired records and up to `limit` expired journal entries, from
+    /// where `from` says the drain's previous batch ended (and moves it on). A batch of due
+    /// records that were not expired yet (a completion's `keep`, a renewed lease) files them
+    /// again and goes on, so a call deletes fewer than `limit` records only when no due record
+    /// is left: [`idem_core::purge::drain`] stops on that.
+    async fn purge_on(
+        &self,
+        conn: &mut PgConnection,
+        limit: i64,
+        from: &mut PurgeCursor,
+    ) -> Result<u64, sqlx::Error> {
         let (mut records, mut effects) = (0, 0);
         loop {
             let asked = limit - records;
             let row = sqlx::query(&self.shared.sql.purge)
                 .bind(asked)
                 .bind(limit - effects)
+                .bind(from.records)
+                .bind(from.effects)
                 .fetch_one(&mut *conn)
                 .await?;
             let (deleted, refiled): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
             records += deleted;
             effects += row.try_get::<i64, _>(2)?;
+            let ends: (Option<i64>, Option<i64>) = (row.try_get(3)?, row.try_get(4)?);
+            from.records = ends.0.or(from.records);
+            from.effects = ends.1.or(from.effects);
             if deleted + refiled < asked || records >= limit {
                 return Ok((records + effects).unsigned_abs());
             }
         }
+    }
+
+    /// One purge batch of a drain that `from` follows (see [`PurgeCursor`]).
+    async fn purge_from(&self, limit: usize, from: &Mutex<PurgeCursor>) -> Result<u64, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut at = *from.lock().unwrap_or_else(|e| e.into_inner());
+        let purged = on_conn!(indexed self, conn => self.purge_on(conn, limit, &mut at))
+            .map_err(|e| store_error(e).during(Operation::Purge))?;
+        *from.lock().unwrap_or_else(|e| e.into_inner()) = at;
+        Ok(purged)
     }
 
     async fn effect_on(
@@ -727,13 +748,30 @@ impl Store for PgStore {
     }
 }
 
+/// Where a drain's previous purge batch ended: the latest `purge_at` of the records and
+/// `expires_at` of the journal entries it took (epoch µs; `None` before the first). The next
+/// batch starts there instead of at the index's start, past the index entries of the rows the
+/// drain already deleted (they stay until VACUUM).
+#[derive(Debug, Clone, Copy, Default)]
+struct PurgeCursor {
+    records: Option<i64>,
+    effects: Option<i64>,
+}
+
 /// Deletes expired records and journal entries in bounded batches, in index order; rows locked
 /// by a concurrent claim are skipped. `spawn_purger` (from [`Purge`]) runs it periodically.
+/// [`purge_expired`](Purge::purge_expired) starts at the start of the indexes; the batches of
+/// one [`purge_all_expired`](Purge::purge_all_expired) each start where the one before ended,
+/// and what one drain passes over (a row locked when its batch came) is due for the next.
 #[async_trait]
 impl Purge for PgStore {
     async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        on_conn!(indexed self, conn => self.purge_on(conn, limit))
-            .map_err(|e| store_error(e).during(Operation::Purge))
+        self.purge_from(limit, &Mutex::new(PurgeCursor::default()))
+            .await
+    }
+
+    async fn purge_all_expired(&self, batch: usize) -> Result<u64, StoreError> {
+        let from = Mutex::new(PurgeCursor::default());
+        idem_core::purge::drain(batch, |limit| self.purge_from(limit, &from)).await
     }
 }

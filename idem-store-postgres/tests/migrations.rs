@@ -141,6 +141,72 @@ async fn purge_clears_a_backlog_in_batches() {
     );
 }
 
+/// A drain's batches each start where the one before ended, one microsecond early: rows that
+/// share a `purge_at` (a batched claim's records do) or a journal `expires_at` across a batch's
+/// end are all deleted, and so is every row behind them.
+#[tokio::test]
+async fn a_drain_goes_on_from_each_batchs_end_and_passes_over_nothing() {
+    let test = TestStore::new("purge_cursor", 2).await;
+    let table = test.store.table().to_owned();
+    let journal = format!("\"{}\".idem_records_effects", test.schema);
+    // Three records to each microsecond and two journal entries, so batches of 700 end in the
+    // middle of a microsecond; inserted out of order.
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {table} (key, fence, expires_at, purge_at)
+         SELECT 'old:' || i, i, now() - interval '1 hour',
+                now() - interval '1 hour' + (i / 3) * interval '1 microsecond'
+         FROM generate_series(1, 5000) i ORDER BY random();
+         INSERT INTO {journal} (key, effect, state, fence, expires_at)
+         SELECT 'old:' || i, 'mail', 1, i,
+                now() - interval '1 hour' + (i / 2) * interval '1 microsecond'
+         FROM generate_series(1, 1500) i ORDER BY random();"
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(test.store.purge_all_expired(700).await.unwrap(), 6500);
+    let (records, effects): (i64, i64) = sqlx::query_as(&format!(
+        "SELECT (SELECT count(*) FROM {table}), (SELECT count(*) FROM {journal})"
+    ))
+    .fetch_one(test.store.pool())
+    .await
+    .unwrap();
+    assert_eq!((records, effects), (0, 0), "every expired row is deleted");
+}
+
+/// A row that a drain passes over because a claim holds it is deleted by the next drain, which
+/// starts at the start of the index, though the first drain's batches went on past it.
+#[tokio::test]
+async fn a_row_locked_during_a_drain_is_purged_by_the_next() {
+    let test = TestStore::new("purge_locked", 2).await;
+    let table = test.store.table().to_owned();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {table} (key, fence, expires_at, purge_at)
+         SELECT 'old:' || i, i, now() - interval '1 hour',
+                now() - interval '2 hours' + i * interval '1 millisecond'
+         FROM generate_series(1, 3000) i"
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    // Held, as a takeover holds the record it rewrites, in the first batch's range.
+    let mut holder = test.store.pool().begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM {table} WHERE key = 'old:10' FOR UPDATE"
+    ))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    assert_eq!(test.store.purge_all_expired(700).await.unwrap(), 2999);
+    holder.rollback().await.unwrap();
+    assert_eq!(test.store.purge_all_expired(700).await.unwrap(), 1);
+    let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(test.store.pool())
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
 /// Records that are due but kept (a completion's `keep` outlasting its lease, or records from
 /// before migration 7, due at once) are filed again at their `expires_at`, not deleted, and a
 /// drain goes on past batches of them to the expired records behind.
