@@ -10,7 +10,7 @@
 //! ([`RecordsSql::claim_unheld`], [`RecordsSql::release_batch`]). No other file spells the
 //! records table's SQL.
 
-use crate::time::micros_sql;
+use crate::time::{batch_start_sql, micros_sql};
 
 /// Parameters, by position, of each statement:
 /// claim: $1 key, $2 fingerprint, $3 lease (µs), $4 the claim's token (or NULL), $5 scope;
@@ -50,15 +50,8 @@ impl RecordsSql {
         let seq = format!("'\"{schema}\".\"{table}_fence\"'");
         let expires = micros_sql("expires_at");
         let completed = micros_sql("completed_at");
-        // Where a purge batch starts: one microsecond before parameter `n` (epoch µs), or at the
-        // start when it is NULL (see `purge`).
-        let after = |n: u8| {
-            format!(
-                "coalesce(to_timestamp(0) + (${n}::bigint - 1) * interval '1 microsecond', \
-                 '-infinity')"
-            )
-        };
-        let (after_3, after_4) = (after(3), after(4));
+        // Where a purge batch starts (see `purge`).
+        let (after_3, after_4) = (batch_start_sql(3), batch_start_sql(4));
         let (due_end, effects_end) = (micros_sql("max(purge_at)"), micros_sql("max(expires_at)"));
         RecordsSql {
             // A fresh key is inserted; an existing key is only read (no row lock, no WAL, unlike

@@ -7,6 +7,16 @@ pub(crate) fn micros_sql(expr: &str) -> String {
     format!("(extract(epoch from {expr}) * 1000000)::bigint")
 }
 
+/// SQL for where a drain's batch starts in a `timestamptz` index: one microsecond before
+/// parameter `$n` (epoch µs, the previous batch's last value), or at the start when it is NULL
+/// (the first batch). One microsecond early, so rows that share the previous batch's last
+/// value, and a rounding of the epoch, are never passed over.
+pub(crate) fn batch_start_sql(n: u8) -> String {
+    format!(
+        "coalesce(to_timestamp(0) + (${n}::bigint - 1) * interval '1 microsecond', '-infinity')"
+    )
+}
+
 pub(crate) fn from_micros(micros: i64) -> SystemTime {
     if micros >= 0 {
         UNIX_EPOCH + Duration::from_micros(micros.unsigned_abs())

@@ -656,6 +656,76 @@ async fn purging_deletes_finished_jobs_only() {
     );
 }
 
+/// Inserts `n` done jobs (`done:1` ..), three to each microsecond of `finished_at`, an hour
+/// ago and in random order, so batches end in the middle of a microsecond.
+async fn done_jobs(test: &TestStore, n: u32) -> String {
+    let table = format!("\"{}\".idem_records_queue", test.schema);
+    sqlx::query(&format!(
+        "INSERT INTO {table} (key, payload, max_attempts, state, attempts, finished_at)
+         SELECT 'done:' || i, to_jsonb(i), 1, 'done', 1,
+                now() - interval '1 hour' + (i / 3) * interval '1 microsecond'
+         FROM generate_series(1, $1) i ORDER BY random()"
+    ))
+    .bind(i64::from(n))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    table
+}
+
+/// A drain of finished jobs goes on from where each batch ended (one microsecond early), so
+/// jobs that share a `finished_at` across a batch's end are all deleted, and so is every job
+/// behind them; dead jobs stay.
+#[tokio::test]
+async fn a_drain_of_done_jobs_passes_over_nothing() {
+    let test = TestStore::new("q_purge_cursor", 4).await;
+    let queue = Queue::new(&test.store);
+    let table = done_jobs(&test, 5000).await;
+    sqlx::query(&format!(
+        "INSERT INTO {table} (key, payload, max_attempts, state, attempts, finished_at)
+         VALUES ('dead:1', '1', 1, 'dead', 1, now() - interval '2 hours')"
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        queue
+            .purge_all_done(Duration::from_secs(60), 700)
+            .await
+            .unwrap(),
+        5000
+    );
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(
+        (stats.done, stats.dead),
+        (0, 1),
+        "every done job, no dead one"
+    );
+}
+
+/// A done job that a drain passes over because it is locked is deleted by the next drain,
+/// which starts at the start, though the first drain's batches went on past it.
+#[tokio::test]
+async fn a_done_job_locked_during_a_drain_is_purged_by_the_next() {
+    let test = TestStore::new("q_purge_locked", 4).await;
+    let queue = Queue::new(&test.store);
+    let table = done_jobs(&test, 3000).await;
+    let mut holder = test.store.pool().begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM {table} WHERE key = 'done:10' FOR UPDATE"
+    ))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    assert_eq!(
+        queue.purge_all_done(Duration::ZERO, 700).await.unwrap(),
+        2999
+    );
+    holder.rollback().await.unwrap();
+    assert_eq!(queue.purge_all_done(Duration::ZERO, 700).await.unwrap(), 1);
+    assert_eq!(queue.stats().await.unwrap().done, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_skips_a_done_effect_when_a_job_is_retried() {
     use idem_core::journal::{Effect, Journal};

@@ -1,5 +1,6 @@
 //! The operator's side: counts, one job's state, dead letters, purging finished jobs.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use idem_core::{Operation, StoreError};
@@ -7,6 +8,7 @@ use sqlx::Row;
 
 use super::job::{parse_payload, DeadJob, JobState, JobStatus, QueueStats};
 use super::{failed, sql, Queue};
+use crate::direct::on_conn;
 use crate::time::{duration_micros, from_micros};
 
 impl Queue {
@@ -118,23 +120,47 @@ impl Queue {
     /// share of the table's rows (a hundredth since migration 8), so the more finished jobs
     /// the table keeps, the longer between vacuums (the README's Tuning section).
     pub async fn purge_done(&self, older_than: Duration, limit: usize) -> Result<u64, StoreError> {
-        Ok(sqlx::query(&self.sql.purge_done)
-            .bind(duration_micros(older_than))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(self.store.pool())
+        self.purge_done_from(older_than, limit, &Mutex::new(None))
             .await
-            .map_err(failed(Operation::Purge))?
-            .rows_affected())
     }
 
     /// Deletes every job that finished more than `older_than` ago, `batch` at a time, and
-    /// returns how many.
+    /// returns how many. Each batch starts where the one before ended, in `finished_at` order,
+    /// rather than at the start of the done jobs (past the index entries of the jobs the drain
+    /// already deleted, which stay until VACUUM); a job passed over (locked when its batch
+    /// came) is deleted by the next drain.
     pub async fn purge_all_done(
         &self,
         older_than: Duration,
         batch: usize,
     ) -> Result<u64, StoreError> {
-        idem_core::purge::drain(batch, |limit| self.purge_done(older_than, limit)).await
+        let from = Mutex::new(None);
+        idem_core::purge::drain(batch, |limit| {
+            self.purge_done_from(older_than, limit, &from)
+        })
+        .await
+    }
+
+    /// One purge batch of a drain that `from` follows: the last `finished_at` (epoch µs) the
+    /// drain's previous batch took, `None` before its first.
+    async fn purge_done_from(
+        &self,
+        older_than: Duration,
+        limit: usize,
+        from: &Mutex<Option<i64>>,
+    ) -> Result<u64, StoreError> {
+        let start = *from.lock().unwrap_or_else(|e| e.into_inner());
+        let row = on_conn!(indexed self.store, conn => sqlx::query(&self.sql.purge_done)
+            .bind(duration_micros(older_than))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(start)
+            .fetch_one(&mut *conn))
+        .map_err(failed(Operation::Purge))?;
+        let (deleted, end): (i64, Option<i64>) = (row.get(0), row.get(1));
+        if end.is_some() {
+            *from.lock().unwrap_or_else(|e| e.into_inner()) = end;
+        }
+        Ok(deleted.unsigned_abs())
     }
 
     /// Every `every`, deletes jobs finished more than `older_than` ago, `batch` at a time, on

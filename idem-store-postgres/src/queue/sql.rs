@@ -3,6 +3,7 @@
 //! records interface ([`RecordsSql`]) rather than spelling the records SQL again.
 
 use crate::records::RecordsSql;
+use crate::time::{batch_start_sql, micros_sql};
 use crate::PgStore;
 
 /// The channel idle workers LISTEN on; the payload names the queue (`schema.table`).
@@ -59,7 +60,8 @@ pub(crate) struct QueueSql {
     pub(crate) retry_dead: String,
     /// `$1` key.
     pub(crate) discard: String,
-    /// `$1` older than (µs), `$2` limit.
+    /// `$1` older than (µs), `$2` limit, `$3` where the drain's previous batch ended (epoch µs,
+    /// or NULL). Returns (jobs deleted, the last `finished_at` taken, epoch µs).
     pub(crate) purge_done: String,
 }
 
@@ -216,13 +218,22 @@ impl QueueSql {
                  WHERE key = $1 AND state = 'dead'"
             ),
             discard: format!("DELETE FROM {q} WHERE key = $1 AND state = 'dead'"),
+            // In `finished_at` order from where the drain's previous batch ended ($3), as the
+            // records' purge does: the index entries of the jobs a drain deleted stay until
+            // VACUUM, and a batch that started at the start of the done jobs read past them all.
             purge_done: format!(
-                "DELETE FROM {q} WHERE key IN (
-                     SELECT key FROM {q}
+                "WITH due AS (
+                     SELECT key, finished_at FROM {q}
                      WHERE state = 'done' AND finished_at < now() - $1::bigint {micros}
-                     LIMIT $2
+                       AND finished_at >= {}
+                     ORDER BY finished_at LIMIT $2
                      FOR UPDATE SKIP LOCKED
-                 )"
+                 ), purged AS (
+                     DELETE FROM {q} WHERE key = ANY(ARRAY(SELECT key FROM due)) RETURNING 1
+                 )
+                 SELECT (SELECT count(*) FROM purged), (SELECT {} FROM due)",
+                batch_start_sql(3),
+                micros_sql("max(finished_at)")
             ),
         }
     }
