@@ -612,12 +612,21 @@ impl Backend {
         }
     }
 
-    /// One batch of the store's own purge.
-    pub async fn purge_batch(&self, batch: usize) -> Result<u64, idem_core::StoreError> {
+    /// The store's own drain of expired rows, `batch` at a time, calling `on_batch` with each
+    /// batch's count as it goes.
+    pub async fn purge_all(
+        &self,
+        batch: usize,
+        on_batch: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<u64, idem_core::StoreError> {
         match self {
-            Backend::Postgres { store, .. } => store.purge_expired(batch).await,
-            Backend::Sqlite { store, .. } => store.purge_expired(batch).await,
-            Backend::Redis { store } => store.purge_expired(batch).await,
+            Backend::Postgres { store, .. } => {
+                store.purge_all_expired_reporting(batch, on_batch).await
+            }
+            Backend::Sqlite { store, .. } => {
+                store.purge_all_expired_reporting(batch, on_batch).await
+            }
+            Backend::Redis { store } => store.purge_all_expired_reporting(batch, on_batch).await,
         }
     }
 

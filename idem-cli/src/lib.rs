@@ -37,7 +37,7 @@ pub(crate) struct Ctx {
 
 /// Runs `idem` with `args` (the first is the program's name), printing to `out` (usage errors
 /// and failures to `err`), and returns its exit status.
-pub async fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> i32
+pub async fn run<I, T>(args: I, out: &mut (dyn Write + Send), err: &mut dyn Write) -> i32
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,

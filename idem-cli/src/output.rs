@@ -18,7 +18,7 @@ pub const FAILED: i32 = 4;
 /// Where the command prints.
 pub struct Out<'a> {
     pub json: bool,
-    pub w: &'a mut dyn Write,
+    pub w: &'a mut (dyn Write + Send),
 }
 
 impl Out<'_> {

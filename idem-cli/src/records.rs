@@ -235,22 +235,21 @@ pub async fn purge(
         );
         return Ok(OK);
     }
+    // The store's own drain (on PostgreSQL each batch starts where the one before ended),
+    // printing each batch as it goes.
     let mut batches = Vec::new();
-    loop {
-        let purged = ctx
-            .backend
-            .purge_batch(batch)
+    let total = {
+        let (json, w) = (out.json, &mut *out.w);
+        ctx.backend
+            .purge_all(batch, &mut |purged| {
+                if !json {
+                    let _ = writeln!(w, "purged {purged} rows");
+                }
+                batches.push(purged);
+            })
             .await
-            .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
-        if purged == 0 {
-            break;
-        }
-        if !out.json {
-            let _ = writeln!(out.w, "purged {purged} rows");
-        }
-        batches.push(purged);
-    }
-    let total: u64 = batches.iter().sum();
+            .map_err(|e| sqlx::Error::Protocol(e.to_string()))?
+    };
     out.message(
         &format!(
             "purged {total} expired rows (records and journal entries) in {} batches",

@@ -262,6 +262,37 @@ async fn effects_and_purge() {
     assert_eq!(status(&idem(&test, &["show", "lapsed"])), 1);
 }
 
+/// `idem purge` drains a backlog the store's way (each batch from where the one before ended),
+/// printing each batch as it goes: every expired record goes, a live one stays.
+#[tokio::test]
+async fn purge_drains_a_backlog_batch_by_batch() {
+    let test = TestStore::new("cli_purge", 2).await;
+    idem_store_postgres::sqlx::query(&format!(
+        "INSERT INTO \"{}\".idem_records (key, fence, expires_at, purge_at)
+         SELECT 'old:' || i, i, now() - interval '1 hour',
+                now() - interval '1 hour' + (i / 3) * interval '1 microsecond'
+         FROM generate_series(1, 2500) i",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    complete(&test, "live", "s").await;
+    let output = idem(&test, &["purge", "--batch", "1000"]);
+    assert_eq!(status(&output), 0, "{}", text(&output));
+    assert_eq!(
+        text(&output),
+        "purged 1000 rows\npurged 1000 rows\npurged 500 rows\n\
+         purged 2500 expired rows (records and journal entries) in 3 batches\n"
+    );
+    assert_eq!(json(&test, &["purge", "--dry-run"])["records"], 0);
+    assert_eq!(
+        status(&idem(&test, &["show", "live"])),
+        0,
+        "a live record stays"
+    );
+}
+
 #[tokio::test]
 async fn a_dead_job_is_retried_and_then_runs_once() {
     let test = TestStore::new("cli_jobs", 8).await;

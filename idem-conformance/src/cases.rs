@@ -672,6 +672,34 @@ crate::declare_cases! { $ __store_cases:
         assert_eq!(left, 6);
     }
 
+    /// A drain deletes every expired record in bounded batches, and reports each batch that
+    /// deleted something as it goes (`idem purge` prints them): the reports add up to what it
+    /// returns.
+    pub async fn a_drain_reports_each_batch(h: &impl Harness) {
+        let store = h.store();
+        let short = h.short_lease();
+        let keys: Vec<Key> = (0..10).map(|i| key(&format!("drain-{i}"))).collect();
+        for k in &keys {
+            let _ = acquire(&*store, k, short).await;
+        }
+        h.advance(past(short)).await;
+        let mut batches = Vec::new();
+        let total = store
+            .purge_all_expired_reporting(4, &mut |n| batches.push(n))
+            .await
+            .unwrap();
+        assert_eq!(batches.iter().sum::<u64>(), total, "{batches:?}");
+        assert!(total >= 10, "purged {total}");
+        // At most 4 records and 4 journal entries a batch.
+        assert!(
+            batches.len() >= 3 && batches.iter().all(|&n| (1..=8).contains(&n)),
+            "{batches:?}"
+        );
+        for k in &keys {
+            assert_eq!(store.get(k).await.unwrap(), None, "{k} was not purged");
+        }
+    }
+
     /// An abandoned claim (its caller went away) is freed without waiting for its lease.
     pub async fn abandon_frees_the_key(h: &impl Harness) {
         let store = h.store();

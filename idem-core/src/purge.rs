@@ -1,4 +1,5 @@
-//! The purge loops, written once: [`drain`] deletes in bounded batches until nothing is left,
+//! The purge loops, written once: [`drain`] deletes in bounded batches until nothing is left
+//! ([`drain_reporting`] also says how each batch went),
 //! and [`spawn_every`] runs a purge periodically. [`Purge`](crate::Purge) uses both for expired
 //! records, and the PostgreSQL work queue for finished jobs.
 
@@ -9,7 +10,21 @@ use crate::error::StoreError;
 
 /// Calls `step(batch)` until it deletes fewer than `batch` rows, and returns how many it
 /// deleted in all. Each step is one short statement or critical section, so no long lock.
-pub async fn drain<F, Fut>(batch: usize, mut step: F) -> Result<u64, StoreError>
+pub async fn drain<F, Fut>(batch: usize, step: F) -> Result<u64, StoreError>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = Result<u64, StoreError>>,
+{
+    drain_reporting(batch, step, |_| {}).await
+}
+
+/// [`drain`], calling `on_batch` with the count of each step that deleted something, as it
+/// goes (an operator's command prints them).
+pub async fn drain_reporting<F, Fut>(
+    batch: usize,
+    mut step: F,
+    mut on_batch: impl FnMut(u64),
+) -> Result<u64, StoreError>
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = Result<u64, StoreError>>,
@@ -18,6 +33,9 @@ where
     let mut total = 0;
     loop {
         let deleted = step(batch).await?;
+        if deleted > 0 {
+            on_batch(deleted);
+        }
         total += deleted;
         if deleted < batch as u64 {
             return Ok(total);

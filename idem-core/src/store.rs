@@ -329,7 +329,20 @@ pub trait Purge: Store {
     /// Deletes every expired record, `batch` at a time (each batch one short step, so no long
     /// lock), and returns how many it deleted.
     async fn purge_all_expired(&self, batch: usize) -> Result<u64, StoreError> {
-        crate::purge::drain(batch, |limit| self.purge_expired(limit)).await
+        self.purge_all_expired_reporting(batch, &mut |_| {}).await
+    }
+
+    /// [`purge_all_expired`](Purge::purge_all_expired), calling `on_batch` with the count of
+    /// each batch that deleted something, as it goes (`idem purge` prints them).
+    ///
+    /// Both drains run this one, so a store that drains its own way (PostgreSQL starts each
+    /// batch where the one before ended) overrides this method, not `purge_all_expired`.
+    async fn purge_all_expired_reporting(
+        &self,
+        batch: usize,
+        on_batch: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<u64, StoreError> {
+        crate::purge::drain_reporting(batch, |limit| self.purge_expired(limit), on_batch).await
     }
 
     /// Runs [`purge_all_expired`](Purge::purge_all_expired) every `every` on the current Tokio
@@ -408,6 +421,13 @@ macro_rules! delegate_store {
         impl<S: Purge + ?Sized> Purge for $ty {
             async fn purge_expired(&self, limit: usize) -> Result<u64, StoreError> {
                 (**self).purge_expired(limit).await
+            }
+            async fn purge_all_expired_reporting(
+                &self,
+                batch: usize,
+                on_batch: &mut (dyn FnMut(u64) + Send),
+            ) -> Result<u64, StoreError> {
+                (**self).purge_all_expired_reporting(batch, on_batch).await
             }
         }
     )*};

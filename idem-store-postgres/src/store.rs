@@ -770,8 +770,13 @@ impl Purge for PgStore {
             .await
     }
 
-    async fn purge_all_expired(&self, batch: usize) -> Result<u64, StoreError> {
+    async fn purge_all_expired_reporting(
+        &self,
+        batch: usize,
+        on_batch: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<u64, StoreError> {
         let from = Mutex::new(PurgeCursor::default());
-        idem_core::purge::drain(batch, |limit| self.purge_from(limit, &from)).await
+        idem_core::purge::drain_reporting(batch, |limit| self.purge_from(limit, &from), on_batch)
+            .await
     }
 }
