@@ -4,8 +4,13 @@
 //!
 //! ```text
 //! cargo run --release -p idem-bench --bin queue-throughput -- [--items 20000]
-//!     [--workers 1,2,4,8] [--batch 10] [--database-url URL]
+//!     [--workers 1,2,4,8] [--batch 10] [--purge-jobs 1000000] [--database-url URL]
 //! ```
+//!
+//! Then it purges `--purge-jobs` finished jobs twice from the same vacuumed backlog, in batches
+//! of 10,000: batch by batch, each from the start of the done jobs (`purge_done`), and as one
+//! drain whose batches each start where the one before ended (`purge_all_done`, as the queue's
+//! `spawn_purger` runs it).
 //!
 //! Each item's work is empty, so the figures are the machinery's cost per item. idem's items
 //! each run as an idempotent call (claim and completion of a record) and are settled one by
@@ -34,6 +39,9 @@ struct Args {
     /// The hand-written loop's batch size.
     #[arg(long, default_value_t = 10)]
     batch: i64,
+    /// Finished jobs in the purge comparison (0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    purge_jobs: u64,
     /// A server to use (with `pg_stat_statements`); without it a throwaway one is started.
     #[arg(long)]
     database_url: Option<String>,
@@ -229,4 +237,74 @@ async fn main() {
     let mean = enqueue_rates.iter().sum::<f64>() / enqueue_rates.len() as f64;
     println!();
     println!("Enqueue through the API (8 tasks, one statement each): {mean:.0} jobs/s");
+    if args.purge_jobs > 0 {
+        purge(&pool, args.purge_jobs).await;
+    }
+}
+
+/// Purges `jobs` finished jobs batch by batch, each from the start, then as one drain, on the
+/// same vacuumed backlog; prints both rates and the longest batch.
+async fn purge(pool: &PgPool, jobs: u64) {
+    const BATCH: usize = 10_000;
+    let schema = "idem_bench_queue_purge";
+    fresh_schema(pool, schema).await;
+    let store = PgStore::builder(pool.clone())
+        .schema(schema)
+        .build()
+        .unwrap();
+    store.migrate().await.unwrap();
+    let queue = Queue::new(&store);
+    let fill = || async {
+        // Done a microsecond apart, an hour ago; then vacuumed, so both runs start alike.
+        sqlx::raw_sql(&format!(
+            "INSERT INTO {schema}.idem_records_queue
+                 (key, payload, max_attempts, state, attempts, finished_at)
+             SELECT 'done:' || i, to_jsonb(i), 1, 'done', 1,
+                    now() - interval '1 hour' + i * interval '1 microsecond'
+             FROM generate_series(1, {jobs}) i"
+        ))
+        .execute(pool)
+        .await
+        .unwrap();
+        sqlx::raw_sql(&format!("VACUUM ANALYZE {schema}.idem_records_queue"))
+            .execute(pool)
+            .await
+            .unwrap();
+    };
+    eprintln!("purge of {jobs} done jobs, batch by batch ...");
+    fill().await;
+    let (mut purged, mut longest) = (0, Duration::ZERO);
+    let started = Instant::now();
+    loop {
+        let t0 = Instant::now();
+        let n = queue.purge_done(Duration::ZERO, BATCH).await.unwrap();
+        longest = longest.max(t0.elapsed());
+        purged += n;
+        if n < BATCH as u64 {
+            break;
+        }
+    }
+    let took = started.elapsed();
+    eprintln!("purge of {jobs} done jobs, one drain ...");
+    fill().await;
+    let started = Instant::now();
+    let drained = queue.purge_all_done(Duration::ZERO, BATCH).await.unwrap();
+    let drain_took = started.elapsed();
+    println!();
+    println!(
+        "Purge of finished jobs, batches of {BATCH}: {purged} batch by batch, each from the \
+         start of the done jobs (`purge_done`), in {:.1} s ({:.0} jobs/s, longest batch {:.0} \
+         ms); {drained} as one drain whose batches each start where the one before ended \
+         (`purge_all_done`) in {:.1} s ({:.0} jobs/s): {:.2}x",
+        took.as_secs_f64(),
+        purged as f64 / took.as_secs_f64(),
+        longest.as_secs_f64() * 1000.0,
+        drain_took.as_secs_f64(),
+        drained as f64 / drain_took.as_secs_f64(),
+        took.as_secs_f64() / drain_took.as_secs_f64(),
+    );
+    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(pool)
+        .await
+        .unwrap();
 }
