@@ -32,7 +32,7 @@ fn completion(output: Option<&[u8]>) -> Completion<'_> {
 
 async fn claim_in_tx<S: TransactionalStore>(store: &S, key: &Key) -> TxClaim<S::Transaction> {
     store
-        .claim_in_transaction(request(key))
+        .claim_in_transaction(request(key), KEEP)
         .await
         .expect("claim in a transaction succeeds")
 }

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use std::future::Future;
 use std::panic::resume_unwind;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tracing::{Instrument, Span};
@@ -56,9 +57,17 @@ pub trait TransactionalStore: Store {
 
     /// Begins a transaction and claims the key in it. When acquired, the claimed row stays
     /// locked by the returned transaction until it commits or rolls back.
+    ///
+    /// `keep` is how long the call's completion will be kept. Nothing outside the transaction
+    /// sees the claimed row before the commit, so a store may write a fresh key's record as
+    /// completed already (with no output, kept for `keep`): the commit then completes the
+    /// call, and [`commit_completion`](Self::commit_completion) of a completion with no output
+    /// and that `keep` only commits, which saves a statement and a write (PostgreSQL does this;
+    /// a completion with an output is written as before).
     async fn claim_in_transaction(
         &self,
         request: ClaimRequest<'_>,
+        keep: Duration,
     ) -> Result<TxClaim<Self::Transaction>, StoreError>;
 
     /// Records the completion in `transaction` and commits it, with the handler's writes.
@@ -84,8 +93,9 @@ macro_rules! delegate_transactional {
             async fn claim_in_transaction(
                 &self,
                 request: ClaimRequest<'_>,
+                keep: Duration,
             ) -> Result<TxClaim<Self::Transaction>, StoreError> {
-                (**self).claim_in_transaction(request).await
+                (**self).claim_in_transaction(request, keep).await
             }
 
             async fn commit_completion(
@@ -151,11 +161,11 @@ where
     let handler = meter.handler();
     let result = async move {
         let prepared = Prepared::new(spec, std::time::Instant::now(), &Span::current())?;
-        let request = prepared.request();
+        let (request, keep) = (prepared.request(), prepared.keep());
         let claimed = prepared
             .claim(&codec, || async move {
                 let started = std::time::Instant::now();
-                let claimed = store.claim_in_transaction(request).await;
+                let claimed = store.claim_in_transaction(request, keep).await;
                 handler.claim_took(started.elapsed());
                 let TxClaim { claim, transaction } = claimed?;
                 Ok((claim, transaction))

@@ -89,6 +89,7 @@ fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
     let q = QueueSql::new(store);
     vec![
         ("records claim", r.claim.clone()),
+        ("records claim_completed", r.claim_completed.clone()),
         ("records claim_many", r.claim_many.clone()),
         ("records takeover", r.takeover.clone()),
         ("records complete", r.complete.clone()),

@@ -14,7 +14,8 @@ use crate::time::{batch_start_sql, micros_sql};
 
 /// Parameters, by position, of each statement:
 /// claim: $1 key, $2 fingerprint, $3 lease (µs), $4 the claim's token (or NULL), $5 scope;
-/// takeover: the same, and $6 the scope of the record the claim found;
+/// claim_completed: the claim's, but $3 the completion's keep (µs);
+/// takeover: the claim's, and $6 the scope of the record the claim found;
 /// (A record in the scope `''`, written before scopes existed, counts in every scope.)
 /// complete: $1 key, $2 fence, $3 output, $4 keep (µs);
 /// release: $1 key, $2 fence; renew: $1 key, $2 fence, $3 lease (µs);
@@ -30,6 +31,7 @@ pub(crate) struct RecordsSql {
     /// The quoted fence sequence name, as a `nextval` argument.
     seq: String,
     pub claim: String,
+    pub claim_completed: String,
     pub claim_many: String,
     pub takeover: String,
     pub complete: String,
@@ -53,20 +55,20 @@ impl RecordsSql {
         // Where a purge batch starts (see `purge`).
         let (after_3, after_4) = (batch_start_sql(3), batch_start_sql(4));
         let (due_end, effects_end) = (micros_sql("max(purge_at)"), micros_sql("max(expires_at)"));
-        RecordsSql {
-            // A fresh key is inserted; an existing key is only read (no row lock, no WAL, unlike
-            // `ON CONFLICT DO UPDATE`). `existing` sees the statement's snapshot, so a row that
-            // another claim committed meanwhile yields no row at all, and the caller retries.
-            claim: format!(
+        // The claim, inserting a fresh key with `completed_at` = `completed` and `expires_at`
+        // and `purge_at` $3 µs after now (the lease, or a completion's keep).
+        let claim = |completed: &str| {
+            format!(
                 "WITH existing AS (
                     SELECT fence, fingerprint, completed_at, expires_at, output,
                            expires_at <= now() AS lapsed, token, scope
                     FROM {t} WHERE key = $1 AND scope IN ($5, '')
                     ORDER BY scope DESC LIMIT 1
                  ), inserted AS (
-                    INSERT INTO {t} (key, scope, fence, fingerprint, expires_at, purge_at, token,
-                                     holder)
-                    SELECT $1, $5, nextval({seq}), $2, now() + $3 * interval '1 microsecond',
+                    INSERT INTO {t} (key, scope, fence, fingerprint, completed_at, expires_at,
+                                     purge_at, token, holder)
+                    SELECT $1, $5, nextval({seq}), $2, {completed},
+                           now() + $3 * interval '1 microsecond',
                            now() + $3 * interval '1 microsecond', $4, $6
                     WHERE NOT EXISTS (SELECT 1 FROM existing)
                     ON CONFLICT (key, scope) DO NOTHING
@@ -78,10 +80,21 @@ impl RecordsSql {
                         $5::text AS scope
                  FROM inserted
                  UNION ALL
-                 SELECT false, fence, fingerprint, {completed}, {expires}, output, lapsed, token,
-                        scope
-                 FROM existing"
-            ),
+                 SELECT false, fence, fingerprint, {completed_us}, {expires}, output, lapsed,
+                        token, scope
+                 FROM existing",
+                completed_us = micros_sql("completed_at"),
+            )
+        };
+        RecordsSql {
+            // A fresh key is inserted; an existing key is only read (no row lock, no WAL, unlike
+            // `ON CONFLICT DO UPDATE`). `existing` sees the statement's snapshot, so a row that
+            // another claim committed meanwhile yields no row at all, and the caller retries.
+            claim: claim("NULL"),
+            // The claim of a transactional call: a fresh key is inserted as completed, kept
+            // for $3 (µs), since nothing outside the transaction sees it before the commit,
+            // which then completes the call (see transaction.rs).
+            claim_completed: claim("now()"),
             // The claim for many records at once (each at most once), answering a row per
             // record with its position `i` (from 1) first. Each record is looked up on its own
             // (`LATERAL .. LIMIT 1`, an index lookup whatever the plan), and fresh keys are

@@ -380,6 +380,14 @@ impl PgStore {
         &self.shared.sql.claim
     }
 
+    /// Transactional mode's claim statement, which writes a fresh key's record completed (the
+    /// claim's parameters, but `$3` the completion's keep in µs); see
+    /// [`claim_sql`](PgStore::claim_sql).
+    #[doc(hidden)]
+    pub fn claim_completed_sql(&self) -> &str {
+        &self.shared.sql.claim_completed
+    }
+
     /// The completion statement's SQL (`$1` key, `$2` fence, `$3` output, `$4` keep in µs);
     /// see [`claim_sql`](PgStore::claim_sql).
     #[doc(hidden)]
@@ -400,24 +408,41 @@ impl PgStore {
         conn: &mut PgConnection,
         request: ClaimRequest<'_>,
     ) -> Result<Claim, sqlx::Error> {
+        Ok(self.claim_as(conn, request, None).await?.0)
+    }
+
+    /// [`claim_on`](Self::claim_on), inserting a fresh key as completed and kept for `keep`
+    /// when it is `Some` (only inside a transaction, whose commit completes the call); the
+    /// `bool` says whether it did. A lapsed record taken over is claimed as usual (`false`).
+    pub(crate) async fn claim_as(
+        &self,
+        conn: &mut PgConnection,
+        request: ClaimRequest<'_>,
+        keep: Option<Duration>,
+    ) -> Result<(Claim, bool), sqlx::Error> {
         let sql = &self.shared.sql;
         let key = request.key.as_str();
         let fingerprint = request.fingerprint.map(Fingerprint::as_str);
         let lease = duration_micros(request.lease);
+        let (claim, fresh_for) = match keep {
+            Some(keep) => (&sql.claim_completed, duration_micros(keep)),
+            None => (&sql.claim, lease),
+        };
         let token = token_param(request.token);
         for _ in 0..CLAIM_ATTEMPTS {
-            let row = sqlx::query(&sql.claim)
+            let row = sqlx::query(claim)
                 .bind(key)
                 .bind(fingerprint)
-                .bind(lease)
+                .bind(fresh_for)
                 .bind(token)
                 .bind(request.key.scope())
                 .bind(idem_core::holder())
                 .fetch_optional(&mut *conn)
                 .await?;
             let row = row.map(|row| ClaimRow::decode_from(&row, 0)).transpose()?;
+            let inserted = row.as_ref().is_some_and(|row| row.inserted);
             let scope = match PgStore::judge(row, fingerprint, token) {
-                Judged::Settled(claim) => return Ok(claim),
+                Judged::Settled(claim) => return Ok((claim, inserted && keep.is_some())),
                 Judged::Raced => continue,
                 Judged::Lapsed { scope } => scope,
             };
@@ -433,11 +458,12 @@ impl PgStore {
                 .await?;
             match taken {
                 Some(taken) => {
-                    return Ok(Claim::Acquired {
+                    let claim = Claim::Acquired {
                         fence: fence(taken.try_get(0)?),
                         lease_expires_at: from_micros(taken.try_get(1)?),
                         taken_over: true,
-                    })
+                    };
+                    return Ok((claim, false));
                 }
                 // Another claim took it over (or it was renewed) first: look again.
                 None => continue,

@@ -167,18 +167,33 @@ async fn every_operation_is_one_round_trip() {
     let (_, trips) = count(&proxy, store.purge_expired(100)).await;
     assert_eq!(trips, 1, "purge");
 
-    // Transactional mode: BEGIN, claim, complete, COMMIT; one commit for the key and the
-    // handler's writes together.
+    // Transactional mode: BEGIN, the claim (which writes the record completed), COMMIT; one
+    // commit for the key and the handler's writes together.
     let (outcome, trips) = count(
         &proxy,
         Call::new(&store, key("tx-fresh")).run_in_transaction(|_tx| Box::pin(work())),
     )
     .await;
     assert!(outcome.unwrap().is_executed());
+    assert_eq!(trips, 3, "transactional fresh call: BEGIN, claim, COMMIT");
+    // An output to replay is written by a completion statement before the COMMIT (prepared
+    // on the connection by a first such call).
+    let replay = |name: &str| {
+        Call::new(&store, key(name))
+            .run_in_transaction_replay(|_tx| Box::pin(async { Ok::<_, std::io::Error>(7) }))
+    };
+    assert!(replay("tx-replay-warm").await.unwrap().is_executed());
+    let (outcome, trips) = count(&proxy, replay("tx-replay")).await;
+    assert!(outcome.unwrap().is_executed());
     assert_eq!(
         trips, 4,
-        "transactional fresh call: BEGIN, claim, complete, COMMIT"
+        "transactional fresh call with replay: BEGIN, claim, complete, COMMIT"
     );
+    let replayed = Call::new(&store, key("tx-replay"))
+        .run_in_transaction_replay(|_tx| Box::pin(async { Ok::<_, std::io::Error>(8) }))
+        .await
+        .unwrap();
+    assert_eq!(replayed.into_value(), Some(7), "the output was committed");
     let (outcome, trips) = count(
         &proxy,
         Call::new(&store, key("tx-fresh")).run_in_transaction(|_tx| Box::pin(work())),
@@ -272,12 +287,15 @@ async fn transactional_claim_of_a_completed_key_reads_only() {
     let k = key("tx-read");
     let _ = Call::new(store, k.clone()).run(work()).await.unwrap();
     let claimed = store
-        .claim_in_transaction(ClaimRequest {
-            key: &k,
-            fingerprint: None,
-            lease: LEASE,
-            token: None,
-        })
+        .claim_in_transaction(
+            ClaimRequest {
+                key: &k,
+                fingerprint: None,
+                lease: LEASE,
+                token: None,
+            },
+            Duration::from_secs(3600),
+        )
         .await
         .unwrap();
     assert!(matches!(claimed.claim, Claim::Completed { .. }));
@@ -309,9 +327,9 @@ async fn dedicated_connections_make_no_pings() {
 /// Transactional mode on a store that can lend connections (a pool of 10: the store holds 5 and
 /// keeps 3 for lease mode's statements, so it lends 2): the transaction runs on one of the
 /// store's connections, so taking it and giving it back cost nothing on the wire (sqlx's pool
-/// would ping it on return): BEGIN, claim, complete, COMMIT.
+/// would ping it on return): BEGIN, claim, COMMIT.
 #[tokio::test]
-async fn transactions_on_the_stores_connections_cost_four_round_trips() {
+async fn transactions_on_the_stores_connections_cost_three_round_trips() {
     let test = TestStore::new("rt_tx_lent", 2).await;
     let (store, proxy) = counted_store_sized(&test, Via::Default, 10).await;
     exercise_every_statement(&store, "warm").await;
@@ -325,7 +343,7 @@ async fn transactions_on_the_stores_connections_cost_four_round_trips() {
     )
     .await;
     assert!(outcome.unwrap().is_executed());
-    assert_eq!(trips, 4, "BEGIN, claim, complete, COMMIT");
+    assert_eq!(trips, 3, "BEGIN, claim, COMMIT");
     assert!(
         on.lock().unwrap().contains("the store's connection"),
         "{:?}",
@@ -344,7 +362,7 @@ async fn transactions_on_the_stores_connections_cost_four_round_trips() {
 
 /// While most transactional calls are duplicates, a duplicate is one read outside any
 /// transaction instead of BEGIN, claim, ROLLBACK; once fresh keys dominate again, a fresh call
-/// is back to BEGIN, claim, complete, COMMIT with no read first.
+/// is back to BEGIN, claim, COMMIT with no read first.
 #[tokio::test]
 async fn transactional_duplicates_cost_one_round_trip_while_they_dominate() {
     let test = TestStore::new("rt_tx_dups", 2).await;
@@ -354,7 +372,7 @@ async fn transactional_duplicates_cost_one_round_trip_while_they_dominate() {
         |name: &str| Call::new(&store, key(name)).run_in_transaction(|_tx| Box::pin(work()));
     let (outcome, trips) = count(&proxy, tx_call("dup")).await;
     assert!(outcome.unwrap().is_executed());
-    assert_eq!(trips, 4, "a new store assumes fresh keys");
+    assert_eq!(trips, 3, "a new store assumes fresh keys");
     let (outcome, trips) = count(&proxy, tx_call("dup")).await;
     assert!(outcome.unwrap().is_duplicate());
     assert_eq!(trips, 3, "BEGIN, claim, ROLLBACK while duplicates are rare");
@@ -366,13 +384,13 @@ async fn transactional_duplicates_cost_one_round_trip_while_they_dominate() {
     assert_eq!(trips, 1, "one read while duplicates dominate");
     let (outcome, trips) = count(&proxy, tx_call("fresh-0")).await;
     assert!(outcome.unwrap().is_executed());
-    assert_eq!(trips, 5, "a fresh key meanwhile pays the read too");
+    assert_eq!(trips, 4, "a fresh key meanwhile pays the read too");
     for i in 1..32 {
         assert!(tx_call(&format!("fresh-{i}")).await.unwrap().is_executed());
     }
     let (outcome, trips) = count(&proxy, tx_call("fresh-last")).await;
     assert!(outcome.unwrap().is_executed());
-    assert_eq!(trips, 4, "no read first once fresh keys dominate");
+    assert_eq!(trips, 3, "no read first once fresh keys dominate");
 }
 
 /// The counterpart that shows the ping counter sees what the test above rules out: through

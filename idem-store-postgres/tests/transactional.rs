@@ -230,3 +230,89 @@ async fn the_body_sees_its_call_context() {
     let outcome = reads_context(&test.store, 9).await.unwrap();
     assert_eq!(outcome, Outcome::Executed("ctx:9/receipt".to_owned()));
 }
+
+/// `(completed, expires_at - completed_at, purge_at = expires_at)` of `key`'s record.
+async fn record_times(test: &TestStore, key: &str) -> (bool, Option<f64>, bool) {
+    sqlx::query_as(&format!(
+        "SELECT completed_at IS NOT NULL,
+                extract(epoch FROM expires_at - completed_at)::float8,
+                purge_at = expires_at
+         FROM {} WHERE key = $1",
+        test.store.table()
+    ))
+    .bind(key)
+    .fetch_one(test.store.pool())
+    .await
+    .unwrap()
+}
+
+/// A fresh key's record is written completed with the claim (nothing outside the transaction
+/// sees it before the commit): once committed it is completed, kept for the call's `keep`, and
+/// due for purge when that ends (no refiling later), as a separate completion would leave it.
+#[tokio::test]
+async fn the_commit_completes_a_record_the_claim_wrote_completed() {
+    let (test, accounts) = setup("tx_written").await;
+    let store = &test.store;
+    let run = || {
+        let accounts = accounts.clone();
+        idem_core::Call::new(store, "kept:1")
+            .keep(Duration::from_secs(7200))
+            .run_in_transaction(move |tx| {
+                Box::pin(async move {
+                    sqlx::query(&format!(
+                        "UPDATE {accounts} SET credits = credits + 3 WHERE id = 42"
+                    ))
+                    .execute(&mut **tx)
+                    .await?;
+                    Ok::<_, sqlx::Error>(())
+                })
+            })
+    };
+    assert!(run().await.unwrap().is_executed());
+    assert_eq!(
+        record_times(&test, "kept:1").await,
+        (true, Some(7200.0), true)
+    );
+    assert!(run().await.unwrap().is_duplicate());
+    assert_eq!(credits(store, &accounts).await, 3);
+}
+
+/// A lapsed lease taken over inside a transaction is claimed in progress, as in lease mode;
+/// the completion is then written before the commit.
+#[tokio::test]
+async fn a_record_taken_over_in_a_transaction_is_completed_at_the_commit() {
+    let (test, accounts) = setup("tx_takeover").await;
+    let store = &test.store;
+    let key = Key::new("taken:1").unwrap();
+    let claimed = store
+        .claim(idem_core::ClaimRequest {
+            key: &key,
+            fingerprint: None,
+            lease: Duration::ZERO,
+            token: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claimed, idem_core::Claim::Acquired { .. }));
+    let outcome = idem_core::Call::new(store, key.clone())
+        .keep(Duration::from_secs(60))
+        .run_in_transaction(move |tx| {
+            Box::pin(async move {
+                sqlx::query(&format!(
+                    "UPDATE {accounts} SET credits = credits + 4 WHERE id = 42"
+                ))
+                .execute(&mut **tx)
+                .await?;
+                Ok::<_, sqlx::Error>(())
+            })
+        })
+        .await
+        .unwrap();
+    assert!(outcome.is_executed());
+    let (completed, kept, _) = record_times(&test, "taken:1").await;
+    assert_eq!((completed, kept), (true, Some(60.0)));
+    assert!(matches!(
+        store.get(&key).await.unwrap().map(|r| r.state),
+        Some(idem_core::RecordState::Completed { .. })
+    ));
+}

@@ -465,9 +465,12 @@ impl Purge for SqliteStore {
 impl TransactionalStore for SqliteStore {
     type Transaction = Transaction<'static, Sqlite>;
 
+    /// Claims as lease mode does (in progress) and writes the completion at the commit: the
+    /// statement a record written as completed would save is in-process here.
     async fn claim_in_transaction(
         &self,
         request: ClaimRequest<'_>,
+        _keep: Duration,
     ) -> Result<TxClaim<Self::Transaction>, StoreError> {
         let failed = |e| store_error(e).during(Operation::Claim);
         if let Some(claim) = self.answer_live(&request).await.map_err(failed)? {

@@ -6,6 +6,7 @@
 //! DATABASE_URL=.. idem-pg-worker storm --schema S --keys N --rounds R --tasks T --seed X
 //! DATABASE_URL=.. idem-pg-worker crash --schema S --keys N --tasks T --work-ms W --seed X
 //! DATABASE_URL=.. idem-pg-worker sweep --schema S --keys N --tasks T
+//! DATABASE_URL=.. idem-pg-worker tx-crash --schema S --keys N --tasks T --work-ms W --seed X
 //! idem-pg-worker storm --sqlite PATH --schema S ..     (the same modes, on SQLite)
 //! idem-pg-worker storm --redis URL[,URL..] --log BASE --schema PREFIX ..   (on Redis; several
 //!     URLs: a Redis Cluster)
@@ -19,14 +20,17 @@
 //! the file `PATH.executions` instead (and lost claims to `PATH.lost`); on Redis to
 //! `BASE.executions` and `BASE.lost`, with `--schema` as the store's key prefix. `hold-lock` takes
 //! SQLite's write lock (`BEGIN IMMEDIATE`), prints `LOCKED`, and holds it for `--work-ms`. `crash` bodies then sleep up to
-//! `--work-ms`, so workers killed with SIGKILL die mid-body. A run that loses its claim writes
-//! a row to `<schema>.lost_claims`. Each mode prints one summary line:
+//! `--work-ms`, so workers killed with SIGKILL die mid-body. `tx-crash` bodies run in
+//! transactional mode: their row in `executions` is written in the call's transaction (so it
+//! commits with the key, or not at all), then they sleep likewise. A run that loses its claim
+//! writes a row to `<schema>.lost_claims`. Each mode prints one summary line:
 //! `executed=N duplicate=N in_progress=N errors=N lost=N`.
 
 use clap::{Parser, ValueEnum};
 use idem_core::{idempotent, Error, Outcome, Store};
 use idem_process_tests::{Random, WorkerFlags};
 use idem_store_postgres::sqlx::{self, PgPool};
+use idem_store_postgres::PgStore;
 use idem_store_redis::RedisStore;
 use idem_store_sqlite::SqliteStore;
 use std::io::Write;
@@ -37,6 +41,8 @@ use std::time::Duration;
 
 struct Ctx {
     store: Arc<dyn Store>,
+    /// The same store, concrete, for transactional mode (PostgreSQL only).
+    pg: Option<PgStore>,
     sink: Sink,
     work_ms: u64,
     seed: Random,
@@ -112,6 +118,24 @@ async fn crash_job(ctx: &Ctx, k: u32) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
+/// Transactional mode: the run's row commits with the key, or rolls back with it (a kill
+/// mid-body closes the connection, and PostgreSQL rolls the transaction back).
+#[idempotent(key = "tx:{k}", store = pg, transaction = tx)]
+async fn tx_crash_job(pg: &PgStore, ctx: &Ctx, k: u32) -> Result<(), sqlx::Error> {
+    let Sink::Postgres { schema, .. } = &ctx.sink else {
+        unreachable!("tx-crash runs on PostgreSQL");
+    };
+    sqlx::query(&format!(
+        "INSERT INTO \"{schema}\".executions (key, pid) VALUES ($1, $2)"
+    ))
+    .bind(format!("tx:{k}"))
+    .bind(std::process::id() as i32)
+    .execute(&mut **tx)
+    .await?;
+    tokio::time::sleep(Duration::from_millis(ctx.random(ctx.work_ms))).await;
+    Ok(())
+}
+
 /// The same work as `crash_job` (its scope), delivered again after the crashes.
 #[idempotent(key = "crash:{k}", store = ctx.store, lease = "1s", wait = "4s", scope = "crash_job")]
 async fn sweep_job(ctx: &Ctx, k: u32) -> Result<(), sqlx::Error> {
@@ -137,6 +161,8 @@ enum Mode {
     Crash,
     /// Deliveries that wait for (or take over) keys left by crashed workers.
     Sweep,
+    /// `Crash` in transactional mode (PostgreSQL only).
+    TxCrash,
     /// SQLite only: hold the database's write lock for `--work-ms`.
     HoldLock,
 }
@@ -176,6 +202,7 @@ struct Args {
 async fn main() {
     let args = Args::parse();
     let (mode, tasks, keys, first) = (args.mode, args.tasks, args.keys, args.first);
+    let mut pg = None;
     let (store, sink): (Arc<dyn Store>, Sink) = match &args.sqlite {
         Some(path) => {
             let store = SqliteStore::open(path)
@@ -212,6 +239,7 @@ async fn main() {
             // fit a stock PostgreSQL (`max_connections = 100`). With one connection per task,
             // the storm's four processes of 24 tasks opened 104, and connections were refused.
             let store = args.worker.store((tasks as u32 + 2).min(18)).await;
+            pg = Some(store.clone());
             let pool = store.pool().clone();
             let sink = Sink::Postgres {
                 pool,
@@ -222,6 +250,7 @@ async fn main() {
     };
     let ctx = Arc::new(Ctx {
         store,
+        pg,
         sink,
         work_ms: args.worker.work_ms,
         seed: Random::for_process(args.worker.seed),
@@ -277,6 +306,10 @@ async fn deliver(ctx: &Ctx, tally: &Tally, mode: Mode, k: u32, queue: &Mutex<Vec
             Mode::Storm => storm_job(ctx, k).await,
             Mode::Crash => crash_job(ctx, k).await,
             Mode::Sweep => sweep_job(ctx, k).await,
+            Mode::TxCrash => {
+                let pg = ctx.pg.as_ref().expect("tx-crash runs on PostgreSQL");
+                tx_crash_job(pg, ctx, k).await
+            }
             Mode::HoldLock => unreachable!("hold-lock runs no deliveries"),
         };
         match result {
