@@ -213,13 +213,12 @@ impl Bench {
                 .await
             }
             Runner::Pgbench(script) => {
-                let text = pgbench::script(
-                    *script,
-                    store.claim_sql(),
-                    store.complete_sql(),
-                    &hand,
-                    (dup_ratio * 1000.0) as u64,
-                );
+                let sql = pgbench::Statements {
+                    claim: store.claim_sql(),
+                    claim_completed: store.claim_completed_sql(),
+                    complete: store.complete_sql(),
+                };
+                let text = pgbench::script(*script, &sql, &hand, (dup_ratio * 1000.0) as u64);
                 let (url, dir) = (self.url.clone(), self.dir.clone());
                 tokio::task::spawn_blocking(move || {
                     pgbench::run(&url, &text, concurrency, calls, &dir)
@@ -318,10 +317,17 @@ fn print_table(title: &str, rows: &[Row_]) {
         ratio(Mode::Lease.label(), pgbench::Script::Article.label())
     ));
     println(format!(
-        "- idem transactional / pgbench (same statements): **{}**",
+        "- idem transactional / pgbench (BEGIN, claim, completion, COMMIT, one round trip each): **{}**",
         ratio(
             Mode::Transactional.label(),
             pgbench::Script::Transactional.label()
+        )
+    ));
+    println(format!(
+        "- idem transactional / pgbench (its own statements: BEGIN, the claim written completed, COMMIT): **{}**",
+        ratio(
+            Mode::Transactional.label(),
+            pgbench::Script::TransactionalWritten.label()
         )
     ));
     println(format!(
@@ -469,6 +475,7 @@ async fn main() {
         Runner::Pgbench(pgbench::Script::Lease),
         Runner::Idem(Mode::Transactional),
         Runner::Pgbench(pgbench::Script::Transactional),
+        Runner::Pgbench(pgbench::Script::TransactionalWritten),
         Runner::Idem(Mode::HandWritten),
         Runner::Pgbench(pgbench::Script::Article),
         Runner::Idem(Mode::SqlxSameStatements),

@@ -10,9 +10,12 @@ use crate::workload::{Measured, EXISTING_KEYS};
 pub enum Script {
     /// idem's lease-mode statements: the claim, then the completion for a fresh key.
     Lease,
-    /// idem's transactional statements: BEGIN, claim, completion, COMMIT (ROLLBACK for a
-    /// duplicate).
+    /// idem's transactional statements as the issue counts them, one round trip each: BEGIN,
+    /// claim, completion, COMMIT (ROLLBACK for a duplicate).
     Transactional,
+    /// idem's transactional statements since the claim writes a fresh key's record completed:
+    /// BEGIN, that claim, COMMIT (ROLLBACK for a duplicate).
+    TransactionalWritten,
     /// The article's `INSERT .. ON CONFLICT DO NOTHING`.
     Article,
 }
@@ -22,6 +25,7 @@ impl Script {
         match self {
             Script::Lease => "pgbench: idem lease SQL",
             Script::Transactional => "pgbench: idem transactional SQL",
+            Script::TransactionalWritten => "pgbench: idem transactional SQL, claim completed",
             Script::Article => "pgbench: article's INSERT",
         }
     }
@@ -37,14 +41,15 @@ fn with_vars(sql: &str, vars: &[(&str, &str)]) -> String {
     out
 }
 
-pub fn script(
-    kind: Script,
-    claim_sql: &str,
-    complete_sql: &str,
-    hand_table: &str,
-    dup_permille: u64,
-) -> String {
-    let claim = |key: &str| {
+/// idem's statements, as the store writes them.
+pub struct Statements<'a> {
+    pub claim: &'a str,
+    pub claim_completed: &'a str,
+    pub complete: &'a str,
+}
+
+pub fn script(kind: Script, sql: &Statements<'_>, hand_table: &str, dup_permille: u64) -> String {
+    let claim_with = |claim_sql: &str, key: &str| {
         with_vars(
             claim_sql,
             &[
@@ -57,9 +62,13 @@ pub fn script(
             ],
         )
     };
+    let claim = |key: &str| claim_with(sql.claim, key);
+    // Its `$3` is the completion's keep.
+    let claim_completed =
+        |key: &str| claim_with(&sql.claim_completed.replace("$3", "(:keep)::bigint"), key);
     let complete = |key: &str| {
         with_vars(
-            complete_sql,
+            sql.complete,
             &[
                 ("$1", key),
                 ("$2", "(:fence)::bigint"),
@@ -88,6 +97,11 @@ pub fn script(
             claim(dup_key),
             claim(fresh_key),
             complete(fresh_key)
+        ),
+        Script::TransactionalWritten => format!(
+            "{header}BEGIN;\n{};\nROLLBACK;\n\\else\n\\set k random(1, 1000000000000)\nBEGIN;\n{};\nCOMMIT;\n\\endif\n",
+            claim_completed(dup_key),
+            claim_completed(fresh_key)
         ),
         Script::Article => {
             let insert = |key: &str| format!("INSERT INTO {hand_table} (key) VALUES ({key}) ON CONFLICT DO NOTHING;");
