@@ -5,7 +5,7 @@
 
 mod pg_support;
 
-use pg_support::{signal, spawn_worker, summary, Schema};
+use pg_support::{signal, spawn_keyed_worker, spawn_worker, summary, Schema};
 use std::collections::HashSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -25,17 +25,7 @@ fn crash_worker(schema: &str, seed: u64) -> Child {
 }
 
 fn crash_worker_on(schema: &str, seed: u64, first: u32, keys: u32) -> Child {
-    spawn_worker(
-        "crash",
-        schema,
-        &[
-            ("first", first.to_string()),
-            ("keys", keys.to_string()),
-            ("tasks", TASKS.to_string()),
-            ("work-ms", "300".into()),
-            ("seed", seed.to_string()),
-        ],
-    )
+    spawn_keyed_worker("crash", schema, seed, (first, keys), TASKS, 300)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

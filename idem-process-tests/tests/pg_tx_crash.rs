@@ -6,7 +6,7 @@
 
 mod pg_support;
 
-use pg_support::{spawn_worker, summary, Schema};
+use pg_support::{spawn_keyed_worker, summary, Schema};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -18,17 +18,7 @@ const KILLS: usize = 5;
 const LAST_KEYS: u32 = 60;
 
 fn tx_worker(schema: &str, seed: u64, first: u32, keys: u32, work_ms: u64) -> Child {
-    spawn_worker(
-        "tx-crash",
-        schema,
-        &[
-            ("first", first.to_string()),
-            ("keys", keys.to_string()),
-            ("tasks", TASKS.to_string()),
-            ("work-ms", work_ms.to_string()),
-            ("seed", seed.to_string()),
-        ],
-    )
+    spawn_keyed_worker("tx-crash", schema, seed, (first, keys), TASKS, work_ms)
 }
 
 async fn wait_summary(child: Child) -> [u64; 5] {

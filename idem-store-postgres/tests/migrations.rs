@@ -189,14 +189,8 @@ async fn a_row_locked_during_a_drain_is_purged_by_the_next() {
     .execute(test.store.pool())
     .await
     .unwrap();
-    // Held, as a takeover holds the record it rewrites, in the first batch's range.
-    let mut holder = test.store.pool().begin().await.unwrap();
-    sqlx::query(&format!(
-        "SELECT 1 FROM {table} WHERE key = 'old:10' FOR UPDATE"
-    ))
-    .execute(&mut *holder)
-    .await
-    .unwrap();
+    // Held, in the first batch's range.
+    let holder = support::lock_row(&test, &table, "old:10").await;
     assert_eq!(test.store.purge_all_expired(700).await.unwrap(), 2999);
     holder.rollback().await.unwrap();
     assert_eq!(test.store.purge_all_expired(700).await.unwrap(), 1);

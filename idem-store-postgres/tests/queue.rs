@@ -710,13 +710,7 @@ async fn a_done_job_locked_during_a_drain_is_purged_by_the_next() {
     let test = TestStore::new("q_purge_locked", 4).await;
     let queue = Queue::new(&test.store);
     let table = done_jobs(&test, 3000).await;
-    let mut holder = test.store.pool().begin().await.unwrap();
-    sqlx::query(&format!(
-        "SELECT 1 FROM {table} WHERE key = 'done:10' FOR UPDATE"
-    ))
-    .execute(&mut *holder)
-    .await
-    .unwrap();
+    let holder = support::lock_row(&test, &table, "done:10").await;
     assert_eq!(
         queue.purge_all_done(Duration::ZERO, 700).await.unwrap(),
         2999

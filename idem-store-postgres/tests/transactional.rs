@@ -181,26 +181,36 @@ async fn replay_works_in_transactional_mode() {
     }
 }
 
-/// The same mode without the attribute: `Call::run_in_transaction` with a boxed future.
+/// Runs `call` in transactional mode without the attribute (`Call::run_in_transaction` with a
+/// boxed future): its body credits account 42 of `accounts` with `amount`.
+async fn credit_by_call(
+    call: idem_core::Call<'_, PgStore>,
+    accounts: &str,
+    amount: i64,
+) -> Result<Outcome<()>, Error<sqlx::Error>> {
+    let accounts = accounts.to_owned();
+    call.run_in_transaction(move |tx| {
+        Box::pin(async move {
+            sqlx::query(&format!(
+                "UPDATE {accounts} SET credits = credits + $1 WHERE id = 42"
+            ))
+            .bind(amount)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// The same mode without the attribute.
 #[tokio::test]
 async fn call_api_runs_in_a_transaction() {
     let (test, accounts) = setup("tx_call").await;
     let store = &test.store;
     for expected_credits in [5, 5] {
-        let accounts = accounts.clone();
-        let outcome = idem_core::Call::new(store, "call-credit:1")
-            .run_in_transaction(move |tx| {
-                Box::pin(async move {
-                    sqlx::query(&format!(
-                        "UPDATE {accounts} SET credits = credits + 5 WHERE id = 42"
-                    ))
-                    .execute(&mut **tx)
-                    .await?;
-                    Ok::<_, sqlx::Error>(())
-                })
-            })
-            .await
-            .unwrap();
+        let call = idem_core::Call::new(store, "call-credit:1");
+        let outcome = credit_by_call(call, &accounts, 5).await.unwrap();
         assert!(outcome.is_executed() || outcome.is_duplicate());
         assert_eq!(
             credits(store, &test_accounts(&test)).await,
@@ -254,19 +264,8 @@ async fn the_commit_completes_a_record_the_claim_wrote_completed() {
     let (test, accounts) = setup("tx_written").await;
     let store = &test.store;
     let run = || {
-        let accounts = accounts.clone();
-        idem_core::Call::new(store, "kept:1")
-            .keep(Duration::from_secs(7200))
-            .run_in_transaction(move |tx| {
-                Box::pin(async move {
-                    sqlx::query(&format!(
-                        "UPDATE {accounts} SET credits = credits + 3 WHERE id = 42"
-                    ))
-                    .execute(&mut **tx)
-                    .await?;
-                    Ok::<_, sqlx::Error>(())
-                })
-            })
+        let call = idem_core::Call::new(store, "kept:1").keep(Duration::from_secs(7200));
+        credit_by_call(call, &accounts, 3)
     };
     assert!(run().await.unwrap().is_executed());
     assert_eq!(
@@ -294,20 +293,8 @@ async fn a_record_taken_over_in_a_transaction_is_completed_at_the_commit() {
         .await
         .unwrap();
     assert!(matches!(claimed, idem_core::Claim::Acquired { .. }));
-    let outcome = idem_core::Call::new(store, key.clone())
-        .keep(Duration::from_secs(60))
-        .run_in_transaction(move |tx| {
-            Box::pin(async move {
-                sqlx::query(&format!(
-                    "UPDATE {accounts} SET credits = credits + 4 WHERE id = 42"
-                ))
-                .execute(&mut **tx)
-                .await?;
-                Ok::<_, sqlx::Error>(())
-            })
-        })
-        .await
-        .unwrap();
+    let call = idem_core::Call::new(store, key.clone()).keep(Duration::from_secs(60));
+    let outcome = credit_by_call(call, &accounts, 4).await.unwrap();
     assert!(outcome.is_executed());
     let (completed, kept, _) = record_times(&test, "taken:1").await;
     assert_eq!((completed, kept), (true, Some(60.0)));

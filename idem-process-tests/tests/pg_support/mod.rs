@@ -87,6 +87,29 @@ pub fn spawn_worker(mode: &str, schema: &str, args: &[(&str, String)]) -> Child 
     )
 }
 
+/// Starts `idem-pg-worker MODE` over keys `first..first + keys` with `tasks` delivery tasks,
+/// its bodies sleeping up to `work_ms`, its timing seeded with `seed`.
+pub fn spawn_keyed_worker(
+    mode: &str,
+    schema: &str,
+    seed: u64,
+    (first, keys): (u32, u32),
+    tasks: usize,
+    work_ms: u64,
+) -> Child {
+    spawn_worker(
+        mode,
+        schema,
+        &[
+            ("first", first.to_string()),
+            ("keys", keys.to_string()),
+            ("tasks", tasks.to_string()),
+            ("work-ms", work_ms.to_string()),
+            ("seed", seed.to_string()),
+        ],
+    )
+}
+
 /// Starts a work-queue worker process: `idem-queue-worker --schema .. ARGS..`.
 pub fn spawn_queue_worker(schema: &str, args: &[(&str, String)]) -> Child {
     spawn(env!("CARGO_BIN_EXE_idem-queue-worker"), None, schema, args)

@@ -22,6 +22,22 @@ pub async fn accounts(test: &TestStore) -> String {
     accounts
 }
 
+/// Locks the row of `table` whose key is `key` in a transaction of `test`'s pool, as a claim's
+/// takeover holds the record it rewrites, until the returned transaction ends.
+pub async fn lock_row(
+    test: &TestStore,
+    table: &str,
+    key: &str,
+) -> idem_store_postgres::sqlx::Transaction<'static, idem_store_postgres::sqlx::Postgres> {
+    let mut holder = test.store.pool().begin().await.unwrap();
+    idem_store_postgres::sqlx::query(&format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"))
+        .bind(key)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    holder
+}
+
 /// Account 42's credits.
 pub async fn credits(store: &idem_store_postgres::PgStore, accounts: &str) -> i64 {
     idem_store_postgres::sqlx::query_scalar(&format!(
