@@ -3,9 +3,9 @@
 //!
 //! In transactional mode a duplicate costs three round trips (BEGIN, the claim, ROLLBACK) where
 //! a read of the record outside any transaction costs one; a fresh key pays one more for that
-//! read (four instead of three, BEGIN, the claim and COMMIT). Reading first pays when more than a third of the calls are
-//! duplicates (two saved on each duplicate against one lost on each fresh key), so the store
-//! reads first exactly while its recent claims say so.
+//! read (four instead of BEGIN, the claim and COMMIT). Reading first pays when more than a
+//! third of the calls are duplicates (two saved on each duplicate against one lost on each
+//! fresh key), so the store reads first exactly while its recent claims say so.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

@@ -55,9 +55,9 @@ impl RecordsSql {
         // Where a purge batch starts (see `purge`).
         let (after_3, after_4) = (batch_start_sql(3), batch_start_sql(4));
         let (due_end, effects_end) = (micros_sql("max(purge_at)"), micros_sql("max(expires_at)"));
-        // The claim, inserting a fresh key with `completed_at` = `completed` and `expires_at`
+        // The claim, inserting a fresh key with `completed_at` (NULL, or now) and `expires_at`
         // and `purge_at` $3 µs after now (the lease, or a completion's keep).
-        let claim = |completed: &str| {
+        let claim = |completed_at: &str| {
             format!(
                 "WITH existing AS (
                     SELECT fence, fingerprint, completed_at, expires_at, output,
@@ -67,7 +67,7 @@ impl RecordsSql {
                  ), inserted AS (
                     INSERT INTO {t} (key, scope, fence, fingerprint, completed_at, expires_at,
                                      purge_at, token, holder)
-                    SELECT $1, $5, nextval({seq}), $2, {completed},
+                    SELECT $1, $5, nextval({seq}), $2, {completed_at},
                            now() + $3 * interval '1 microsecond',
                            now() + $3 * interval '1 microsecond', $4, $6
                     WHERE NOT EXISTS (SELECT 1 FROM existing)
@@ -80,10 +80,9 @@ impl RecordsSql {
                         $5::text AS scope
                  FROM inserted
                  UNION ALL
-                 SELECT false, fence, fingerprint, {completed_us}, {expires}, output, lapsed,
+                 SELECT false, fence, fingerprint, {completed}, {expires}, output, lapsed,
                         token, scope
-                 FROM existing",
-                completed_us = micros_sql("completed_at"),
+                 FROM existing"
             )
         };
         RecordsSql {
