@@ -16,10 +16,8 @@ mod pgbench;
 mod plot;
 mod workload;
 
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
-use idem_testdb::Cluster;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use workload::{Measured, Mode, EXISTING_KEYS};
@@ -408,23 +406,16 @@ async fn claim_latency(pool: &PgPool, rows: u64) -> (f64, f64, f64, f64) {
 #[tokio::main]
 async fn main() {
     let args: Args = clap::Parser::parse();
-    let cluster;
-    let url = match &args.database_url {
-        Some(url) => url.clone(),
-        None => {
-            cluster = Cluster::start_with(&[
-                "-c shared_preload_libraries=pg_stat_statements",
-                "-c pg_stat_statements.track=all",
-            ])
-            .expect("a throwaway PostgreSQL for the benchmark");
-            cluster.url()
-        }
-    };
-    let pool = PgPoolOptions::new()
-        .max_connections(32)
-        .connect(&url)
-        .await
-        .expect("connect");
+    // Kept until the end: a throwaway server stops when it is dropped.
+    let server = idem_bench::server(
+        args.database_url.as_deref(),
+        &[
+            "-c shared_preload_libraries=pg_stat_statements",
+            "-c pg_stat_statements.track=all",
+        ],
+    )
+    .await;
+    let (url, pool) = (server.url.clone(), server.pool.clone());
     let has_pss = sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         .execute(&pool)
         .await

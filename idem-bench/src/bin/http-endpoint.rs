@@ -21,10 +21,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use idem_core::{Call, MemoryStore, Outcome};
 use idem_http::IdempotencyLayer;
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool};
 use idem_store_postgres::PgStore;
-use idem_testdb::Cluster;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::io::Write;
@@ -306,19 +304,9 @@ async fn measure(
 #[tokio::main]
 async fn main() {
     let args: Args = clap::Parser::parse();
-    let cluster;
-    let url = match &args.database_url {
-        Some(url) => url.clone(),
-        None => {
-            cluster = Cluster::start().expect("a throwaway PostgreSQL for the benchmark");
-            cluster.url()
-        }
-    };
-    let pool = PgPoolOptions::new()
-        .max_connections(32)
-        .connect(&url)
-        .await
-        .expect("connect");
+    // Kept until the end: a throwaway server stops when it is dropped.
+    let server = idem_bench::server(args.database_url.as_deref(), &[]).await;
+    let pool = server.pool.clone();
     let dir = std::env::temp_dir().join(format!("idem-http-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     println!(

@@ -18,10 +18,8 @@
 //! starts a throwaway PostgreSQL.
 
 use idem_store_postgres::queue::{Job, NewJob, Queue};
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
-use idem_testdb::Cluster;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -167,19 +165,9 @@ async fn fill_by_hand(pool: &PgPool, schema: &str, items: u64) {
 #[tokio::main]
 async fn main() {
     let args: Args = clap::Parser::parse();
-    let cluster;
-    let url = match &args.database_url {
-        Some(url) => url.clone(),
-        None => {
-            cluster = Cluster::start().expect("a throwaway PostgreSQL for the benchmark");
-            cluster.url()
-        }
-    };
-    let pool = PgPoolOptions::new()
-        .max_connections(32)
-        .connect(&url)
-        .await
-        .expect("connect");
+    // Kept until the end: a throwaway server stops when it is dropped.
+    let server = idem_bench::server(args.database_url.as_deref(), &[]).await;
+    let pool = server.pool.clone();
     let version: String = sqlx::query("SHOW server_version")
         .fetch_one(&pool)
         .await
