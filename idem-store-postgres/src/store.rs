@@ -158,11 +158,13 @@ impl PgStoreBuilder {
     /// Checks a connection out of the pool for every statement and gives it back after, as the
     /// pool's other users do: the store holds no connection between statements, at the cost of
     /// a round trip more per statement, and without batching. The pool's connections also keep
-    /// the server's plan settings (the store's own keep one generic plan per statement), so the
-    /// work queue's statements that claim jobs are planned anew at every execution (0.7 ms a
-    /// job, measured; their generic plans cannot know how many jobs a claim takes): a
-    /// [`Queue`](crate::queue::Queue) through the pool runs at a fifth to a third of its speed on
-    /// the store's own connections (BENCHMARKS.md, "Work queue").
+    /// the server's plan settings (the store's own keep one generic plan per statement): with
+    /// the default `plan_cache_mode = auto`, the server plans a statement anew for its first
+    /// five executions on a connection, then keeps the generic plan unless it is costed above
+    /// those. The work queue's statements hide from the planner how many jobs a claim takes
+    /// and how many keys a batch holds, so that it does keep them: a
+    /// [`Queue`](crate::queue::Queue) through the pool runs at a quarter to two thirds of its
+    /// speed on the store's own connections (BENCHMARKS.md, "Work queue").
     pub fn through_pool(mut self) -> Self {
         self.connections = Connections::Pooled;
         self

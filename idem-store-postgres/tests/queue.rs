@@ -165,6 +165,13 @@ async fn workers_on_dedicated_connections_run_each_job_once() {
     run_each_job_once(TestStore::dedicated("q_once_d", 10, 6).await).await;
 }
 
+/// Through the pool the server chooses each statement's plan itself (`plan_cache_mode =
+/// auto`): custom plans for a connection's first five executions, then the generic one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_through_the_pool_run_each_job_once() {
+    run_each_job_once(TestStore::through_pool("q_once_p", 10).await).await;
+}
+
 async fn run_each_job_once(test: TestStore) {
     let queue = Queue::new(&test.store);
     for i in 0..300 {

@@ -65,6 +65,20 @@ pub(crate) struct QueueSql {
     pub(crate) purge_done: String,
 }
 
+/// Parameter `param` cast to `ty`, as a one-row subquery the server runs once per execution:
+/// the planner does not read its value, so a custom plan estimates it as the generic plan does.
+///
+/// A connection that keeps the server's `plan_cache_mode = auto` (the pool's, with
+/// [`through_pool`](crate::PgStoreBuilder::through_pool)) plans a statement anew at every
+/// execution for as long as its custom plans cost less than its generic plan. Where a custom
+/// plan reads a claim's `LIMIT` (a job or a few, against a tenth of the queue in the generic
+/// plan) or a batch's number of keys (one, against a thousand), it always did: the queue's
+/// claims were planned at every execution through the pool, for 0.7 ms each against 0.25 ms
+/// running (BENCHMARKS.md, "Work queue").
+fn unseen(param: &str, ty: &str) -> String {
+    format!("(SELECT {param}::{ty})::{ty}")
+}
+
 impl QueueSql {
     pub(crate) fn new(store: &PgStore) -> QueueSql {
         let (schema, table) = store.names();
@@ -85,6 +99,10 @@ impl QueueSql {
         );
         let (complete, renew) = (&records.complete, &records.renew);
         let complete_many = &records.complete_many;
+        let (keys, key_count) = (
+            unseen("$1", "text[]"),
+            unseen("cardinality($1::text[])", "bigint"),
+        );
         // The completions of many jobs, each marking its job done: the start of both batched
         // completion statements.
         let complete_and_done = format!(
@@ -92,7 +110,7 @@ impl QueueSql {
              done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
                  FROM unnest($1::text[], $5::int[]) WITH ORDINALITY AS d(key, attempts, i)
-                 WHERE q.key = ANY($1::text[]) AND q.key = d.key AND q.attempts = d.attempts
+                 WHERE q.key = ANY({keys}) AND q.key = d.key AND q.attempts = d.attempts
                    AND q.state = 'running' AND d.i IN (SELECT i FROM completed)
                  RETURNING d.i
              )"
@@ -104,7 +122,10 @@ impl QueueSql {
         // estimates a `LIMIT $n` at a tenth of the table, and planned `IN (..)` as a hash join
         // over a sequential scan of the whole queue (2.2 ms a claim at 20,000 jobs, against
         // 0.26 ms this way; a custom plan instead costs 0.5-0.7 ms of planning per execution).
+        // The limit, and the keys `also` names, are `unseen`, so that a connection that chooses
+        // between custom and generic plans (the pool's) settles on the generic one too.
         let claimed = |limit: &str, lease: &str, worker: &str, also: &str| {
+            let limit = unseen(limit, "bigint");
             format!(
                 "claimed AS (
                      UPDATE {q}
@@ -121,8 +142,11 @@ impl QueueSql {
                  )"
             )
         };
-        let fenced = "FROM unnest($1::text[], $2::int[]) AS held(key, attempts)
-             WHERE q.key = held.key AND q.attempts = held.attempts AND q.state = 'running'";
+        let fenced = format!(
+            "FROM unnest({keys}, {}) AS held(key, attempts)
+             WHERE q.key = held.key AND q.attempts = held.attempts AND q.state = 'running'",
+            unseen("$2", "int[]")
+        );
         QueueSql {
             name: format!("{schema}.{table}"),
             enqueue: format!(
@@ -170,19 +194,19 @@ impl QueueSql {
             complete_and_done_many: format!(
                 "{complete_and_done}
                  SELECT n.i IN (SELECT i FROM completed), n.i IN (SELECT i FROM done)
-                 FROM generate_series(1::bigint, cardinality($1::text[])::bigint) AS n(i)
+                 FROM generate_series(1, {key_count}) AS n(i)
                  ORDER BY n.i"
             ),
             complete_and_claim_many: format!(
                 "{complete_and_done}, {}, records AS ({claim_next_records})
                  SELECT n.i, n.i IN (SELECT i FROM completed), n.i IN (SELECT i FROM done),
                         NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint
-                 FROM generate_series(1::bigint, cardinality($1::text[])::bigint) AS n(i)
+                 FROM generate_series(1, {key_count}) AS n(i)
                  UNION ALL
                  SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
                         r.fence, r.expires_us
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
-                claimed("$6", "$7", "$8", "AND key <> ALL($1::text[])")
+                claimed("$6", "$7", "$8", &format!("AND key <> ALL({keys})"))
             ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
@@ -280,6 +304,100 @@ mod tests {
             }
         }
         drop(conn);
+        crate::test_store::drop_schema(&pool, &schema).await;
+    }
+
+    /// On a connection that keeps the server's `plan_cache_mode = auto` (a pool connection, as
+    /// with `through_pool`), every queue statement that takes a number of jobs or a batch of
+    /// keys settles on a generic plan after the server's five custom ones, on a fresh queue
+    /// and on one of 5,000 analyzed jobs: were its custom plans costed below its generic plan
+    /// (as when they read a claim's `LIMIT`), the server would plan it at every execution.
+    #[tokio::test]
+    async fn statements_settle_on_generic_plans_through_the_pool() {
+        use sqlx::Connection;
+        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_auto").await;
+        let sql = QueueSql::new(&store);
+        let queued = |jobs: u32| {
+            format!(
+                "INSERT INTO {schema}.idem_records_queue (key, payload, max_attempts)
+                     SELECT 'job:' || i, to_jsonb(i), 25 FROM generate_series(1, {jobs}) i"
+            )
+        };
+        for setup in [
+            queued(10),
+            format!("{}; ANALYZE {schema}.idem_records_queue", queued(5000)),
+        ] {
+            sqlx::raw_sql(&format!(
+                "TRUNCATE {schema}.idem_records_queue, {schema}.idem_records; {setup}"
+            ))
+            .execute(&pool)
+            .await
+            .unwrap();
+            // A connection of its own, so that no statement is prepared on it yet.
+            let mut conn = sqlx::PgConnection::connect(&idem_testdb::database_url())
+                .await
+                .unwrap();
+            sqlx::raw_sql("SET plan_cache_mode = auto")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            let (keys, fences, attempts) = (vec!["job:x".to_owned()], vec![1i64], vec![1i32]);
+            let (outputs, keeps) = (vec![Vec::<u8>::new()], vec![1_000_000i64]);
+            let (lease, worker) = (30_000_000i64, "w");
+            // The completions' arguments, which both batched completion statements start with.
+            let completions = |statement| {
+                sqlx::query(statement)
+                    .bind(&keys)
+                    .bind(&fences)
+                    .bind(&outputs)
+                    .bind(&keeps)
+                    .bind(&attempts)
+            };
+            for _ in 0..10 {
+                let executions = [
+                    sqlx::query(&sql.claim).bind(1i64).bind(lease).bind(worker),
+                    completions(&sql.complete_and_claim_many)
+                        .bind(1i64)
+                        .bind(lease)
+                        .bind(worker),
+                    completions(&sql.complete_and_done_many),
+                    sqlx::query(&sql.done).bind(&keys).bind(&attempts),
+                    sqlx::query(&sql.release)
+                        .bind(&keys)
+                        .bind(&attempts)
+                        .bind(0i64),
+                    sqlx::query(&sql.forget_records).bind(&keys).bind(&fences),
+                ];
+                for query in executions {
+                    query.execute(&mut conn).await.unwrap();
+                }
+            }
+            let plans: Vec<(String, i64, i64)> = sqlx::query_as(
+                "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+            let statements = [
+                ("claim", &sql.claim),
+                ("complete_and_claim_many", &sql.complete_and_claim_many),
+                ("complete_and_done_many", &sql.complete_and_done_many),
+                ("done", &sql.done),
+                ("release", &sql.release),
+                ("forget_records", &sql.forget_records),
+            ];
+            for (name, statement) in statements {
+                let (_, generic, custom) = plans
+                    .iter()
+                    .find(|(text, _, _)| text == statement)
+                    .unwrap_or_else(|| panic!("{name} is not prepared on the connection"));
+                assert!(
+                    (*generic, *custom) == (5, 5),
+                    "{name} after {setup:?}: {generic} generic plans, {custom} custom (expected 5 and 5)"
+                );
+            }
+            conn.close().await.unwrap();
+        }
         crate::test_store::drop_schema(&pool, &schema).await;
     }
 }
