@@ -34,6 +34,7 @@ mod store;
 mod test_store;
 mod time;
 mod transaction;
+mod unseen;
 
 pub use ident::MAX_IDENT_LEN;
 pub use sqlx;

@@ -136,3 +136,38 @@ async fn the_claim_finds_its_rows_by_id_in_a_generic_plan() {
     // The connection carries the setting and the prepared statement: it is not given back.
     conn.detach();
 }
+
+/// On a pool's connection, with the server's `plan_cache_mode = auto`, the claim is planned for
+/// its first five executions and then keeps its generic plan: were the limit in sight of the
+/// planner, a custom plan would always look cheaper and the server would plan every claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_is_planned_once_on_a_pools_connection() {
+    let test = TestStore::new("claimbatch_auto", 2).await;
+    let table = emails(&test).await;
+    let mut conn = test.store.pool().acquire().await.unwrap();
+    // A table big enough for a tenth of it (the generic plan's guess at `LIMIT $3`) to cost
+    // more than the one row a custom plan would know it takes.
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {table} (id, recipient)
+             SELECT i, 'user' || i || '@example.com' FROM generate_series({ROWS} + 1, 20000) i;
+         ANALYZE {table};
+         SET plan_cache_mode = auto"
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let claim = claim(&test);
+    for _ in 0..10 {
+        assert_eq!(claim.claim(&mut *conn, 1).await.unwrap().len(), 1);
+    }
+    let plans: (i64, i64) = sqlx::query_as(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+    )
+    .bind(claim.sql())
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(plans, (5, 5), "(generic, custom) plans in 10 claims");
+    // The connection carries the setting: it is not given back.
+    conn.detach();
+}

@@ -4,6 +4,7 @@
 
 use crate::records::RecordsSql;
 use crate::time::{batch_start_sql, micros_sql};
+use crate::unseen::unseen;
 use crate::PgStore;
 
 /// The channel idle workers LISTEN on; the payload names the queue (`schema.table`).
@@ -63,20 +64,6 @@ pub(crate) struct QueueSql {
     /// `$1` older than (µs), `$2` limit, `$3` where the drain's previous batch ended (epoch µs,
     /// or NULL). Returns (jobs deleted, the last `finished_at` taken, epoch µs).
     pub(crate) purge_done: String,
-}
-
-/// Parameter `param` cast to `ty`, as a one-row subquery the server runs once per execution:
-/// the planner does not read its value, so a custom plan estimates it as the generic plan does.
-///
-/// A connection that keeps the server's `plan_cache_mode = auto` (the pool's, with
-/// [`through_pool`](crate::PgStoreBuilder::through_pool)) plans a statement anew at every
-/// execution for as long as its custom plans cost less than its generic plan. Where a custom
-/// plan reads a claim's `LIMIT` (a job or a few, against a tenth of the queue in the generic
-/// plan) or a batch's number of keys (one, against a thousand), it always did: the queue's
-/// claims were planned at every execution through the pool, for 0.7 ms each against 0.25 ms
-/// running (BENCHMARKS.md, "Work queue").
-fn unseen(param: &str, ty: &str) -> String {
-    format!("(SELECT {param}::{ty})::{ty}")
 }
 
 impl QueueSql {
