@@ -5,10 +5,10 @@
 //! claim costs a second statement.
 //!
 //! This is also the narrow interface through which the work queue (which sits on top of the
-//! store) reaches the records of its jobs: it embeds [`RecordsSql::complete`] and
-//! [`RecordsSql::renew`] in its own statements, and asks for the two batch operations it needs
-//! ([`RecordsSql::claim_unheld`], [`RecordsSql::release_batch`]). No other file spells the
-//! records table's SQL.
+//! store) reaches the records of its jobs: it embeds [`RecordsSql::complete_many`] in its own
+//! statements, and asks for what a job's record needs beyond it ([`RecordsSql::unheld`],
+//! [`RecordsSql::hold`], [`RecordsSql::held_by_another`], [`RecordsSql::insert_completed`]).
+//! No other file spells the records table's SQL.
 
 use crate::time::{batch_start_sql, micros_sql};
 
@@ -267,44 +267,75 @@ impl RecordsSql {
         }
     }
 
-    /// An `INSERT` (for a CTE of the caller's statement) that claims, in `scope` (a constant of
-    /// the caller's, plain text) with a fresh fence and a lease of `lease` (an SQL interval
-    /// expression), the record of each key that `source` (a query yielding a `key` column)
-    /// names and that has no record in that scope yet. Keys with a record are left alone: their
-    /// call claims through the store as usual. Returns `key, fence, expires_us` of each record
-    /// it claimed.
+    /// A `SELECT` (for a CTE of the caller's statement) that reserves a fresh fence for each
+    /// key that `source` (a query yielding a `key` column) names and that has no record in
+    /// `scope` (a constant of the caller's, plain text): `key, fence` of each. It writes no
+    /// record: the caller's own row (a queue job's claim) holds the key until the record is
+    /// written, by [`hold`](Self::hold) or [`insert_completed`](Self::insert_completed). Keys
+    /// with a record are left out: their call claims through the store as usual.
     ///
-    /// A key with a record from before scopes (scope `''`) counts as held. That check is a
-    /// lookup of `(key, '')` per key: `OFFSET 0` keeps it a subquery run per key, because as
-    /// an anti-join a generic plan made while the table was small (a fresh deployment's, kept
-    /// by the store's connections for their life) read every entry of the primary key with
-    /// `scope = ''`, for each claim, at a cost that grew with the table (0.33 ms of a 0.47 ms
-    /// statement at 10,000 records).
-    pub fn claim_unheld(&self, scope: &str, source: &str, lease: &str, holder: &str) -> String {
+    /// A key with a record from before scopes (scope `''`) counts as held. The check is a
+    /// lookup per key: `OFFSET 0` keeps it a subquery run per key, because as an anti-join a
+    /// generic plan made while the table was small (a fresh deployment's, kept by the store's
+    /// connections for their life) read every entry of the primary key with `scope = ''`, for
+    /// each claim, at a cost that grew with the table (0.33 ms of a 0.47 ms statement at 10,000
+    /// records).
+    pub fn unheld(&self, scope: &str, source: &str) -> String {
         debug_assert!(scope.chars().all(|c| c.is_ascii_alphanumeric() || c == ':'));
         let (t, seq) = (&self.table, &self.seq);
-        let expires = micros_sql("expires_at");
         format!(
-            "INSERT INTO {t} (key, scope, fence, expires_at, purge_at, holder)
-             SELECT key, '{scope}', nextval({seq}), now() + {lease}, now() + {lease}, {holder}
+            "SELECT key, nextval({seq}) AS fence
              FROM ({source}) AS unheld
              WHERE NOT EXISTS (
-                 SELECT 1 FROM {t} AS legacy WHERE legacy.key = unheld.key AND legacy.scope = ''
+                 SELECT 1 FROM {t} AS r
+                 WHERE r.key = unheld.key AND r.scope IN ('{scope}', '')
                  OFFSET 0
-             )
-             ON CONFLICT (key, scope) DO NOTHING
-             RETURNING key, fence, {expires} AS expires_us"
+             )"
         )
     }
 
-    /// `$1` keys, `$2` fences: releases many unfinished claims in one statement (as
-    /// [`release`](Self::release) does one).
-    pub fn release_batch(&self) -> String {
+    /// An `INSERT` (for a CTE of the caller's statement) that writes in `scope`, in progress
+    /// with a lease of `lease` (an SQL interval expression) and `holder`, the record of each
+    /// row of `source` (a query yielding `key, fence` columns), or renews it when it is there
+    /// with that fence and in progress. Returns a row for each record written or renewed: a
+    /// record there with another fence, or completed, is left alone.
+    pub fn hold(&self, scope: &str, source: &str, lease: &str, holder: &str) -> String {
+        debug_assert!(scope.chars().all(|c| c.is_ascii_alphanumeric() || c == ':'));
+        let t = &self.table;
         format!(
-            "DELETE FROM {} AS t
-             USING unnest($1::text[], $2::bigint[]) AS held(key, fence)
-             WHERE t.key = held.key AND t.fence = held.fence AND t.completed_at IS NULL",
+            "INSERT INTO {t} AS t (key, scope, fence, expires_at, purge_at, holder)
+             SELECT key, '{scope}', fence, now() + {lease}, now() + {lease}, {holder}
+             FROM ({source}) AS held
+             ON CONFLICT (key, scope) DO UPDATE SET expires_at = excluded.expires_at
+             WHERE t.fence = excluded.fence AND t.completed_at IS NULL
+             RETURNING 1"
+        )
+    }
+
+    /// A query (for `EXISTS`) finding the record of `key` in `scope` when it holds a fence
+    /// other than `fence` (SQL expressions of the caller's): the key's record is another run's.
+    pub fn held_by_another(&self, scope: &str, key: &str, fence: &str) -> String {
+        debug_assert!(scope.chars().all(|c| c.is_ascii_alphanumeric() || c == ':'));
+        format!(
+            "SELECT 1 FROM {} AS other
+             WHERE other.key = {key} AND other.scope = '{scope}' AND other.fence <> {fence}",
             self.table
+        )
+    }
+
+    /// An `INSERT` (for a CTE of the caller's statement) that writes in `scope`, completed at
+    /// `completed_at` and kept until `expires_at`, with a fresh fence and no output, the record
+    /// of each row of `source` (a query yielding `key, completed_at, expires_at` columns) that
+    /// has none there.
+    pub fn insert_completed(&self, scope: &str, source: &str) -> String {
+        debug_assert!(scope.chars().all(|c| c.is_ascii_alphanumeric() || c == ':'));
+        let (t, seq) = (&self.table, &self.seq);
+        format!(
+            "INSERT INTO {t} (key, scope, fence, completed_at, expires_at, purge_at)
+             SELECT key, '{scope}', nextval({seq}), completed_at, expires_at, expires_at
+             FROM ({source}) AS completed
+             ON CONFLICT (key, scope) DO NOTHING
+             RETURNING 1"
         )
     }
 }

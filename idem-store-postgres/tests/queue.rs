@@ -663,6 +663,66 @@ async fn purging_deletes_finished_jobs_only() {
     );
 }
 
+/// A done job's row is its idempotency record: finishing it writes no record, and purging it
+/// writes one for the rest of its keep (a day), so the key enqueued again is recognised as done
+/// and not run; a job finished longer ago than that leaves none, and its key is new work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_job_leaves_its_record_for_the_rest_of_its_keep() {
+    let test = TestStore::new("q_purge_keep", 20).await;
+    let queue = Queue::new(&test.store);
+    let record = |key: &str| {
+        let key = Key::new(key)
+            .unwrap()
+            .with_scope(idem_store_postgres::queue::QUEUE_SCOPE)
+            .unwrap();
+        let store = test.store.clone();
+        async move { store.get(&key).await.unwrap() }
+    };
+    let runs = Runs::default();
+    let drain = |expected: u64| {
+        let (queue, runs) = (queue.clone(), runs.clone());
+        async move {
+            let workers = recording(&queue, &runs, Duration::ZERO)
+                .poll_interval(Duration::from_millis(10))
+                .start();
+            eventually("the jobs are done", Duration::from_secs(20), || async {
+                queue.stats().await.unwrap().done == expected
+            })
+            .await;
+            workers.shutdown(Duration::from_secs(5)).await;
+        }
+    };
+    for key in ["recent", "ancient"] {
+        let _ = queue.enqueue(job(key, json!({}))).await.unwrap();
+    }
+    drain(2).await;
+    assert!(
+        record("recent").await.is_none(),
+        "finishing wrote no record"
+    );
+    sqlx::query(&format!(
+        "UPDATE \"{}\".idem_records_queue SET finished_at = now() - interval '25 hours'
+         WHERE key = 'ancient'",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(queue.purge_done(Duration::ZERO, 10).await.unwrap(), 2);
+    let kept = record("recent").await.expect("purging wrote its record");
+    assert!(
+        matches!(kept.state, idem_core::RecordState::Completed { .. }),
+        "{kept:?}"
+    );
+    assert!(record("ancient").await.is_none(), "its keep had ended");
+    for key in ["recent", "ancient"] {
+        let _ = queue.enqueue(job(key, json!({}))).await.unwrap();
+    }
+    drain(2).await;
+    assert_eq!(runs.count("recent"), 1, "recognised as done, not run again");
+    assert_eq!(runs.count("ancient"), 2, "new work");
+}
+
 /// Inserts `n` done jobs (`done:1` ..), three to each microsecond of `finished_at`, an hour
 /// ago and in random order, so batches end in the middle of a microsecond.
 async fn done_jobs(test: &TestStore, n: u32) -> String {

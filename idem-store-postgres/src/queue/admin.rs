@@ -113,7 +113,10 @@ impl Queue {
 
     /// Deletes up to `limit` jobs that finished more than `older_than` ago, and returns how
     /// many. Until then, enqueueing a finished job's key again is a duplicate. Dead jobs stay
-    /// until discarded.
+    /// until discarded. A job that finished less than a day ago (its call's keep) leaves its
+    /// idempotency record, completed, for the rest of that day, so its key enqueued again is
+    /// recognised as done and not run (the done row was the record until then: see the
+    /// [module docs](super)).
     ///
     /// Purging also keeps claims fast: a claim reads past the index entries of every job run
     /// since the table was last vacuumed, and autovacuum comes once dead row versions reach a

@@ -60,28 +60,18 @@ pub(crate) async fn settle(shared: &Shared, job: &Claimed, settle: Settle) {
     }
 }
 
-/// Gives every claim still held back to the queue, at once and without counting it, and
-/// frees the idempotency records the claims took for calls that did not complete.
+/// Gives every claim still held back to the queue, at once and without counting it. (A job
+/// that never ran has no record to free: its claim reserved the record's fence and wrote
+/// nothing.)
 pub(crate) async fn release_held(shared: &Shared) -> usize {
     let held = shared.held.snapshot();
     if held.is_empty() {
         return 0;
     }
-    let (record_keys, fences): (Vec<&str>, Vec<i64>) = held
-        .iter()
-        .filter_map(|(key, claim)| claim.record_fence.map(|fence| (key.as_str(), fence)))
-        .unzip();
     let (keys, attempts): (Vec<&str>, Vec<i32>) = held
         .iter()
-        .map(|(key, claim)| (key.as_str(), claim.attempt))
+        .map(|(key, attempt)| (key.as_str(), *attempt))
         .unzip();
-    let freed = on_conn!(indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.forget_records)
-        .bind(&record_keys)
-        .bind(&fences)
-        .execute(&mut *conn));
-    if let Err(e) = freed {
-        tracing::warn!(error = %e, "freeing the records of released jobs failed; they lapse with their lease");
-    }
     let result = on_conn!(indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.release)
         .bind(&keys)
         .bind(&attempts)

@@ -83,6 +83,7 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
             .scope(super::QUEUE_SCOPE)
             .name("idem::queue::run")
             .lease(shared.lease)
+            .keep(super::JOB_KEEP)
             .run(work),
     )
     .catch_unwind();

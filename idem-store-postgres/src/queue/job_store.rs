@@ -1,7 +1,12 @@
 //! One claimed job's view of the store its call runs on: the queue's [`PgStore`], except that
 //!
-//! - the call's first claim is answered with the record the queue's claim statement took for
-//!   the job (no statement of its own),
+//! - the call's first claim is answered with the fence the queue's claim statement reserved for
+//!   the job's record (no statement of its own). That statement writes no record, and neither
+//!   does a completion that finds none: the job's row is the record (its claim holds the key,
+//!   its `done` state is the completion, and nothing else claims a job's record), until the
+//!   call's first renewal or journal entry writes one, or [`Queue::purge_done`] deletes the
+//!   done row and writes the record for the rest of its keep. So a job that runs once, briefly,
+//!   writes its row twice and no record, as the hand-written loop does,
 //! - renewing the call's lease also extends the job's claim, in the same statement (so a
 //!   running job is renewed by one loop: idem-core's, on its one policy), and
 //! - completing the call also marks the job done, in the same statement; when the store batches,
@@ -54,6 +59,9 @@ struct JobState {
     /// The record the queue's claim statement took for this job's key, if it had none: the
     /// call's first claim is answered with it.
     claimed: Mutex<Option<Claim>>,
+    /// Whether the call's record is written: not while its fence is only reserved (see the
+    /// module docs), until a renewal writes it.
+    written: AtomicBool,
     marked_done: AtomicBool,
     /// The workers whose slot this job holds, for the completion to claim the next job for.
     workers: Option<Arc<Shared>>,
@@ -74,6 +82,7 @@ impl JobStore {
             queue,
             attempt,
             state: Arc::new(JobState {
+                written: AtomicBool::new(claimed.is_none()),
                 claimed: Mutex::new(claimed),
                 marked_done: AtomicBool::new(false),
                 workers,
@@ -154,18 +163,21 @@ impl Store for JobStore {
 
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
         let sql = &self.queue.sql.renew;
+        let holder = self.state.workers.as_ref().map(|w| w.worker.as_str());
         let row = on_conn!(indexed self.inner(), conn => sqlx::query(sql)
             .bind(key.as_str())
             .bind(fence_param(fence))
             .bind(duration_micros(lease))
             .bind(self.attempt)
+            .bind(holder)
             .fetch_one(&mut *conn))
         .map_err(|e| store_error(e).during(Operation::Renew))?;
         let (renewed, job): (i64, i64) = (row.get(0), row.get(1));
-        if renewed == 1 && job == 0 {
+        if job == 0 {
             tracing::debug!("the job's claim was settled or taken over before its renewal");
         }
         Ok(if renewed == 1 {
+            self.state.written.store(true, Ordering::SeqCst);
             Fenced::Applied
         } else {
             Fenced::Lost
@@ -173,7 +185,11 @@ impl Store for JobStore {
     }
 
     async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
-        self.inner().release(key, fence).await
+        match self.inner().release(key, fence).await? {
+            // Nothing written to release: the job's settlement gives its claim back.
+            Fenced::Lost if !self.state.written.load(Ordering::SeqCst) => Ok(Fenced::Applied),
+            released => Ok(released),
+        }
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
@@ -198,6 +214,18 @@ impl Store for JobStore {
         fence: Fence,
         record: EffectRecord<'_>,
     ) -> Result<Fenced, StoreError> {
+        // A journal entry is written only under the call's record (it checks the fence there),
+        // so a record whose fence is only reserved is written first, as a renewal does.
+        if !self.state.written.load(Ordering::SeqCst) {
+            let lease = self
+                .state
+                .workers
+                .as_ref()
+                .map_or(idem_core::DEFAULT_LEASE, |workers| workers.lease);
+            if self.renew(key, fence, lease).await? == Fenced::Lost {
+                return Ok(Fenced::Lost);
+            }
+        }
         self.inner().record_effect(key, fence, record).await
     }
 }
@@ -296,22 +324,10 @@ impl Op for JobCompleteOp {
     }
 
     async fn one(store: &PgStore, c: &JobCompletion) -> Result<Self::Answer, StoreError> {
-        if c.next.is_some() {
-            let mut answers =
-                on_conn!(indexed store, conn => JobCompleteOp::many(store, conn, std::slice::from_ref(c)))
-                    .map_err(|e| store_error(e).during(Operation::Complete))?;
-            return Ok(answers.pop().expect("one answer per completion"));
-        }
-        let row = on_conn!(indexed store, conn => sqlx::query(&c.sql.complete_and_done)
-            .bind(c.key.as_str())
-            .bind(c.fence)
-            .bind(c.output.as_deref())
-            .bind(c.keep)
-            .bind(c.attempt)
-            .fetch_one(&mut *conn))
-        .map_err(|e| store_error(e).during(Operation::Complete))?;
-        let (completed, done): (i64, i64) = (row.get(0), row.get(1));
-        Ok((completed == 1, done == 1, None))
+        let mut answers =
+            on_conn!(indexed store, conn => JobCompleteOp::many(store, conn, std::slice::from_ref(c)))
+                .map_err(|e| store_error(e).during(Operation::Complete))?;
+        Ok(answers.pop().expect("one answer per completion"))
     }
 }
 
@@ -492,7 +508,7 @@ mod tests {
         for job in answers.iter().filter_map(|(_, _, next)| next.as_ref()) {
             assert!(job.key.starts_with("queued-"), "{}", job.key);
             assert_eq!(job.attempt, 1);
-            assert!(job.record.is_some(), "its record claimed with it");
+            assert!(job.record.is_some(), "its record's fence reserved with it");
         }
         let mut held: Vec<String> = workers
             .held
@@ -517,6 +533,179 @@ mod tests {
         running.sort();
         assert_eq!(running, expected);
         assert_eq!(of("queued").len(), 3);
+        crate::test_store::drop_schema(&pool, &schema).await;
+    }
+
+    /// Records of the queue's scope: (key, fence, completed, purge_at = expires_at, holder).
+    async fn records(
+        pool: &sqlx::PgPool,
+        schema: &str,
+    ) -> Vec<(String, i64, bool, bool, Option<String>)> {
+        sqlx::query_as(&format!(
+            "SELECT key, fence, completed_at IS NOT NULL, purge_at = expires_at, holder
+             FROM {schema}.idem_records WHERE scope = $1 ORDER BY key"
+        ))
+        .bind(super::super::QUEUE_SCOPE)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+    }
+
+    /// Claims every queued job with the queue's claim statement: (key, reserved fence).
+    async fn claim_all(queue: &Queue, pool: &sqlx::PgPool) -> Vec<(String, i64)> {
+        let rows = sqlx::query(&queue.sql.claim)
+            .bind(100i64)
+            .bind(60_000_000i64)
+            .bind("test-worker")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+        let mut claimed: Vec<(String, i64)> = rows
+            .iter()
+            .map(|row| {
+                let job = Claimed::decode(row, 0);
+                let (fence, _) = job.record.expect("a fresh key's fence is reserved");
+                (job.key, fence)
+            })
+            .collect();
+        claimed.sort();
+        claimed
+    }
+
+    /// Jobs `kept` and `taken-over`, enqueued and claimed: (key, reserved fence), in that order.
+    async fn kept_and_taken_over(queue: &Queue, pool: &sqlx::PgPool) -> Vec<(String, i64)> {
+        for key in ["kept", "taken-over"] {
+            let job = super::super::NewJob::new(key, &0).unwrap();
+            let _ = queue.enqueue(job).await.unwrap();
+        }
+        claim_all(queue, pool).await
+    }
+
+    /// Another worker's claim of `taken-over` (its lease lapsed, say).
+    async fn take_over(pool: &sqlx::PgPool, schema: &str) {
+        sqlx::query(&format!(
+            "UPDATE {schema}.idem_records_queue SET attempts = 2 WHERE key = 'taken-over'"
+        ))
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+
+    fn completion(queue: &Queue, key: &str, fence: i64, attempt: i32) -> JobCompletion {
+        JobCompletion {
+            sql: queue.sql.clone(),
+            key: key.to_owned(),
+            fence,
+            output: None,
+            keep: 3_600_000_000,
+            attempt,
+            next: None,
+        }
+    }
+
+    /// A job's claim reserves its record's fence and writes no record, and neither does its
+    /// completion: the job's done row is its record (until it is purged). The completion
+    /// applies only while the job's claim is still the completing attempt's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fresh_jobs_done_row_is_its_record() {
+        let (pool, schema, store, queue) = setup("job_lazy_done").await;
+        let claimed = kept_and_taken_over(&queue, &pool).await;
+        assert_eq!(claimed.len(), 2);
+        assert!(
+            records(&pool, &schema).await.is_empty(),
+            "the claim wrote no record"
+        );
+        take_over(&pool, &schema).await;
+        let completions: Vec<JobCompletion> = claimed
+            .iter()
+            .map(|(key, fence)| completion(&queue, key, *fence, 1))
+            .collect();
+        let mut conn = pool.acquire().await.unwrap();
+        let answers = JobCompleteOp::many(&store, &mut conn, &completions)
+            .await
+            .unwrap();
+        let answers: Vec<(bool, bool)> = answers.into_iter().map(|(c, d, _)| (c, d)).collect();
+        assert_eq!(answers, [(true, true), (false, false)]);
+        assert!(
+            records(&pool, &schema).await.is_empty(),
+            "no record written"
+        );
+        assert_eq!(
+            states(&pool, &schema).await,
+            [
+                ("kept".to_owned(), "done".to_owned()),
+                ("taken-over".to_owned(), "running".to_owned())
+            ]
+        );
+        // Sent again (its answer lost, say), the completion applies again.
+        let again = JobCompleteOp::many(&store, &mut conn, &completions[..1])
+            .await
+            .unwrap();
+        assert_eq!((again[0].0, again[0].1), (true, false));
+        drop(conn);
+        crate::test_store::drop_schema(&pool, &schema).await;
+    }
+
+    /// The first renewal of a job whose fence was reserved writes its record (in progress,
+    /// naming the worker), later ones renew it, and the completion completes it; a renewal
+    /// after another attempt claimed the job writes nothing and is refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renewal_writes_a_reserved_record_while_the_job_is_the_attempts() {
+        let (pool, schema, store, queue) = setup("job_lazy_renew").await;
+        let claimed = kept_and_taken_over(&queue, &pool).await;
+        let renew = |key: &str, fence: i64| {
+            sqlx::query_as::<_, (i64, i64)>(&queue.sql.renew)
+                .bind(key.to_owned())
+                .bind(fence)
+                .bind(60_000_000i64)
+                .bind(1i32)
+                .bind("test-worker")
+        };
+        let (kept, kept_fence) = (&claimed[0].0, claimed[0].1);
+        assert_eq!(
+            renew(kept, kept_fence).fetch_one(&pool).await.unwrap(),
+            (1, 1)
+        );
+        assert_eq!(
+            renew(kept, kept_fence).fetch_one(&pool).await.unwrap(),
+            (1, 1)
+        );
+        // The kept job's record, written by its renewal: (key, fence, completed, purge_at =
+        // expires_at, holder).
+        let written = |completed| {
+            let holder = Some("test-worker".to_owned());
+            [(kept.clone(), kept_fence, completed, false, holder)]
+        };
+        assert_eq!(records(&pool, &schema).await, written(false));
+        assert_eq!(
+            renew(kept, kept_fence + 1000)
+                .fetch_one(&pool)
+                .await
+                .unwrap(),
+            (0, 1),
+            "another fence's renewal is refused"
+        );
+        take_over(&pool, &schema).await;
+        let (taken, taken_fence) = (&claimed[1].0, claimed[1].1);
+        assert_eq!(
+            renew(taken, taken_fence).fetch_one(&pool).await.unwrap(),
+            (0, 0)
+        );
+        assert_eq!(
+            records(&pool, &schema).await.len(),
+            1,
+            "nothing written for it"
+        );
+        let (completed, done, _) =
+            JobCompleteOp::one(&store, &completion(&queue, kept, kept_fence, 1))
+                .await
+                .unwrap();
+        assert!(completed && done);
+        assert_eq!(
+            records(&pool, &schema).await,
+            written(true),
+            "the written record completed in place"
+        );
         crate::test_store::drop_schema(&pool, &schema).await;
     }
 }

@@ -19,6 +19,14 @@
 //!   [`idem_core::context`], keyed clients and the [`idem_core::journal::Journal`] work in handlers
 //!   unchanged. The call renews its lease on idem-core's one policy ([`idem_core::lease`]); for
 //!   a job, each renewal also extends the job's claim, in the same statement.
+//! - **A job's row is its record.** The claim that takes a job reserves its call's fence and
+//!   writes no idempotency record, and the completion marks the row done and writes none
+//!   either: the claimed row holds the key, and the done row says it ran. A record is written
+//!   only when the call needs one (its first lease renewal, or a journal entry), and when
+//!   [`Queue::purge_done`] deletes a done job it writes the job's record, completed, for the
+//!   rest of its keep (a day), so the key enqueued again within it is still recognised as
+//!   done. A job that runs once, briefly, thus writes its row twice and nothing else, as the
+//!   hand-written loop does (it wrote a record twice more before: BENCHMARKS.md).
 //! - **Failures retry** with exponential backoff and jitter ([`Backoff`]) up to the job's
 //!   [`max_attempts`](NewJob::max_attempts); then the job is dead-lettered with its last error,
 //!   where it can be [listed](Queue::dead), [retried](Queue::retry_dead) or
@@ -113,6 +121,11 @@ use sql::QueueSql;
 /// The scope of the queue's jobs' records: a job's key names one record of its own, apart
 /// from any `#[idempotent]` handler's record with the same key text.
 pub const QUEUE_SCOPE: &str = "idem:queue";
+
+/// How long a finished job's idempotency record is kept: idem-core's default `keep`. While the
+/// job's row is in the queue (until [`Queue::purge_done`] deletes it), the done row is the
+/// record; purging a job that finished less than this ago writes its record for the rest.
+pub(crate) const JOB_KEEP: std::time::Duration = idem_core::DEFAULT_KEEP;
 
 /// The work queue of a [`PgStore`]: table `<table>_queue` next to its records, created by
 /// [`PgStore::migrate`]. Build it once at start-up ([`Queue::new`] writes its statements);

@@ -3,7 +3,7 @@
 //! records interface ([`RecordsSql`]) rather than spelling the records SQL again.
 
 use crate::records::RecordsSql;
-use crate::time::{batch_start_sql, micros_sql};
+use crate::time::{batch_start_sql, duration_micros, micros_sql};
 use crate::unseen::unseen;
 use crate::PgStore;
 
@@ -21,28 +21,30 @@ pub(crate) struct QueueSql {
     /// `$1` key: the stored payload equals `$2`?
     pub(crate) same_payload: String,
     /// `$1` limit, `$2` lease (µs), `$3` worker. The article's claim-then-process statement,
-    /// which also claims each job's idempotency record when the key has none yet (returning its
-    /// fence and lease end), so a fresh job's call needs no claim statement of its own.
+    /// which also reserves a fence for each job's idempotency record when the key has none yet
+    /// (returning it and the claim's lease end), so a fresh job's call needs no claim
+    /// statement of its own. It writes no record: the job's row is the record (see
+    /// `job_store`).
     pub(crate) claim: String,
-    /// `$1` keys, `$2` fences: deletes the records `claim` took for jobs that never ran.
-    pub(crate) forget_records: String,
-    /// The store's renewal of a job's call (`$1` key, `$2` fence, `$3` lease in µs) that also
-    /// extends the job's claim (`$4` attempt) when it applies: one renewal per job, on the
-    /// lease policy of idem-core's `lease` module. Returns how many records it renewed.
+    /// The store's renewal of a job's call (`$1` key, `$2` fence, `$3` lease in µs, `$5`
+    /// holder) that also extends the job's claim (`$4` attempt): one renewal per job, on the
+    /// lease policy of idem-core's `lease` module. Applies while the job's claim is this
+    /// attempt's and the record is the call's or not written yet (then it writes it, in
+    /// progress). Returns (records written or renewed, jobs extended).
     pub(crate) renew: String,
     /// `$1` keys, `$2` attempts: marks finished jobs done, in one statement per batch.
     pub(crate) done: String,
-    /// The store's completion of a job's call (`$1` key, `$2` fence, `$3` output, `$4` keep
-    /// in µs) that also marks the job done (`$5` attempt) when it applies, so a finished job
-    /// costs one statement. Returns (record completed, job marked done).
-    pub(crate) complete_and_done: String,
-    /// `complete_and_done` for many jobs at once (each key at most once): `$1` keys, `$2`
-    /// fences, `$3` outputs, `$4` keeps (µs), `$5` attempts. Returns, for each position `i`
-    /// (from 1, in order), (record completed, job marked done).
+    /// The store's completion of many jobs' calls (each key at most once: `$1` keys, `$2`
+    /// fences, `$3` outputs, `$4` keeps in µs) that also marks each job done (`$5` attempts),
+    /// so a finished job costs one statement. A job is marked done while its claim is still
+    /// the attempt's and no other run's record holds its key; its record is completed where
+    /// one is written with the call's fence, and none is written where there is none (the done
+    /// row is the record). Returns, for each position `i` (from 1, in order), (call completed,
+    /// job marked done).
     pub(crate) complete_and_done_many: String,
     /// `complete_and_done_many` that also claims up to `$6` more jobs, as `claim` does (`$7`
     /// lease in µs, `$8` worker), for the slots those jobs free: the completions' keys are never
-    /// among them. Returns, first, a row per completion (`i`, record completed, job marked
+    /// among them. Returns, first, a row per completion (`i`, call completed, job marked
     /// done, then NULLs), then a row per claimed job (NULL, NULL, NULL, then `claim`'s
     /// columns).
     pub(crate) complete_and_claim_many: String,
@@ -62,7 +64,10 @@ pub(crate) struct QueueSql {
     /// `$1` key.
     pub(crate) discard: String,
     /// `$1` older than (µs), `$2` limit, `$3` where the drain's previous batch ended (epoch µs,
-    /// or NULL). Returns (jobs deleted, the last `finished_at` taken, epoch µs).
+    /// or NULL). Returns (jobs deleted, the last `finished_at` taken, epoch µs). A deleted job
+    /// finished less than [`JOB_KEEP`](super::JOB_KEEP) ago leaves its record, completed at its
+    /// `finished_at` and kept for the rest of its keep, where it has none (its done row was its
+    /// record until then).
     pub(crate) purge_done: String,
 }
 
@@ -72,35 +77,54 @@ impl QueueSql {
         let records: &RecordsSql = store.records();
         let q = format!("\"{schema}\".\"{table}_queue\"");
         let micros = "* interval '1 microsecond'";
-        let claim_records = records.claim_unheld(
+        let keep = duration_micros(super::JOB_KEEP);
+        // The fence of each claimed job's record, for jobs whose key has none yet (and that
+        // will run: attempts left). No record is written: the job's claim holds the key (see
+        // `job_store`).
+        let unheld = records.unheld(
             super::QUEUE_SCOPE,
             "SELECT key FROM claimed WHERE attempts <= max_attempts",
-            &format!("$2::bigint {micros}"),
-            "$3::text",
         );
-        let claim_next_records = records.claim_unheld(
-            super::QUEUE_SCOPE,
-            "SELECT key FROM claimed WHERE attempts <= max_attempts",
-            &format!("$7::bigint {micros}"),
-            "$8::text",
-        );
-        let (complete, renew) = (&records.complete, &records.renew);
         let complete_many = &records.complete_many;
+        // A claimed job's lease end (epoch µs), where its record's fence was reserved.
+        let lease_end = format!(
+            "CASE WHEN r.fence IS NOT NULL THEN {} END",
+            micros_sql("c.available_at")
+        );
         let (keys, key_count) = (
             unseen("$1", "text[]"),
             unseen("cardinality($1::text[])", "bigint"),
         );
-        // The completions of many jobs, each marking its job done: the start of both batched
-        // completion statements.
+        // The completions of many jobs: each marks its job done while the job's claim is still
+        // this attempt's and no other run's record holds its key, and completes the job's
+        // record where one is written with the call's fence (a renewal or a journal entry
+        // wrote it, or the call claimed it through the store). A job whose record was never
+        // written gets none: its done row is its record until it is purged (`purge_done`
+        // writes the record then, for the rest of its keep). Answered by
+        // `completion_answers`: a completion sent again (its answer lost) finds its job done
+        // with its attempt, and applies again.
         let complete_and_done = format!(
-            "WITH completed AS ({complete_many}),
-             done AS (
+            "WITH done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
-                 FROM unnest($1::text[], $5::int[]) WITH ORDINALITY AS d(key, attempts, i)
+                 FROM unnest($1::text[], $5::int[], $2::bigint[])
+                      WITH ORDINALITY AS d(key, attempts, fence, i)
                  WHERE q.key = ANY({keys}) AND q.key = d.key AND q.attempts = d.attempts
-                   AND q.state = 'running' AND d.i IN (SELECT i FROM completed)
+                   AND q.state = 'running'
+                   AND NOT EXISTS ({})
                  RETURNING d.i
-             )"
+             ),
+             updated AS ({complete_many})",
+            records.held_by_another(super::QUEUE_SCOPE, "d.key", "d.fence"),
+        );
+        // Per completion `n.i`: (call completed, job marked done).
+        let completion_answers = format!(
+            "n.i IN (SELECT i FROM updated) OR n.i IN (SELECT i FROM done)
+                 OR EXISTS (
+                     SELECT 1 FROM {q}
+                     WHERE key = ($1::text[])[n.i] AND attempts = ($5::int[])[n.i]
+                       AND state = 'done'
+                 ),
+             n.i IN (SELECT i FROM done)"
         );
         // Claims up to `limit` jobs for `worker` with a lease of `lease` µs (SQL expressions),
         // skipping any that `also` (a condition on `key`) rules out. The picked keys are an
@@ -125,7 +149,7 @@ impl QueueSql {
                          LIMIT {limit}
                          FOR UPDATE SKIP LOCKED
                      ))
-                     RETURNING key, payload, attempts, max_attempts
+                     RETURNING key, payload, attempts, max_attempts, available_at
                  )"
             )
         };
@@ -149,49 +173,46 @@ impl QueueSql {
             ),
             same_payload: format!("SELECT payload = $2::jsonb FROM {q} WHERE key = $1"),
             claim: format!(
-                "WITH {}, records AS ({claim_records})
-                 SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, r.expires_us
+                "WITH {}, records AS ({unheld})
+                 SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end}
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
                 claimed("$1", "$2", "$3", "")
             ),
-            forget_records: records.release_batch(),
+            // The job's claim is extended while it is still this attempt's; the record is
+            // renewed when it is written with the call's fence, and written (the first
+            // renewal of a job whose claim reserved its fence) when there is none.
             renew: format!(
-                "WITH renewed AS ({renew} RETURNING 1),
-                 job AS (
+                "WITH job AS (
                      UPDATE {q} SET available_at = now() + $3::bigint {micros}
                      WHERE key = $1 AND attempts = $4 AND state = 'running'
-                       AND EXISTS (SELECT 1 FROM renewed)
                      RETURNING 1
-                 )
-                 SELECT (SELECT count(*) FROM renewed), (SELECT count(*) FROM job)"
+                 ),
+                 held AS ({})
+                 SELECT (SELECT count(*) FROM held), (SELECT count(*) FROM job)",
+                records.hold(
+                    super::QUEUE_SCOPE,
+                    "SELECT $1::text AS key, $2::bigint AS fence FROM job",
+                    &format!("$3::bigint {micros}"),
+                    "$5::text"
+                )
             ),
             done: format!(
                 "UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL {fenced}"
             ),
-            complete_and_done: format!(
-                "WITH completed AS ({complete} RETURNING 1),
-                 done AS (
-                     UPDATE {q} SET state = 'done', finished_at = now(), worker = NULL
-                     WHERE key = $1 AND attempts = $5 AND state = 'running'
-                       AND EXISTS (SELECT 1 FROM completed)
-                     RETURNING 1
-                 )
-                 SELECT (SELECT count(*) FROM completed), (SELECT count(*) FROM done)"
-            ),
             complete_and_done_many: format!(
                 "{complete_and_done}
-                 SELECT n.i IN (SELECT i FROM completed), n.i IN (SELECT i FROM done)
+                 SELECT {completion_answers}
                  FROM generate_series(1, {key_count}) AS n(i)
                  ORDER BY n.i"
             ),
             complete_and_claim_many: format!(
-                "{complete_and_done}, {}, records AS ({claim_next_records})
-                 SELECT n.i, n.i IN (SELECT i FROM completed), n.i IN (SELECT i FROM done),
+                "{complete_and_done}, {}, records AS ({unheld})
+                 SELECT n.i, {completion_answers},
                         NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint
                  FROM generate_series(1, {key_count}) AS n(i)
                  UNION ALL
                  SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
-                        r.fence, r.expires_us
+                        r.fence, {lease_end}
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
                 claimed("$6", "$7", "$8", &format!("AND key <> ALL({keys})"))
             ),
@@ -240,10 +261,19 @@ impl QueueSql {
                      ORDER BY finished_at LIMIT $2
                      FOR UPDATE SKIP LOCKED
                  ), purged AS (
-                     DELETE FROM {q} WHERE key = ANY(ARRAY(SELECT key FROM due)) RETURNING 1
-                 )
+                     DELETE FROM {q} WHERE key = ANY(ARRAY(SELECT key FROM due))
+                     RETURNING key, finished_at
+                 ), kept AS ({})
                  SELECT (SELECT count(*) FROM purged), (SELECT {} FROM due)",
                 batch_start_sql(3),
+                records.insert_completed(
+                    super::QUEUE_SCOPE,
+                    &format!(
+                        "SELECT key, finished_at AS completed_at,
+                                finished_at + {keep}::bigint {micros} AS expires_at
+                         FROM purged WHERE finished_at + {keep}::bigint {micros} > now()"
+                    )
+                ),
                 micros_sql("max(finished_at)")
             ),
         }
@@ -296,8 +326,8 @@ mod tests {
 
     /// On a connection that keeps the server's `plan_cache_mode = auto` (a pool connection, as
     /// with `through_pool`), every queue statement that takes a number of jobs or a batch of
-    /// keys settles on a generic plan after the server's five custom ones, on a fresh queue
-    /// and on one of 5,000 analyzed jobs: were its custom plans costed below its generic plan
+    /// keys (and the renewal, which may write a record) settles on a generic plan after the
+    /// server's five custom ones, on a fresh queue and on one of 5,000 analyzed jobs: were its custom plans costed below its generic plan
     /// (as when they read a claim's `LIMIT`), the server would plan it at every execution.
     #[tokio::test]
     async fn statements_settle_on_generic_plans_through_the_pool() {
@@ -353,7 +383,12 @@ mod tests {
                         .bind(&keys)
                         .bind(&attempts)
                         .bind(0i64),
-                    sqlx::query(&sql.forget_records).bind(&keys).bind(&fences),
+                    sqlx::query(&sql.renew)
+                        .bind("job:x")
+                        .bind(1i64)
+                        .bind(lease)
+                        .bind(1i32)
+                        .bind(worker),
                 ];
                 for query in executions {
                     query.execute(&mut conn).await.unwrap();
@@ -371,7 +406,7 @@ mod tests {
                 ("complete_and_done_many", &sql.complete_and_done_many),
                 ("done", &sql.done),
                 ("release", &sql.release),
-                ("forget_records", &sql.forget_records),
+                ("renew", &sql.renew),
             ];
             for (name, statement) in statements {
                 let (_, generic, custom) = plans
