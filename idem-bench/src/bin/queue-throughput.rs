@@ -7,14 +7,17 @@
 //!     [--workers 1,2,4,8] [--batch 10] [--purge-jobs 1000000] [--database-url URL]
 //! ```
 //!
-//! Then it purges `--purge-jobs` finished jobs twice from the same vacuumed backlog, in batches
-//! of 10,000: batch by batch, each from the start of the done jobs (`purge_done`), and as one
-//! drain whose batches each start where the one before ended (`purge_all_done`, as the queue's
-//! `spawn_purger` runs it).
+//! Then it purges `--purge-jobs` finished jobs twice from the same vacuumed backlog of jobs
+//! finished an hour ago (within their keep, so each leaves its record), in batches of 10,000:
+//! batch by batch, each from the start of the done jobs (`purge_done`), and as one drain whose
+//! batches each start where the one before ended (`purge_all_done`, as the queue's
+//! `spawn_purger` runs it); then once more as one drain of jobs finished 25 hours ago (past
+//! their keep: no record written).
 //!
 //! Each item's work is empty, so the figures are the machinery's cost per item. idem's items
-//! each run as an idempotent call (claim and completion of a record) and are settled one by
-//! one; the hand-written loop marks a row `sent` and nothing else. Without `--database-url` it
+//! each run as an idempotent call (a fence reserved by the claim, the job's row marked done by
+//! the completion, which also claims the next job); the hand-written loop marks a row `sent`
+//! and nothing else. Without `--database-url` it
 //! starts a throwaway PostgreSQL.
 
 use idem_store_postgres::queue::{Job, NewJob, Queue};
@@ -231,7 +234,9 @@ async fn main() {
 }
 
 /// Purges `jobs` finished jobs batch by batch, each from the start, then as one drain, on the
-/// same vacuumed backlog; prints both rates and the longest batch.
+/// same vacuumed backlog of jobs finished an hour ago (within their keep, so purging writes
+/// each one's record); then as one drain of jobs finished 25 hours ago (past their keep: no
+/// record written). Prints the rates and the longest batch.
 async fn purge(pool: &PgPool, jobs: u64) {
     const BATCH: usize = 10_000;
     let schema = "idem_bench_queue_purge";
@@ -242,25 +247,38 @@ async fn purge(pool: &PgPool, jobs: u64) {
         .unwrap();
     store.migrate().await.unwrap();
     let queue = Queue::new(&store);
-    let fill = || async {
-        // Done a microsecond apart, an hour ago; then vacuumed, so both runs start alike.
+    let fill = |hours_ago: u32| async move {
+        // Done a microsecond apart, `hours_ago`; no records; then vacuumed, so runs start alike.
         sqlx::raw_sql(&format!(
-            "INSERT INTO {schema}.idem_records_queue
+            "TRUNCATE {schema}.idem_records;
+             INSERT INTO {schema}.idem_records_queue
                  (key, payload, max_attempts, state, attempts, finished_at)
              SELECT 'done:' || i, to_jsonb(i), 1, 'done', 1,
-                    now() - interval '1 hour' + i * interval '1 microsecond'
+                    now() - interval '{hours_ago} hours' + i * interval '1 microsecond'
              FROM generate_series(1, {jobs}) i"
         ))
         .execute(pool)
         .await
         .unwrap();
-        sqlx::raw_sql(&format!("VACUUM ANALYZE {schema}.idem_records_queue"))
-            .execute(pool)
-            .await
-            .unwrap();
+        for table in ["idem_records_queue", "idem_records"] {
+            sqlx::raw_sql(&format!("VACUUM ANALYZE {schema}.{table}"))
+                .execute(pool)
+                .await
+                .unwrap();
+        }
+    };
+    let drain = |hours_ago: u32| {
+        let queue = queue.clone();
+        async move {
+            eprintln!("purge of {jobs} done jobs finished {hours_ago} h ago, one drain ...");
+            fill(hours_ago).await;
+            let started = Instant::now();
+            let drained = queue.purge_all_done(Duration::ZERO, BATCH).await.unwrap();
+            (drained, started.elapsed())
+        }
     };
     eprintln!("purge of {jobs} done jobs, batch by batch ...");
-    fill().await;
+    fill(1).await;
     let (mut purged, mut longest) = (0, Duration::ZERO);
     let started = Instant::now();
     loop {
@@ -273,23 +291,29 @@ async fn purge(pool: &PgPool, jobs: u64) {
         }
     }
     let took = started.elapsed();
-    eprintln!("purge of {jobs} done jobs, one drain ...");
-    fill().await;
-    let started = Instant::now();
-    let drained = queue.purge_all_done(Duration::ZERO, BATCH).await.unwrap();
-    let drain_took = started.elapsed();
+    let (drained, drain_took) = drain(1).await;
+    let (old, old_took) = drain(25).await;
+    let kept: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.idem_records"))
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(kept, 0, "jobs past their keep leave no record");
     println!();
     println!(
-        "Purge of finished jobs, batches of {BATCH}: {purged} batch by batch, each from the \
-         start of the done jobs (`purge_done`), in {:.1} s ({:.0} jobs/s, longest batch {:.0} \
-         ms); {drained} as one drain whose batches each start where the one before ended \
-         (`purge_all_done`) in {:.1} s ({:.0} jobs/s): {:.2}x",
+        "Purge of finished jobs, batches of {BATCH}, jobs finished an hour ago (each leaves its \
+         record for the rest of its keep): {purged} batch by batch, each from the start of the \
+         done jobs (`purge_done`), in {:.1} s ({:.0} jobs/s, longest batch {:.0} ms); {drained} \
+         as one drain whose batches each start where the one before ended (`purge_all_done`) in \
+         {:.1} s ({:.0} jobs/s): {:.2}x. Jobs finished 25 hours ago (past their keep: no \
+         record), one drain: {old} in {:.1} s ({:.0} jobs/s)",
         took.as_secs_f64(),
         purged as f64 / took.as_secs_f64(),
         longest.as_secs_f64() * 1000.0,
         drain_took.as_secs_f64(),
         drained as f64 / drain_took.as_secs_f64(),
         took.as_secs_f64() / drain_took.as_secs_f64(),
+        old_took.as_secs_f64(),
+        old as f64 / old_took.as_secs_f64(),
     );
     sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
         .execute(pool)
