@@ -56,8 +56,8 @@ impl std::fmt::Debug for JobStore {
 }
 
 struct JobState {
-    /// The record the queue's claim statement took for this job's key, if it had none: the
-    /// call's first claim is answered with it.
+    /// The claim of the record the queue's claim statement reserved for this job's key, if it
+    /// had none: the call's first claim is answered with it.
     claimed: Mutex<Option<Claim>>,
     /// Whether the call's record is written: not while its fence is only reserved (see the
     /// module docs), until a renewal writes it.

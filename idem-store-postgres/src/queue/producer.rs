@@ -36,7 +36,8 @@ pub(crate) struct Claimed {
     pub payload: String,
     pub attempt: i32,
     pub max_attempts: i32,
-    /// The idempotency record the claim took for the key, if it had none: (fence, lease end in
+    /// The fence the claim reserved for the key's idempotency record, when the key had none
+    /// (the job's row is the record until one is written): (fence, the claim's lease end in
     /// epoch µs).
     pub record: Option<(i64, i64)>,
 }
@@ -153,8 +154,8 @@ fn log_join(joined: Result<(), JoinError>) {
     }
 }
 
-/// Claims up to `limit` jobs in one statement, which also claims the idempotency record of each
-/// job whose key has none, and notes them as held.
+/// Claims up to `limit` jobs in one statement, which also reserves the idempotency record's
+/// fence of each job whose key has none, and notes them as held.
 async fn claim(shared: &Shared, limit: usize) -> Result<Vec<Claimed>, sqlx::Error> {
     let rows = on_conn!(indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.claim)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
