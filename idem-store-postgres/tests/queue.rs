@@ -223,6 +223,69 @@ async fn run_each_job_once(test: TestStore) {
     );
 }
 
+/// Many jobs at once, half of them long enough to renew their lease (which writes their
+/// record) and half not (their row is their record): three sets of workers, completions
+/// batched, each job run once; every long job's record is written and completed, and no short
+/// job has one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_and_short_jobs_side_by_side_run_once_with_their_records_settled() {
+    let test = TestStore::new("q_renew_mix", 20).await;
+    let queue = Queue::new(&test.store);
+    const JOBS: usize = 120;
+    for i in 0..JOBS {
+        let _ = queue
+            .enqueue(job(&format!("mix:{i}"), json!({"long": i % 2 == 0})))
+            .await
+            .unwrap();
+    }
+    let runs = Runs::default();
+    let lease = Duration::from_millis(600);
+    let start = || {
+        let runs = runs.clone();
+        queue
+            .worker(move |job: Job| {
+                let runs = runs.clone();
+                async move {
+                    runs.record(job.key());
+                    if job.payload()["long"] == json!(true) {
+                        // Past several renewals (one every third of the lease).
+                        tokio::time::sleep(lease + lease / 2).await;
+                    }
+                    Ok::<_, std::io::Error>(())
+                }
+            })
+            .lease(lease)
+            .concurrency(8)
+            .poll_interval(Duration::from_millis(20))
+            .start()
+    };
+    let workers = [start(), start(), start()];
+    eventually("every job is done", Duration::from_secs(60), || async {
+        queue.stats().await.unwrap().done == JOBS as u64
+    })
+    .await;
+    for workers in workers {
+        assert_eq!(workers.shutdown(Duration::from_secs(5)).await.released, 0);
+    }
+    assert_eq!(runs.total(), JOBS, "each job ran once");
+    let records: Vec<(String, bool)> = sqlx::query_as(&format!(
+        "SELECT key, completed_at IS NOT NULL FROM \"{}\".idem_records
+         WHERE scope = $1 ORDER BY key",
+        test.schema
+    ))
+    .bind(idem_store_postgres::queue::QUEUE_SCOPE)
+    .fetch_all(test.store.pool())
+    .await
+    .unwrap();
+    let mut long: Vec<String> = (0..JOBS).step_by(2).map(|i| format!("mix:{i}")).collect();
+    long.sort();
+    assert_eq!(
+        records,
+        long.into_iter().map(|k| (k, true)).collect::<Vec<_>>(),
+        "the long jobs' records, written by their renewal and completed; none for short jobs"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_completed_before_its_claim_was_settled_does_not_run_again() {
     // A worker that died between finishing a job and settling its row: the job's idempotent
