@@ -240,24 +240,19 @@ async fn renewed_and_short_jobs_side_by_side_run_once_with_their_records_settled
     }
     let runs = Runs::default();
     let lease = Duration::from_millis(600);
+    // The long jobs run past several renewals (one every third of the lease).
     let start = || {
-        let runs = runs.clone();
-        queue
-            .worker(move |job: Job| {
-                let runs = runs.clone();
-                async move {
-                    runs.record(job.key());
-                    if job.payload()["long"] == json!(true) {
-                        // Past several renewals (one every third of the lease).
-                        tokio::time::sleep(lease + lease / 2).await;
-                    }
-                    Ok::<_, std::io::Error>(())
-                }
-            })
-            .lease(lease)
-            .concurrency(8)
-            .poll_interval(Duration::from_millis(20))
-            .start()
+        recording_for(&queue, &runs, move |job| {
+            if job.payload()["long"] == json!(true) {
+                lease + lease / 2
+            } else {
+                Duration::ZERO
+            }
+        })
+        .lease(lease)
+        .concurrency(8)
+        .poll_interval(Duration::from_millis(20))
+        .start()
     };
     let workers = [start(), start(), start()];
     eventually("every job is done", Duration::from_secs(60), || async {
@@ -531,10 +526,20 @@ async fn without_notifications_polling_still_finds_the_work() {
 /// Workers (4 at once, polling every 10 ms) whose jobs record that they started, then take
 /// `work`.
 fn recording(queue: &Queue, runs: &Runs, work: Duration) -> WorkerBuilder {
+    recording_for(queue, runs, move |_| work)
+}
+
+/// [`recording`], each job taking what `work` says for it.
+fn recording_for(
+    queue: &Queue,
+    runs: &Runs,
+    work: impl Fn(&Job) -> Duration + Send + Sync + 'static,
+) -> WorkerBuilder {
     let runs = runs.clone();
     queue
         .worker(move |job: Job| {
             let runs = runs.clone();
+            let work = work(&job);
             async move {
                 runs.record(job.key());
                 tokio::time::sleep(work).await;
