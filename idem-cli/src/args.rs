@@ -150,6 +150,10 @@ pub enum JobState {
     Queued,
     /// Claimed by a worker.
     Running,
+    /// Claimed, its lease lapsed: the worker died or stalled (`worker` names it), and the next
+    /// claim takes the job again. (A job's record is written only when its run needs one, so
+    /// `idem list --state stale` may not show it.)
+    Stale,
     /// Finished.
     Done,
     /// Failed its last attempt.
@@ -157,11 +161,12 @@ pub enum JobState {
 }
 
 impl JobState {
-    /// As the queue's table spells it.
+    /// As the queue's table spells it (`stale`: a `running` row whose lease lapsed).
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Queued => "queued",
             JobState::Running => "running",
+            JobState::Stale => "stale",
             JobState::Done => "done",
             JobState::Dead => "dead",
         }

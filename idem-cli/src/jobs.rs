@@ -12,9 +12,15 @@ fn ts(column: &str) -> String {
     format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
 }
 
+/// A running job whose lease lapsed: its worker died or stalled, and the next claim takes it
+/// again. The commands show its state as `stale`; `list --state` filters on this condition
+/// and the table's own state, so that the table's state index still serves the other states.
+const LAPSED: &str = "(state = 'running' AND available_at <= now())";
+
 fn columns() -> String {
     format!(
-        "key, state, attempts, max_attempts, worker, last_error, payload::text AS payload,
+        "key, CASE WHEN {LAPSED} THEN 'stale' ELSE state END AS state, attempts, max_attempts,
+         worker, last_error, payload::text AS payload,
          {created} AS created_at, {available} AS available_at, {finished} AS finished_at",
         created = ts("created_at"),
         available = ts("available_at"),
@@ -100,7 +106,9 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
         }
         Jobs::List { state, limit } => {
             let rows = sqlx::query(&format!(
-                "SELECT {} FROM {} WHERE ($1::text IS NULL OR state = $1)
+                "SELECT {} FROM {} WHERE $1::text IS NULL
+                     OR (state = $1 AND NOT ({LAPSED}))
+                     OR ($1 = 'stale' AND {LAPSED})
                  ORDER BY created_at DESC LIMIT $2",
                 columns(),
                 table

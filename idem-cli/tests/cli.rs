@@ -365,3 +365,46 @@ async fn a_dead_job_is_retried_and_then_runs_once() {
     assert_eq!(status(&idem(&test, &["jobs", "retry", "--all-dead"])), 0);
     workers.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A job claimed by a worker that died (its lease lapsed) is listed as `stale`, naming the
+/// worker, and not among the running jobs: its row is its record, so `idem list --state stale`
+/// may have nothing to show for it.
+#[tokio::test]
+async fn a_job_whose_worker_died_is_listed_as_stale() {
+    let test = TestStore::new("cli_stale_jobs", 4).await;
+    let queue = Queue::new(&test.store);
+    for key in ["crashed", "running"] {
+        let _ = queue
+            .enqueue(NewJob::new(key, &serde_json::json!({})).unwrap())
+            .await
+            .unwrap();
+    }
+    // Claimed by two workers; the first died a second ago (its lease lapsed), the second is
+    // alive (a minute of lease left).
+    idem_store_postgres::sqlx::query(&format!(
+        "UPDATE \"{}\".idem_records_queue SET state = 'running', attempts = 1,
+             worker = 'vm:' || key,
+             available_at = now() + CASE key WHEN 'crashed' THEN interval '-1 second'
+                                             ELSE interval '1 minute' END",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    let stale = json(&test, &["jobs", "list", "--state", "stale"]);
+    assert_eq!(stale["jobs"].as_array().unwrap().len(), 1, "{stale}");
+    assert_eq!(stale["jobs"][0]["id"], "crashed");
+    assert_eq!(stale["jobs"][0]["state"], "stale");
+    assert_eq!(stale["jobs"][0]["worker"], "vm:crashed");
+    let running = json(&test, &["jobs", "list", "--state", "running"]);
+    assert_eq!(running["jobs"].as_array().unwrap().len(), 1, "{running}");
+    assert_eq!(running["jobs"][0]["id"], "running");
+    assert_eq!(json(&test, &["jobs", "show", "crashed"])["state"], "stale");
+    assert_eq!(
+        json(&test, &["jobs", "list"])["jobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
