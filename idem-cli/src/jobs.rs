@@ -72,6 +72,25 @@ async fn find(pool: &sqlx::PgPool, table: &str, id: &str) -> Result<Option<PgRow
         .await
 }
 
+/// The state of the queue's job `key` (`stale` for a lapsed claim), if the queue has one: a
+/// job's row is its idempotency record until it is purged, so `idem show` points at it where
+/// the records table has nothing. A schema from before the queue has no job.
+pub async fn state_of(ctx: &Ctx, key: &str) -> Result<Option<String>, sqlx::Error> {
+    let Some((pool, _, table)) = ctx.backend.postgres() else {
+        return Ok(None);
+    };
+    let found = sqlx::query_scalar(&format!(
+        "SELECT CASE WHEN {LAPSED} THEN 'stale' ELSE state END FROM {table} WHERE key = $1"
+    ))
+    .bind(key)
+    .fetch_optional(pool)
+    .await;
+    match found {
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(None),
+        found => found,
+    }
+}
+
 fn not_found(out: &mut Out<'_>, id: &str) -> i32 {
     out.message(
         &format!("no job {id:?}: never enqueued, discarded or purged"),
@@ -99,6 +118,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             out.object(&Map::from_iter([
                 ("queued".into(), json!(stats.queued)),
                 ("running".into(), json!(stats.running)),
+                ("stale".into(), json!(stats.stale)),
                 ("done".into(), json!(stats.done)),
                 ("dead".into(), json!(stats.dead)),
             ]));

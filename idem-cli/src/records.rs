@@ -1,6 +1,7 @@
 //! The records commands: show, list, release, forget, effects, purge, on any store the
 //! [`Backend`](crate::backend::Backend) reaches.
 
+use idem_store_postgres::queue::QUEUE_SCOPE;
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map};
 
@@ -21,7 +22,7 @@ async fn one(
     let mut rows = ctx.backend.find(key, scope).await?;
     Ok(match rows.len() {
         0 => {
-            not_found(out, key, scope);
+            not_found(ctx, out, key, scope).await?;
             Err(NOT_FOUND)
         }
         1 => Ok(rows.remove(0)),
@@ -39,14 +40,40 @@ async fn one(
     })
 }
 
-fn not_found(out: &mut Out<'_>, key: &str, scope: Option<&str>) {
-    let scope = scope
+/// Says there is no record, or, for a key of the work queue's scope whose job is still in the
+/// queue table, that the job's row stands in for it (a job that ran once writes no record until
+/// it is purged).
+async fn not_found(
+    ctx: &Ctx,
+    out: &mut Out<'_>,
+    key: &str,
+    scope: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let job = match scope {
+        None | Some(QUEUE_SCOPE) => crate::jobs::state_of(ctx, key).await?,
+        Some(_) => None,
+    };
+    no_record(out, key, scope, job.as_deref());
+    Ok(())
+}
+
+/// Says there is no record for `key`, and where the queue's job `job` (its state) stands in.
+fn no_record(out: &mut Out<'_>, key: &str, scope: Option<&str>, job: Option<&str>) {
+    let shown = scope
         .map(|s| format!(" in scope {s:?}"))
         .unwrap_or_default();
-    out.message(
-        &format!("no record for {key:?}{scope}: never claimed, released, forgotten or purged"),
-        Map::from_iter([("found".into(), json!(false))]),
-    );
+    let mut fields = Map::from_iter([("found".into(), json!(false))]);
+    let why = match job {
+        Some(state) => {
+            fields.insert("job_state".into(), json!(state));
+            format!(
+                "the work queue's job {key:?} is {state}, and its row is its record until it \
+                 is purged (see `idem jobs show {key}`)"
+            )
+        }
+        None => "never claimed, released, forgotten or purged".into(),
+    };
+    out.message(&format!("no record for {key:?}{shown}: {why}"), fields);
 }
 
 pub async fn show(
@@ -57,7 +84,7 @@ pub async fn show(
 ) -> Result<i32, sqlx::Error> {
     let rows = ctx.backend.find(key, scope).await?;
     if rows.is_empty() {
-        not_found(out, key, scope);
+        not_found(ctx, out, key, scope).await?;
         return Ok(NOT_FOUND);
     }
     let mut records = Vec::new();
@@ -181,7 +208,7 @@ pub async fn forget(
     }
     let deleted = ctx.backend.delete_completed(key, &scope).await?;
     if deleted == 0 {
-        not_found(out, key, Some(&scope));
+        no_record(out, key, Some(&scope), None);
         return Ok(NOT_FOUND);
     }
     out.message(
@@ -199,7 +226,7 @@ pub async fn effects(
 ) -> Result<i32, sqlx::Error> {
     let entries = ctx.backend.journal(key, scope).await?;
     if entries.is_empty() && ctx.backend.find(key, scope).await?.is_empty() {
-        not_found(out, key, scope);
+        not_found(ctx, out, key, scope).await?;
         return Ok(NOT_FOUND);
     }
     out.rows(

@@ -104,7 +104,11 @@ async fn a_missing_key_or_job_exits_1() {
         let output = idem(&test, args);
         assert_eq!(status(&output), 1, "{args:?}: {}", text(&output));
     }
-    assert_eq!(json(&test, &["show", "nope"])["found"], false);
+    let nope = json(&test, &["show", "nope"]);
+    assert_eq!(
+        (&nope["found"], &nope["job_state"]),
+        (&false.into(), &Value::Null)
+    );
 }
 
 #[tokio::test]
@@ -352,6 +356,23 @@ async fn a_dead_job_is_retried_and_then_runs_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(json(&test, &["jobs", "show", "report:1"])["state"], "done");
+    // The job ran once, briefly, so it wrote no record: `idem show` points at its row.
+    let shown = idem(&test, &["show", "report:1"]);
+    assert_eq!(status(&shown), 1, "{}", text(&shown));
+    assert!(
+        text(&shown).contains("job \"report:1\" is done"),
+        "{}",
+        text(&shown)
+    );
+    let shown = json(&test, &["show", "report:1", "--scope", "idem:queue"]);
+    assert_eq!(
+        (&shown["found"], &shown["job_state"]),
+        (&false.into(), &"done".into())
+    );
+    assert_eq!(
+        json(&test, &["show", "report:1", "--scope", "other"])["job_state"],
+        Value::Null
+    );
     assert_eq!(
         runs.load(std::sync::atomic::Ordering::SeqCst),
         2,
@@ -400,6 +421,12 @@ async fn a_job_whose_worker_died_is_listed_as_stale() {
     assert_eq!(running["jobs"].as_array().unwrap().len(), 1, "{running}");
     assert_eq!(running["jobs"][0]["id"], "running");
     assert_eq!(json(&test, &["jobs", "show", "crashed"])["state"], "stale");
+    let stats = json(&test, &["jobs", "stats"]);
+    assert_eq!(
+        (&stats["running"], &stats["stale"]),
+        (&1.into(), &1.into()),
+        "{stats}"
+    );
     assert_eq!(
         json(&test, &["jobs", "list"])["jobs"]
             .as_array()

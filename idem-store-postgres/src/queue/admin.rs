@@ -22,12 +22,14 @@ impl Queue {
         let stats = QueueStats {
             queued: count(0),
             running: count(1),
-            done: count(2),
-            dead: count(3),
+            stale: count(2),
+            done: count(3),
+            dead: count(4),
         };
         for (state, n) in [
             ("queued", stats.queued),
             ("running", stats.running),
+            ("stale", stats.stale),
             ("done", stats.done),
             ("dead", stats.dead),
         ] {

@@ -308,8 +308,12 @@ pub struct DeadJob {
 pub struct QueueStats {
     /// Waiting to run, including jobs waiting for a run-after time or a retry.
     pub queued: u64,
-    /// Claimed by a worker (including claims of crashed workers, until their lease lapses).
+    /// Claimed by a worker whose lease is live (a crashed worker's claim counts here until its
+    /// lease lapses).
     pub running: u64,
+    /// Claimed by a worker whose lease lapsed without a renewal or an answer: its worker died,
+    /// hung, or lost the database. The next claim takes the job over and runs it again.
+    pub stale: u64,
     /// Finished and not yet purged.
     pub done: u64,
     /// Dead-lettered.

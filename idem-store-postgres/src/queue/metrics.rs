@@ -6,7 +6,7 @@
 //! | --- | --- | --- | --- |
 //! | `idem_queue_jobs_total` | counter | `outcome` | attempts, by how they ended: `done`, `retried` (a failure with attempts left), `dead` (dead-lettered), `released` (given back without counting: another run held the key, or the store failed) |
 //! | `idem_queue_job_seconds` | histogram | | one attempt, from claim to settlement |
-//! | `idem_queue_jobs` | gauge | `queue`, `state` | jobs `queued`, `running`, `done`, `dead`, as of the last [`Queue::stats`](super::Queue::stats) (which [`Queue::spawn_metrics`](super::Queue::spawn_metrics) reads periodically) |
+//! | `idem_queue_jobs` | gauge | `queue`, `state` | jobs `queued`, `running` (lease live), `stale` (lease lapsed), `done`, `dead`, as of the last [`Queue::stats`](super::Queue::stats) (which [`Queue::spawn_metrics`](super::Queue::spawn_metrics) reads periodically) |
 
 /// Counter: attempts by outcome.
 pub const JOBS: &str = "idem_queue_jobs_total";

@@ -231,7 +231,8 @@ impl QueueSql {
             ),
             stats: format!(
                 "SELECT count(*) FILTER (WHERE state = 'queued'),
-                        count(*) FILTER (WHERE state = 'running'),
+                        count(*) FILTER (WHERE state = 'running' AND available_at > now()),
+                        count(*) FILTER (WHERE state = 'running' AND available_at <= now()),
                         count(*) FILTER (WHERE state = 'done'),
                         count(*) FILTER (WHERE state = 'dead')
                  FROM {q}"
