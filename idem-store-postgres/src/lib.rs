@@ -21,6 +21,7 @@ pub mod claim_batch;
 mod direct;
 mod duplicate_rate;
 mod error;
+mod fresh_claim;
 #[cfg(test)]
 mod hot_tests;
 mod ident;

@@ -43,6 +43,29 @@ pub(crate) struct RecordsSql {
     pub purge: String,
     pub effect: String,
     pub record_effect: String,
+    /// A block of [`FENCE_BLOCK`](crate::fresh_claim::FENCE_BLOCK) fences from the sequence.
+    pub fence_block: String,
+    /// Prepares, on a connection, the claim of a fresh key in a transactional call: it writes
+    /// the key's record ($1 key, $2 scope, $3 fence, $4 fingerprint, $6 token, $7 holder),
+    /// completed and kept for $5 µs, and fails (dividing by the zero records it wrote) when the
+    /// key has a record in its scope, or one from before scopes, so that the transaction it is
+    /// sent in is open exactly when the key was fresh (`fresh_claim.rs`).
+    pub claim_fresh_prepare: String,
+    /// The name [`claim_fresh_prepare`](Self::claim_fresh_prepare) prepares.
+    fresh_claim: String,
+}
+
+/// The name of the prepared statement of [`RecordsSql::claim_fresh_prepare`] for the table
+/// `schema.table`. A connection held from the pool may go back to it when its store is
+/// dropped, and serve another store next (another table, or a table of the same name in
+/// another schema): the name is the table's, so a store never executes a claim another store
+/// prepared. (A hash: a prepared statement's name is cut at 63 bytes.)
+fn fresh_claim_name(schema: &str, table: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: the same name for the same table in every process.
+    let mut hasher = std::hash::DefaultHasher::new();
+    (schema, table).hash(&mut hasher);
+    format!("idem_fresh_claim_{:016x}", hasher.finish())
 }
 
 impl RecordsSql {
@@ -50,6 +73,7 @@ impl RecordsSql {
         let t = format!("\"{schema}\".\"{table}\"");
         let e = format!("\"{schema}\".\"{table}_effects\"");
         let seq = format!("'\"{schema}\".\"{table}_fence\"'");
+        let fresh_claim = fresh_claim_name(schema, table);
         let expires = micros_sql("expires_at");
         let completed = micros_sql("completed_at");
         // Where a purge batch starts (see `purge`).
@@ -262,9 +286,36 @@ impl RecordsSql {
                  WHERE j.state <> 1 OR j.expires_at <= now()
                  RETURNING 1"
             ),
+            claim_fresh_prepare: format!(
+                "PREPARE {fresh_claim}(text, text, bigint, text, bigint, bigint, text) AS
+                 WITH inserted AS (
+                    INSERT INTO {t} (key, scope, fence, fingerprint, completed_at, expires_at,
+                                     purge_at, token, holder)
+                    SELECT $1, $2, $3, $4, now(), now() + $5 * interval '1 microsecond',
+                           now() + $5 * interval '1 microsecond', $6, $7
+                    WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1 AND scope = '')
+                    ON CONFLICT (key, scope) DO NOTHING
+                    RETURNING 1
+                 )
+                 SELECT 1 / (SELECT count(*)::int FROM inserted)"
+            ),
+            fresh_claim,
+            fence_block: format!(
+                "SELECT nextval({seq}) FROM generate_series(1, {})",
+                crate::fresh_claim::FENCE_BLOCK
+            ),
             table: t,
             seq,
         }
+    }
+
+    /// `BEGIN`, then the claim of a fresh key in a transactional call, as one simple-query text
+    /// (see `fresh_claim.rs`): it executes [`claim_fresh_prepare`](Self::claim_fresh_prepare)'s
+    /// statement with `args` (SQL constants the caller made safe: key, scope, fence,
+    /// fingerprint, keep in µs, token, holder), so it fails with `26000` on a connection that
+    /// has not prepared it.
+    pub fn claim_fresh(&self, args: &str) -> String {
+        format!("BEGIN; EXECUTE {}({args})", self.fresh_claim)
     }
 
     /// A `SELECT` (for a CTE of the caller's statement) that reserves a fresh fence for each

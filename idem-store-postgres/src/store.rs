@@ -16,6 +16,7 @@ use crate::batched::{token_param, ClaimOp, CompleteOp, OwnedClaim, OwnedCompleti
 use crate::direct::{on_conn, Direct, Source};
 use crate::duplicate_rate::DuplicateRate;
 use crate::error::store_error;
+use crate::fresh_claim::Fences;
 use crate::ident::validate_ident;
 use crate::records::RecordsSql;
 use crate::time::{duration_micros, from_micros};
@@ -82,6 +83,10 @@ struct Shared {
     batches: Option<Batches>,
     /// How often transactional claims find their key settled.
     tx_duplicates: DuplicateRate,
+    /// Fences for fresh transactional claims (`fresh_claim.rs`).
+    fences: Fences,
+    /// Whether a transactional call claims a fresh key with its BEGIN.
+    claim_with_begin: bool,
 }
 
 /// The queues of lease mode's batched operations.
@@ -118,6 +123,7 @@ pub struct PgStoreBuilder {
     connections: Connections,
     batching: bool,
     in_flight: usize,
+    claim_with_begin: bool,
 }
 
 /// How many batched statements of one kind (claims, completions) may be on the wire at once,
@@ -193,6 +199,26 @@ impl PgStoreBuilder {
         self
     }
 
+    /// Whether a transactional call claims a fresh key in the round trip of its BEGIN (default
+    /// off; on the store's own connections only). A fresh call is then two round trips (BEGIN
+    /// with the claim, COMMIT) instead of three: measured 1.55 times the fresh calls per second
+    /// at one caller and 1.06-1.07 at 16, with a fifth less client CPU per call (BENCHMARKS.md,
+    /// "The claim with the BEGIN").
+    ///
+    /// The cost, and why it is off by default: sqlx sends nothing with a BEGIN but plain text
+    /// whose rows it does not return, so the claim answers by failing when the key is not fresh
+    /// (`fresh_claim.rs`). Each such key (a duplicate delivery, while fewer than a quarter of
+    /// the calls are duplicates: above that the store reads first) then costs four round trips
+    /// instead of three, and writes an `ERROR` line to the server's log with the claim's text,
+    /// key included (a bound parameter's value is never logged). The claim is a statement each
+    /// connection prepares once, by name (`PREPARE`), so a pooler that moves sessions between
+    /// server connections (PgBouncer in transaction mode) has it prepared again where it is
+    /// missing, at a round trip each time.
+    pub fn claim_with_begin(mut self, on: bool) -> Self {
+        self.claim_with_begin = on;
+        self
+    }
+
     /// Checks the names (plain lowercase identifiers only) and builds the store.
     pub fn build(self) -> Result<PgStore, StoreError> {
         validate_ident("schema", &self.schema)?;
@@ -238,6 +264,8 @@ impl PgStoreBuilder {
                 direct,
                 batches,
                 tx_duplicates: DuplicateRate::default(),
+                fences: Fences::default(),
+                claim_with_begin: self.claim_with_begin,
             }),
         })
     }
@@ -320,6 +348,7 @@ impl PgStore {
             connections: Connections::HeldFromPool,
             batching: true,
             in_flight: DEFAULT_BATCHES_IN_FLIGHT,
+            claim_with_begin: false,
         }
     }
 
@@ -342,6 +371,17 @@ impl PgStore {
     /// How often transactional claims find their key settled.
     pub(crate) fn tx_duplicates(&self) -> &DuplicateRate {
         &self.shared.tx_duplicates
+    }
+
+    /// Fences for fresh transactional claims.
+    pub(crate) fn fences(&self) -> &Fences {
+        &self.shared.fences
+    }
+
+    /// Whether a transactional call claims a fresh key with its BEGIN
+    /// ([`PgStoreBuilder::claim_with_begin`]).
+    pub(crate) fn claims_with_begin(&self) -> bool {
+        self.shared.claim_with_begin
     }
 
     /// The store's own connections, to lend to open transactions.

@@ -8,11 +8,12 @@ use idem_core::{
 use sqlx::{Database, PgConnection, Postgres, Transaction, TransactionManager};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::batched::token_param;
 use crate::direct::{is_connection_lost, on_conn, retry_budget, Lent};
 use crate::error::store_error;
+use crate::fresh_claim::Fresh;
 use crate::store::{ClaimRow, Judged, PgStore};
 
 type Manager = <Postgres as Database>::TransactionManager;
@@ -208,7 +209,9 @@ impl TransactionalStore for PgStore {
 
     /// A fresh key's record is written as completed (no output, kept for `keep`), so the
     /// commit completes the call: a fresh call is BEGIN, the claim and COMMIT, three round
-    /// trips, where writing the completion on its own took four.
+    /// trips, where writing the completion on its own took four; two with
+    /// [`claim_with_begin`](crate::PgStoreBuilder::claim_with_begin), which sends the claim
+    /// with the BEGIN (`fresh_claim.rs`).
     async fn claim_in_transaction(
         &self,
         request: ClaimRequest<'_>,
@@ -218,7 +221,7 @@ impl TransactionalStore for PgStore {
         let duplicates = self.tx_duplicates();
         // While duplicates dominate, a settled key is answered from one read, with no
         // transaction (see `duplicate_rate`); anything else is claimed in one, as always.
-        if duplicates.read_first() && self.direct().is_some() {
+        if duplicates.read_first(self.claims_with_begin()) && self.direct().is_some() {
             if let Some(claim) = self.settled(&request).await.map_err(failed)? {
                 duplicates.observe(true);
                 return Ok(TxClaim {
@@ -227,7 +230,28 @@ impl TransactionalStore for PgStore {
                 });
             }
         }
-        let mut tx = PgTransaction::begin(self).await.map_err(failed)?;
+        // A fresh key is claimed with the BEGIN where the store does that (`fresh_claim.rs`).
+        let mut tx = match self.claim_fresh(&request, keep).await.map_err(failed)? {
+            Some(Fresh::Claimed(lent, fence)) => {
+                duplicates.observe(false);
+                return Ok(TxClaim {
+                    claim: Claim::Acquired {
+                        fence,
+                        lease_expires_at: SystemTime::now() + keep,
+                        taken_over: false,
+                    },
+                    transaction: Some(PgTransaction {
+                        conn: TxConn::Lent(lent),
+                        completed: Some((fence, keep)),
+                    }),
+                });
+            }
+            Some(Fresh::Open(lent)) => PgTransaction {
+                conn: TxConn::Lent(lent),
+                completed: None,
+            },
+            None => PgTransaction::begin(self).await.map_err(failed)?,
+        };
         let (claim, completed) = self
             .claim_as(&mut tx, request, Some(keep))
             .await

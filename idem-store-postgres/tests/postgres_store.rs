@@ -56,6 +56,23 @@ async fn pg_tx_harness() -> PgHarness {
 
 idem_conformance::transactional_conformance!(pg_tx_harness);
 
+/// The transactional rules with a fresh key claimed in the round trip of its BEGIN.
+mod claim_with_begin {
+    use super::*;
+
+    async fn pg_tx_begin_harness() -> PgHarness {
+        let mut test = TestStore::new("txbegin", 8).await;
+        test.store = PgStore::builder(test.store.pool().clone())
+            .schema(test.schema.clone())
+            .claim_with_begin(true)
+            .build()
+            .unwrap();
+        PgHarness { test }
+    }
+
+    idem_conformance::transactional_conformance!(pg_tx_begin_harness);
+}
+
 /// The same rules with the store's statements on dedicated connections.
 mod dedicated_connections {
     use super::*;

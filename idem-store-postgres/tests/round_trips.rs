@@ -27,6 +27,7 @@ enum Via {
     Default,
     Dedicated(usize),
     ThroughPool,
+    ClaimWithBegin,
 }
 
 async fn counted_store_with(test: &TestStore, via: Via) -> (PgStore, CountingProxy) {
@@ -58,6 +59,7 @@ async fn counted_store_sized(test: &TestStore, via: Via, max: u32) -> (PgStore, 
         Via::Default => builder,
         Via::Dedicated(n) => builder.dedicated_connections(n),
         Via::ThroughPool => builder.through_pool(),
+        Via::ClaimWithBegin => builder.claim_with_begin(true),
     };
     (builder.build().unwrap(), proxy)
 }
@@ -391,6 +393,46 @@ async fn transactional_duplicates_cost_one_round_trip_while_they_dominate() {
     let (outcome, trips) = count(&proxy, tx_call("fresh-last")).await;
     assert!(outcome.unwrap().is_executed());
     assert_eq!(trips, 3, "no read first once fresh keys dominate");
+}
+
+/// With `claim_with_begin`, a fresh transactional call is two round trips: its claim goes out
+/// with the BEGIN (`fresh_claim.rs`), then the COMMIT. A duplicate costs four while duplicates
+/// are rare (the claim sent with the BEGIN fails; ROLLBACK with a new BEGIN; the claim;
+/// ROLLBACK), and one read while they dominate, when a fresh key costs three (the read first).
+#[tokio::test]
+async fn a_claim_sent_with_its_begin_makes_a_fresh_transactional_call_two_round_trips() {
+    let test = TestStore::new("rt_tx_begin", 2).await;
+    let (store, proxy) = counted_store_sized(&test, Via::ClaimWithBegin, 10).await;
+    exercise_every_statement(&store, "warm").await;
+    let tx_call =
+        |name: &str| Call::new(&store, key(name)).run_in_transaction(|_tx| Box::pin(work()));
+    // The connection prepares the claim with its first, and the duplicates' claim statement
+    // with a first duplicate.
+    assert!(tx_call("warm").await.unwrap().is_executed());
+    assert!(tx_call("warm").await.unwrap().is_duplicate());
+    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
+    assert!(outcome.unwrap().is_executed());
+    assert_eq!(trips, 2, "BEGIN with the claim, COMMIT");
+    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
+    assert!(outcome.unwrap().is_duplicate());
+    assert_eq!(
+        trips, 4,
+        "the claim sent with the BEGIN fails; ROLLBACK with a new BEGIN, claim, ROLLBACK"
+    );
+    for _ in 0..16 {
+        assert!(tx_call("dup").await.unwrap().is_duplicate());
+    }
+    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
+    assert!(outcome.unwrap().is_duplicate());
+    assert_eq!(trips, 1, "one read while duplicates dominate");
+    let (outcome, trips) = count(&proxy, tx_call("fresh")).await;
+    assert!(outcome.unwrap().is_executed());
+    assert_eq!(
+        trips, 3,
+        "a fresh key meanwhile pays the read, then BEGIN with the claim"
+    );
+    let (_, _, pings) = proxy.counts();
+    assert_eq!(pings, 0, "nothing was given back to the pool");
 }
 
 /// The counterpart that shows the ping counter sees what the test above rules out: through

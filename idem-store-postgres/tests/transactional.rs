@@ -303,3 +303,73 @@ async fn a_record_taken_over_in_a_transaction_is_completed_at_the_commit() {
         Some(idem_core::RecordState::Completed { .. })
     ));
 }
+
+/// With `claim_with_begin`, a fresh key is claimed by text sent with the BEGIN
+/// (`fresh_claim.rs`), its values written as constants of letters, digits and escapes. A key and a scope with quotes, backslashes, a
+/// semicolon, dollar quotes and non-ASCII text are stored as given and found again; and the
+/// text's insert misses no record that a claim must see: one from before scopes (scope `''`),
+/// and another run's live claim in lease mode.
+#[tokio::test]
+async fn a_claim_sent_with_its_begin_stores_any_key_as_given_and_misses_no_record() {
+    let (test, accounts) = setup("tx_fresh_text").await;
+    let store = &PgStore::builder(test.store.pool().clone())
+        .schema(test.schema.clone())
+        .claim_with_begin(true)
+        .build()
+        .unwrap();
+    let (text, scope) = (r"o'clock\'; DROP TABLE x; -- ü $$ $a$", r"sc'ope\");
+    let call = || idem_core::Call::new(store, text).scope(scope);
+    assert!(credit_by_call(call(), &accounts, 1)
+        .await
+        .unwrap()
+        .is_executed());
+    assert!(credit_by_call(call(), &accounts, 1)
+        .await
+        .unwrap()
+        .is_duplicate());
+    let stored: Vec<(String, String)> = sqlx::query_as(&format!(
+        "SELECT key, scope FROM {} WHERE key LIKE 'o%'",
+        store.table()
+    ))
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored, vec![(text.to_owned(), scope.to_owned())]);
+
+    sqlx::query(&format!(
+        "INSERT INTO {} (key, scope, fence, completed_at, expires_at, purge_at)
+         VALUES ('legacy:1', '', 1, now(), now() + interval '1 day', now() + interval '1 day')",
+        store.table()
+    ))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let legacy = idem_core::Call::new(store, "legacy:1").scope("handler");
+    let outcome = credit_by_call(legacy, &accounts, 10).await.unwrap();
+    assert!(
+        outcome.is_duplicate(),
+        "the record from before scopes counts: {outcome:?}"
+    );
+
+    let key = Key::new("leased:1").unwrap();
+    let claimed = store
+        .claim(idem_core::ClaimRequest {
+            key: &key,
+            fingerprint: None,
+            lease: Duration::from_secs(60),
+            token: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claimed, idem_core::Claim::Acquired { .. }));
+    let outcome = credit_by_call(idem_core::Call::new(store, key), &accounts, 100).await;
+    assert!(
+        matches!(outcome, Ok(Outcome::InProgress { .. })),
+        "the live claim stands: {outcome:?}"
+    );
+    assert_eq!(
+        credits(store, &accounts).await,
+        1,
+        "only the fresh key's body ran"
+    );
+}

@@ -1,0 +1,208 @@
+//! A transactional call's claim of a fresh key in the round trip of its `BEGIN`, for a store
+//! built with [`claim_with_begin`](crate::PgStoreBuilder::claim_with_begin).
+//!
+//! sqlx sends a statement only after the one before it has answered, so BEGIN and a claim
+//! with parameters are two round trips. What it can send with the BEGIN is simple-protocol text
+//! ([`sqlx::Connection::begin_with`]), whose rows it does not return. So the store sends
+//! `BEGIN; EXECUTE ..(..)`: the claim is a statement each connection prepares once
+//! ([`RecordsSql::claim_fresh_prepare`](crate::records::RecordsSql::claim_fresh_prepare), named
+//! for the store's table), run with its values written as constants that no value can break
+//! out of ([`text_literal`]). It answers by failing: it inserts the key's record, completed,
+//! or fails when the key has one (or had one before scopes).
+//!
+//! - A claim that succeeded left the transaction open with the record written: the call's
+//!   body runs at once, and the COMMIT completes the call. A fresh call is two round trips.
+//! - A claim that failed left its transaction block failed: the store rolls it back and
+//!   begins again in one round trip, and claims the key as before. A duplicate then costs a
+//!   round trip more than without this, and the server logs the failure (why it is opt-in);
+//!   the store reads first above a quarter of duplicates (`duplicate_rate.rs`).
+//! - On a connection that has not prepared the claim, it fails as not prepared; the store
+//!   prepares it and claims again in the same round trip.
+//!
+//! The record's fence is not returned either, so the store takes fences from the sequence in
+//! blocks ([`Fences`]), one round trip per [`FENCE_BLOCK`] fresh calls.
+
+use idem_core::{ClaimRequest, Fence, Fingerprint};
+use sqlx::{Database, PgConnection, Postgres, TransactionManager};
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::batched::token_param;
+use crate::direct::{is_connection_lost, Lent};
+use crate::store::PgStore;
+use crate::time::duration_micros;
+
+type Manager = <Postgres as Database>::TransactionManager;
+
+/// `invalid_sql_statement_name`: the connection has not prepared the claim yet.
+const NOT_PREPARED: &str = "26000";
+
+/// How many fences one round trip takes from the sequence for fresh transactional claims.
+pub(crate) const FENCE_BLOCK: i64 = 64;
+
+/// Fences taken from the sequence and not yet used.
+#[derive(Debug, Default)]
+pub(crate) struct Fences(Mutex<Vec<i64>>);
+
+impl Fences {
+    /// A fence no other claim has, taking a block from the sequence on `conn` when none is left.
+    async fn next(&self, sql: &str, conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
+        if let Some(fence) = self.lock().pop() {
+            return Ok(fence);
+        }
+        let mut block: Vec<i64> = sqlx::query_scalar(sql).fetch_all(&mut *conn).await?;
+        let fence = block
+            .pop()
+            .ok_or_else(|| sqlx::Error::Protocol("the sequence gave no fence".into()))?;
+        self.lock().extend(block);
+        Ok(fence)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<i64>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The outcome of [`PgStore::claim_fresh`].
+pub(crate) enum Fresh {
+    /// The key was fresh: its record is written, completed, in the open transaction.
+    Claimed(Lent, Fence),
+    /// The key has a record: a transaction is open, and the key is to be claimed in it.
+    Open(Lent),
+}
+
+/// `text` as an SQL string constant that no text can break out of: ASCII letters and digits
+/// as they are, every other character as a Unicode escape (`E'\u0027'`, `E'\U0001f600'`),
+/// which PostgreSQL converts to the server's encoding as it does a bound parameter. A
+/// constant, unlike `convert_from(decode(..))` (a stable function, which the planner does not
+/// fold: the check for a record from before scopes then scanned the whole table).
+pub(crate) fn text_literal(text: &str) -> String {
+    let mut literal = String::with_capacity(text.len() * 2 + 3);
+    literal.push_str("E'");
+    for c in text.chars() {
+        let _ = match u32::from(c) {
+            _ if c.is_ascii_alphanumeric() => write!(literal, "{c}"),
+            code @ 0..=0xffff => write!(literal, "\\u{code:04x}"),
+            code => write!(literal, "\\U{code:08x}"),
+        };
+    }
+    literal.push('\'');
+    literal
+}
+
+impl PgStore {
+    /// Begins a transaction on a connection the store lends and claims `request`'s key in the
+    /// same round trip when it is fresh; `None` when the store does not claim with the BEGIN
+    /// ([`claim_with_begin`](crate::PgStoreBuilder::claim_with_begin)) or has no connection to
+    /// lend (or the one it lent was found dead: the caller begins as usual, which replaces it).
+    pub(crate) async fn claim_fresh(
+        &self,
+        request: &ClaimRequest<'_>,
+        keep: Duration,
+    ) -> Result<Option<Fresh>, sqlx::Error> {
+        let Some(lender) = self.lender().filter(|_| self.claims_with_begin()) else {
+            return Ok(None);
+        };
+        let Some(mut lent) = lender.lend().await? else {
+            return Ok(None);
+        };
+        let sql = self.records();
+        let fence = match self.fences().next(&sql.fence_block, lent.get()).await {
+            Ok(fence) => fence,
+            Err(e) if lent.reused() && is_connection_lost(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let null = || "NULL".to_owned();
+        let args = [
+            text_literal(request.key.as_str()),
+            text_literal(request.key.scope()),
+            fence.to_string(),
+            request
+                .fingerprint
+                .map_or_else(null, |f| text_literal(Fingerprint::as_str(f))),
+            duration_micros(keep).to_string(),
+            token_param(request.token).map_or_else(null, |t| t.to_string()),
+            text_literal(idem_core::holder()),
+        ]
+        .join(", ");
+        let claim = sql.claim_fresh(&args);
+        let mut began = Manager::begin(lent.get(), Some(claim.clone().into())).await;
+        if matches!(&began, Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(NOT_PREPARED))
+        {
+            // The connection's first: prepare the statement (after ending the failed block;
+            // a prepared statement outlives a rollback) and claim again, in one round trip.
+            let first = format!("ROLLBACK; {}; {claim}", sql.claim_fresh_prepare);
+            began = Manager::begin(lent.get(), Some(first.into())).await;
+        }
+        match began {
+            Ok(()) => Ok(Some(Fresh::Claimed(lent, Fence(fence.unsigned_abs())))),
+            Err(sqlx::Error::Database(e)) => {
+                tracing::trace!(error = %e, "not a fresh key; claiming it in a new transaction");
+                // The failed statement left its transaction block open and failed: end it and
+                // begin again, in one round trip.
+                Manager::begin(lent.get(), Some("ROLLBACK; BEGIN".into())).await?;
+                Ok(Some(Fresh::Open(lent)))
+            }
+            Err(e) if lent.reused() && is_connection_lost(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::text_literal;
+
+    /// A connection held from the pool goes back to it when its store is dropped and may serve
+    /// another store next, with the first store's claim still prepared on it: the second
+    /// store's claim names its own statement, so it fails as not prepared (and prepares its
+    /// own) rather than writing into the first store's table.
+    #[tokio::test]
+    async fn a_store_never_executes_a_claim_another_store_prepared() {
+        use crate::test_store::{drop_schema, store_in_new_schema};
+        let (pool, schema_a, a) = store_in_new_schema("fresh_a").await;
+        let (pool_b, schema_b, b) = store_in_new_schema("fresh_b").await;
+        let mut conn = pool.acquire().await.unwrap();
+        sqlx::raw_sql(&a.records().claim_fresh_prepare)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let args = [
+            text_literal("k"),
+            text_literal("default"),
+            "1".into(),
+            "NULL".into(),
+            "1000".into(),
+            "NULL".into(),
+            text_literal("holder"),
+        ]
+        .join(", ");
+        let b_claim = b.records().claim_fresh(&args);
+        let refused = sqlx::raw_sql(&b_claim).execute(&mut *conn).await;
+        let code = match &refused {
+            Err(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()),
+            other => panic!("store b ran store a's claim: {other:?}"),
+        };
+        assert_eq!(code.as_deref(), Some(super::NOT_PREPARED));
+        sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.unwrap();
+        // Store a's own claim, on the same connection, runs.
+        sqlx::raw_sql(&a.records().claim_fresh(&args))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.unwrap();
+        drop(conn);
+        drop_schema(&pool, &schema_a).await;
+        drop_schema(&pool_b, &schema_b).await;
+    }
+
+    #[test]
+    fn a_literal_is_letters_digits_and_escapes() {
+        assert_eq!(text_literal("ab1"), "E'ab1'");
+        assert_eq!(
+            text_literal("o'\\;ü😀"),
+            "E'o\\u0027\\u005c\\u003b\\u00fc\\U0001f600'"
+        );
+    }
+}
