@@ -190,6 +190,13 @@ impl Bench {
                     .build()
                     .unwrap()
             }
+            Runner::Idem(Mode::TransactionalWithBegin) => {
+                store = PgStore::builder(self.pool.clone())
+                    .schema(schema.as_str())
+                    .claim_with_begin(true)
+                    .build()
+                    .unwrap()
+            }
             _ => {}
         }
         // Stats views lag by up to a statistics flush; wait out the set-up's statements.
@@ -228,7 +235,11 @@ impl Bench {
         if matches!(
             runner,
             Runner::Idem(
-                Mode::Lease | Mode::LeaseTuned | Mode::LeaseThroughPool | Mode::Transactional
+                Mode::Lease
+                    | Mode::LeaseTuned
+                    | Mode::LeaseThroughPool
+                    | Mode::Transactional
+                    | Mode::TransactionalWithBegin
             )
         ) && dup_ratio == 0.0
         {
@@ -326,6 +337,21 @@ fn print_table(title: &str, rows: &[Row_]) {
         ratio(
             Mode::Transactional.label(),
             pgbench::Script::TransactionalWritten.label()
+        )
+    ));
+    println(format!(
+        "- idem transactional, claim with BEGIN / pgbench (BEGIN, claim, completion, COMMIT): **{}**; / pgbench (BEGIN, the claim written completed, COMMIT): **{}**; / idem transactional: **{}**",
+        ratio(
+            Mode::TransactionalWithBegin.label(),
+            pgbench::Script::Transactional.label()
+        ),
+        ratio(
+            Mode::TransactionalWithBegin.label(),
+            pgbench::Script::TransactionalWritten.label()
+        ),
+        ratio(
+            Mode::TransactionalWithBegin.label(),
+            Mode::Transactional.label()
         )
     ));
     println(format!(
@@ -465,6 +491,7 @@ async fn main() {
         Runner::Idem(Mode::LeaseThroughPool),
         Runner::Pgbench(pgbench::Script::Lease),
         Runner::Idem(Mode::Transactional),
+        Runner::Idem(Mode::TransactionalWithBegin),
         Runner::Pgbench(pgbench::Script::Transactional),
         Runner::Pgbench(pgbench::Script::TransactionalWritten),
         Runner::Idem(Mode::HandWritten),

@@ -24,6 +24,9 @@ pub enum Mode {
     LeaseThroughPool,
     /// `#[idempotent(transaction = tx)]`: BEGIN, claim, body, complete, COMMIT.
     Transactional,
+    /// Transactional mode with `claim_with_begin(true)`: a fresh key's claim goes out with the
+    /// BEGIN.
+    TransactionalWithBegin,
     /// The article's technique by hand: `INSERT .. ON CONFLICT DO NOTHING`, then the body.
     HandWritten,
     /// idem's two lease-mode statements sent straight through sqlx's pool, without idem's
@@ -41,6 +44,7 @@ impl Mode {
             Mode::LeaseTuned => "idem lease, tuned",
             Mode::LeaseThroughPool => "idem lease, through the pool",
             Mode::Transactional => "idem transactional",
+            Mode::TransactionalWithBegin => "idem transactional, claim with BEGIN",
             Mode::HandWritten => "hand-written (article)",
             Mode::SqlxSameStatements => "sqlx: idem lease SQL, no idem runtime",
             Mode::HandWrittenNoPool => "hand-written, one connection per caller (no pool)",
@@ -175,7 +179,7 @@ async fn call(mode: Mode, store: &PgStore, pool: &PgPool, hand_sql: &str, key: S
                 .expect("lease call");
             matches!(outcome, Outcome::Executed(()))
         }
-        Mode::Transactional => {
+        Mode::Transactional | Mode::TransactionalWithBegin => {
             let outcome = Call::new(store, key)
                 .run_in_transaction(|_tx| Box::pin(async { Ok::<_, Infallible>(()) }))
                 .await
