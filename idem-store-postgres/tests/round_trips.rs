@@ -362,37 +362,53 @@ async fn transactions_on_the_stores_connections_cost_three_round_trips() {
     assert_eq!(pings, 0, "nothing was given back to the pool");
 }
 
+/// The round trips of transactional calls on a store built `via`, counted on the wire, in
+/// order: a fresh key; a duplicate while duplicates are rare; a duplicate while they dominate;
+/// a fresh key then; a fresh key once fresh keys dominate again. Every outcome is checked.
+async fn transactional_round_trips(prefix: &str, via: Via) -> [u64; 5] {
+    let test = TestStore::new(prefix, 2).await;
+    let (store, proxy) = counted_store_sized(&test, via, 10).await;
+    exercise_every_statement(&store, "warm").await;
+    let store = &store;
+    let call = |name: String| async move {
+        Call::new(store, key(&name))
+            .run_in_transaction(|_tx| Box::pin(work()))
+            .await
+            .unwrap()
+            .is_executed()
+    };
+    let counted = |name: &'static str, executed: bool| {
+        let proxy = &proxy;
+        async move {
+            let (ran, trips) = count(proxy, call(name.to_owned())).await;
+            assert_eq!(ran, executed, "{name}: executed");
+            trips
+        }
+    };
+    // Each statement is prepared on the connection by a first call of its kind.
+    assert!(call("warm".into()).await);
+    assert!(!call("warm".into()).await);
+    let fresh = counted("dup", true).await;
+    let rare = counted("dup", false).await;
+    for _ in 0..16 {
+        assert!(!call("dup".into()).await);
+    }
+    let dominant = counted("dup", false).await;
+    let fresh_then = counted("fresh-0", true).await;
+    for i in 1..32 {
+        assert!(call(format!("fresh-{i}")).await);
+    }
+    let fresh_again = counted("fresh-last", true).await;
+    [fresh, rare, dominant, fresh_then, fresh_again]
+}
+
 /// While most transactional calls are duplicates, a duplicate is one read outside any
-/// transaction instead of BEGIN, claim, ROLLBACK; once fresh keys dominate again, a fresh call
-/// is back to BEGIN, claim, COMMIT with no read first.
+/// transaction instead of BEGIN, claim, ROLLBACK; a fresh key meanwhile pays the read too (4);
+/// once fresh keys dominate again, a fresh call is back to BEGIN, claim, COMMIT with no read.
 #[tokio::test]
 async fn transactional_duplicates_cost_one_round_trip_while_they_dominate() {
-    let test = TestStore::new("rt_tx_dups", 2).await;
-    let (store, proxy) = counted_store_sized(&test, Via::Default, 10).await;
-    exercise_every_statement(&store, "warm").await;
-    let tx_call =
-        |name: &str| Call::new(&store, key(name)).run_in_transaction(|_tx| Box::pin(work()));
-    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
-    assert!(outcome.unwrap().is_executed());
-    assert_eq!(trips, 3, "a new store assumes fresh keys");
-    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
-    assert!(outcome.unwrap().is_duplicate());
-    assert_eq!(trips, 3, "BEGIN, claim, ROLLBACK while duplicates are rare");
-    for _ in 0..16 {
-        assert!(tx_call("dup").await.unwrap().is_duplicate());
-    }
-    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
-    assert!(outcome.unwrap().is_duplicate());
-    assert_eq!(trips, 1, "one read while duplicates dominate");
-    let (outcome, trips) = count(&proxy, tx_call("fresh-0")).await;
-    assert!(outcome.unwrap().is_executed());
-    assert_eq!(trips, 4, "a fresh key meanwhile pays the read too");
-    for i in 1..32 {
-        assert!(tx_call(&format!("fresh-{i}")).await.unwrap().is_executed());
-    }
-    let (outcome, trips) = count(&proxy, tx_call("fresh-last")).await;
-    assert!(outcome.unwrap().is_executed());
-    assert_eq!(trips, 3, "no read first once fresh keys dominate");
+    let trips = transactional_round_trips("rt_tx_dups", Via::Default).await;
+    assert_eq!(trips, [3, 3, 1, 4, 3]);
 }
 
 /// With `claim_with_begin`, a fresh transactional call is two round trips: its claim goes out
@@ -401,38 +417,8 @@ async fn transactional_duplicates_cost_one_round_trip_while_they_dominate() {
 /// ROLLBACK), and one read while they dominate, when a fresh key costs three (the read first).
 #[tokio::test]
 async fn a_claim_sent_with_its_begin_makes_a_fresh_transactional_call_two_round_trips() {
-    let test = TestStore::new("rt_tx_begin", 2).await;
-    let (store, proxy) = counted_store_sized(&test, Via::ClaimWithBegin, 10).await;
-    exercise_every_statement(&store, "warm").await;
-    let tx_call =
-        |name: &str| Call::new(&store, key(name)).run_in_transaction(|_tx| Box::pin(work()));
-    // The connection prepares the claim with its first, and the duplicates' claim statement
-    // with a first duplicate.
-    assert!(tx_call("warm").await.unwrap().is_executed());
-    assert!(tx_call("warm").await.unwrap().is_duplicate());
-    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
-    assert!(outcome.unwrap().is_executed());
-    assert_eq!(trips, 2, "BEGIN with the claim, COMMIT");
-    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
-    assert!(outcome.unwrap().is_duplicate());
-    assert_eq!(
-        trips, 4,
-        "the claim sent with the BEGIN fails; ROLLBACK with a new BEGIN, claim, ROLLBACK"
-    );
-    for _ in 0..16 {
-        assert!(tx_call("dup").await.unwrap().is_duplicate());
-    }
-    let (outcome, trips) = count(&proxy, tx_call("dup")).await;
-    assert!(outcome.unwrap().is_duplicate());
-    assert_eq!(trips, 1, "one read while duplicates dominate");
-    let (outcome, trips) = count(&proxy, tx_call("fresh")).await;
-    assert!(outcome.unwrap().is_executed());
-    assert_eq!(
-        trips, 3,
-        "a fresh key meanwhile pays the read, then BEGIN with the claim"
-    );
-    let (_, _, pings) = proxy.counts();
-    assert_eq!(pings, 0, "nothing was given back to the pool");
+    let trips = transactional_round_trips("rt_tx_begin", Via::ClaimWithBegin).await;
+    assert_eq!(trips, [2, 4, 1, 3, 2]);
 }
 
 /// The counterpart that shows the ping counter sees what the test above rules out: through

@@ -276,6 +276,20 @@ async fn the_commit_completes_a_record_the_claim_wrote_completed() {
     assert_eq!(credits(store, &accounts).await, 3);
 }
 
+/// Claims `key` in lease mode for `lease`, as another run would.
+async fn claim_in_lease_mode(store: &PgStore, key: &Key, lease: Duration) {
+    let claimed = store
+        .claim(idem_core::ClaimRequest {
+            key,
+            fingerprint: None,
+            lease,
+            token: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claimed, idem_core::Claim::Acquired { .. }));
+}
+
 /// A lapsed lease taken over inside a transaction is claimed in progress, as in lease mode;
 /// the completion is then written before the commit.
 #[tokio::test]
@@ -283,16 +297,7 @@ async fn a_record_taken_over_in_a_transaction_is_completed_at_the_commit() {
     let (test, accounts) = setup("tx_takeover").await;
     let store = &test.store;
     let key = Key::new("taken:1").unwrap();
-    let claimed = store
-        .claim(idem_core::ClaimRequest {
-            key: &key,
-            fingerprint: None,
-            lease: Duration::ZERO,
-            token: None,
-        })
-        .await
-        .unwrap();
-    assert!(matches!(claimed, idem_core::Claim::Acquired { .. }));
+    claim_in_lease_mode(store, &key, Duration::ZERO).await;
     let call = idem_core::Call::new(store, key.clone()).keep(Duration::from_secs(60));
     let outcome = credit_by_call(call, &accounts, 4).await.unwrap();
     assert!(outcome.is_executed());
@@ -352,16 +357,7 @@ async fn a_claim_sent_with_its_begin_stores_any_key_as_given_and_misses_no_recor
     );
 
     let key = Key::new("leased:1").unwrap();
-    let claimed = store
-        .claim(idem_core::ClaimRequest {
-            key: &key,
-            fingerprint: None,
-            lease: Duration::from_secs(60),
-            token: None,
-        })
-        .await
-        .unwrap();
-    assert!(matches!(claimed, idem_core::Claim::Acquired { .. }));
+    claim_in_lease_mode(store, &key, Duration::from_secs(60)).await;
     let outcome = credit_by_call(idem_core::Call::new(store, key), &accounts, 100).await;
     assert!(
         matches!(outcome, Ok(Outcome::InProgress { .. })),
