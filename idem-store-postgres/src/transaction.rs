@@ -237,7 +237,10 @@ impl TransactionalStore for PgStore {
                 return Ok(TxClaim {
                     claim: Claim::Acquired {
                         fence,
-                        lease_expires_at: SystemTime::now() + keep,
+                        // The record's end, by this clock (the statement does not say).
+                        lease_expires_at: SystemTime::now()
+                            .checked_add(keep)
+                            .unwrap_or(SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 40)),
                         taken_over: false,
                     },
                     transaction: Some(PgTransaction {
