@@ -2,11 +2,13 @@
 //! call's transaction are killed with SIGKILL mid-body. A fresh key's record is written
 //! completed by the claim itself (the commit is the completion), so this proves that such a
 //! record never outlives a killed transaction: every key's run commits exactly once, with its
-//! record, and a key whose body was cut runs again.
+//! record, and a key whose body was cut runs again. Workers of odd seed build their store with
+//! `claim_with_begin` (a fresh key's claim sent with the BEGIN), the others with the default,
+//! on one table, as in a rolling deploy.
 
 mod pg_support;
 
-use pg_support::{spawn_keyed_worker, summary, Schema};
+use pg_support::{spawn_keyed_worker_with, summary, Schema};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -18,7 +20,16 @@ const KILLS: usize = 5;
 const LAST_KEYS: u32 = 60;
 
 fn tx_worker(schema: &str, seed: u64, first: u32, keys: u32, work_ms: u64) -> Child {
-    spawn_keyed_worker("tx-crash", schema, seed, (first, keys), TASKS, work_ms)
+    let with_begin = ("claim-with-begin", (seed % 2 == 1).to_string());
+    spawn_keyed_worker_with(
+        "tx-crash",
+        schema,
+        seed,
+        (first, keys),
+        TASKS,
+        work_ms,
+        &[with_begin],
+    )
 }
 
 async fn wait_summary(child: Child) -> [u64; 5] {

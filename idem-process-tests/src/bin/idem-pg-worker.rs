@@ -196,6 +196,10 @@ struct Args {
     /// How many times each key is delivered.
     #[arg(long, default_value_t = 1)]
     rounds: u32,
+    /// On PostgreSQL, build the store with `claim_with_begin`: a transactional call's claim of a
+    /// fresh key goes out with its BEGIN.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    claim_with_begin: bool,
 }
 
 #[tokio::main]
@@ -238,7 +242,14 @@ async fn main() {
             // At most 18 connections a process: four processes and the test's own pool then
             // fit a stock PostgreSQL (`max_connections = 100`). With one connection per task,
             // the storm's four processes of 24 tasks opened 104, and connections were refused.
-            let store = args.worker.store((tasks as u32 + 2).min(18)).await;
+            let mut store = args.worker.store((tasks as u32 + 2).min(18)).await;
+            if args.claim_with_begin {
+                store = PgStore::builder(store.pool().clone())
+                    .schema(args.worker.schema.clone())
+                    .claim_with_begin(true)
+                    .build()
+                    .expect("the test's schema name is valid");
+            }
             pg = Some(store.clone());
             let pool = store.pool().clone();
             let sink = Sink::Postgres {

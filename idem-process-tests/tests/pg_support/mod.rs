@@ -93,21 +93,32 @@ pub fn spawn_keyed_worker(
     mode: &str,
     schema: &str,
     seed: u64,
-    (first, keys): (u32, u32),
+    keys: (u32, u32),
     tasks: usize,
     work_ms: u64,
 ) -> Child {
-    spawn_worker(
-        mode,
-        schema,
-        &[
-            ("first", first.to_string()),
-            ("keys", keys.to_string()),
-            ("tasks", tasks.to_string()),
-            ("work-ms", work_ms.to_string()),
-            ("seed", seed.to_string()),
-        ],
-    )
+    spawn_keyed_worker_with(mode, schema, seed, keys, tasks, work_ms, &[])
+}
+
+/// [`spawn_keyed_worker`] with more flags.
+pub fn spawn_keyed_worker_with(
+    mode: &str,
+    schema: &str,
+    seed: u64,
+    (first, keys): (u32, u32),
+    tasks: usize,
+    work_ms: u64,
+    more: &[(&str, String)],
+) -> Child {
+    let mut args = vec![
+        ("first", first.to_string()),
+        ("keys", keys.to_string()),
+        ("tasks", tasks.to_string()),
+        ("work-ms", work_ms.to_string()),
+        ("seed", seed.to_string()),
+    ];
+    args.extend(more.iter().cloned());
+    spawn_worker(mode, schema, &args)
 }
 
 /// Starts a work-queue worker process: `idem-queue-worker --schema .. ARGS..`.
