@@ -126,13 +126,16 @@ impl PgStore {
             text_literal(idem_core::holder()),
         ]
         .join(", ");
-        let claim = sql.claim_fresh(&args);
-        let mut began = Manager::begin(lent.get(), Some(claim.clone().into())).await;
+        let mut began = Manager::begin(lent.get(), Some(sql.claim_fresh(&args).into())).await;
         if matches!(&began, Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(NOT_PREPARED))
         {
             // The connection's first: prepare the statement (after ending the failed block;
             // a prepared statement outlives a rollback) and claim again, in one round trip.
-            let first = format!("ROLLBACK; {}; {claim}", sql.claim_fresh_prepare);
+            let first = format!(
+                "ROLLBACK; {}; {}",
+                sql.claim_fresh_prepare,
+                sql.claim_fresh(&args)
+            );
             began = Manager::begin(lent.get(), Some(first.into())).await;
         }
         match began {
