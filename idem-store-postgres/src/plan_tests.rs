@@ -226,3 +226,47 @@ async fn the_claim_sent_with_a_begin_looks_its_key_up() {
         );
     }
 }
+
+/// A purge batch deletes (or files again) the rows it locked by their `ctid`: no plan of it
+/// joins the batch back to the table, and the store's connections (sequential scans off) fetch
+/// them by TID. It used to match them by key and scope, and the generic plan a store's
+/// connection made (the batch's size unknown to it) compared every row with the whole batch:
+/// a batch of 10,000 took 16 s. A connection that allows sequential scans reads a table the
+/// planner thinks tiny (new, never analyzed: here the journal) whole, and fetches by TID once
+/// it is analyzed.
+#[tokio::test]
+async fn a_purge_batch_finds_its_rows_without_a_join() {
+    let (pool, schema, store) = crate::test_store::store_in_new_schema("purge_plan").await;
+    let (table, purge) = (store.table(), &store.records().purge);
+    let mut conn = pool.acquire().await.unwrap();
+    // (plan, the TID scans of the records and of the journal it must have)
+    let mut plans = Vec::new();
+    for seqscan in [false, true] {
+        let by_tid = if seqscan { (0, 0) } else { (2, 1) };
+        plans.push((generic_plan(&mut conn, purge, seqscan).await, by_tid));
+    }
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {table} (key, fence, expires_at, purge_at)
+         SELECT 'old:' || i, i, now() - interval '1 hour', now() - interval '1 hour'
+         FROM generate_series(1, 10000) i;
+         ANALYZE {table};"
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    for seqscan in [false, true] {
+        let by_tid = if seqscan { (2, 0) } else { (2, 1) };
+        plans.push((generic_plan(&mut conn, purge, seqscan).await, by_tid));
+    }
+    drop(conn);
+    crate::test_store::drop_schema(&pool, &schema).await;
+    for (plan, (records, journal)) in plans {
+        assert!(
+            !plan.contains("Join") && !plan.contains("Nested Loop"),
+            "{plan}"
+        );
+        let tid_scans = |table: &str| plan.matches(&format!("Tid Scan on {table} ")).count();
+        assert!(tid_scans("idem_records") >= records, "{plan}");
+        assert!(tid_scans("idem_records_effects") >= journal, "{plan}");
+    }
+}

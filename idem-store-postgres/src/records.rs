@@ -217,11 +217,14 @@ impl RecordsSql {
             // Bounded batches in `purge_at` order, records and journal entries in one
             // statement; rows locked by a concurrent claim are skipped. Of the due records, the
             // expired ones are deleted and the others are filed again at their `expires_at`
-            // (0007_purge_at.sql); the second column counts those. A record is deleted by its
-            // key and scope (the same key in another scope is another record, maybe still
-            // live), and found by `key = ANY(..)`: an index lookup whatever the plan, where
-            // `IN (..)` planned on a fresh table by a connection that allows sequential scans
-            // (a store through the pool) is a hash join over a sequential scan of the table.
+            // (0007_purge_at.sql); the second column counts those. A row is deleted (or filed
+            // again) by its `ctid`, which the batch's own row lock keeps: a TID scan whatever
+            // the plan, with no join. Matching the batch back by key and scope was a join whose
+            // generic plan, made while a table is small (a fresh deployment's first purge),
+            // compared each row with the whole batch: a batch of 10,000 took 16 s
+            // (BENCHMARKS.md). A row that was updated after the statement's snapshot and before
+            // the batch locked it is locked at its new version, which the statement does not
+            // see: it is left as it is, due for the next drain.
             // $1 the records' limit, $2 the journal entries'.
             //
             // A drain's batches each start where the one before ended ($3, $4: the latest
@@ -236,27 +239,22 @@ impl RecordsSql {
             // which starts at the start.
             purge: format!(
                 "WITH due AS (
-                    SELECT key, scope, purge_at, expires_at <= now() AS expired FROM {t}
+                    SELECT ctid, purge_at, expires_at <= now() AS expired FROM {t}
                     WHERE purge_at <= now() AND purge_at >= {after_3}
                     ORDER BY purge_at LIMIT $1 FOR UPDATE SKIP LOCKED
                  ), records AS (
-                    DELETE FROM {t} AS t
-                    WHERE t.key = ANY(ARRAY(SELECT key FROM due WHERE expired))
-                      AND (t.key, t.scope) IN (SELECT key, scope FROM due WHERE expired)
+                    DELETE FROM {t} WHERE ctid = ANY(ARRAY(SELECT ctid FROM due WHERE expired))
                     RETURNING 1
                  ), refiled AS (
                     UPDATE {t} AS t SET purge_at = t.expires_at
-                    WHERE t.key = ANY(ARRAY(SELECT key FROM due WHERE NOT expired))
-                      AND (t.key, t.scope) IN (SELECT key, scope FROM due WHERE NOT expired)
+                    WHERE ctid = ANY(ARRAY(SELECT ctid FROM due WHERE NOT expired))
                     RETURNING 1
                  ), due_effects AS (
-                    SELECT key, scope, effect, expires_at FROM {e}
+                    SELECT ctid, expires_at FROM {e}
                     WHERE expires_at <= now() AND expires_at >= {after_4}
                     ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
                  ), effects AS (
-                    DELETE FROM {e} AS j
-                    WHERE j.key = ANY(ARRAY(SELECT key FROM due_effects))
-                      AND (j.key, j.scope, j.effect) IN (SELECT key, scope, effect FROM due_effects)
+                    DELETE FROM {e} WHERE ctid = ANY(ARRAY(SELECT ctid FROM due_effects))
                     RETURNING 1
                  )
                  SELECT (SELECT count(*) FROM records), (SELECT count(*) FROM refiled),
