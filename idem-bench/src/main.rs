@@ -6,12 +6,15 @@
 //! cargo run --release -p idem-bench -- [--concurrency 16] [--calls 20000]
 //!     [--sweep 1,2,4,8,16,32,64,128,256] [--sweep-calls 4000] [--large-rows 10000000]
 //!     [--purge-rows 1000000] [--plot BENCHMARKS-throughput.png] [--database-url URL]
-//!     [--main-only x]
+//!     [--main-only]
 //! ```
 //!
 //! Without `--database-url` it starts a throwaway PostgreSQL with `pg_stat_statements`, so it
 //! can count statements per call; with one, statement counts need that extension loaded there.
+//! Where the server runs on this machine, each row also says what a call cost the server's CPU
+//! and how many cores the row kept busy, left idle, and lost to the host (`cpu.rs`).
 
+mod cpu;
 mod pgbench;
 mod plot;
 mod workload;
@@ -121,30 +124,17 @@ async fn server_statements(pool: &PgPool, has_pss: bool) -> i64 {
     .get::<i64, _>(0)
 }
 
-/// CPU time (user + system) of this process and of its waited-for children, in seconds.
-fn cpu_seconds() -> (f64, f64) {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start at ") ".
-    let fields: Vec<f64> = stat
-        .rsplit_once(") ")
-        .map(|(_, rest)| {
-            rest.split_whitespace()
-                .map(|f| f.parse().unwrap_or(0.0))
-                .collect()
-        })
-        .unwrap_or_default();
-    let tick = 100.0; // USER_HZ on Linux
-    let at = |i: usize| fields.get(i).copied().unwrap_or(0.0) / tick;
-    // utime, stime, cutime, cstime are fields 14-17 of the whole line, 12-15 after the name.
-    (at(11) + at(12), at(13) + at(14))
-}
-
 struct Row_ {
     label: String,
     measured: Measured,
     statements_per_call: Option<f64>,
     /// Client CPU per call, in microseconds (this process, or the pgbench child).
     client_cpu_us: f64,
+    /// The server's CPU per call, in microseconds, where the server runs on this machine.
+    server_cpu_us: Option<f64>,
+    /// Cores the whole machine left idle, and cores its host withheld (steal), on average over
+    /// the measurement.
+    idle_and_stolen: (f64, f64),
 }
 
 enum Runner {
@@ -168,6 +158,8 @@ struct Bench {
     dir: PathBuf,
     run_id: u64,
     tuned: (usize, usize),
+    /// The server's processes, when it runs on this machine.
+    server: Option<cpu::Server>,
 }
 
 impl Bench {
@@ -202,7 +194,10 @@ impl Bench {
         // Stats views lag by up to a statistics flush; wait out the set-up's statements.
         tokio::time::sleep(Duration::from_millis(600)).await;
         let s0 = server_statements(&self.pool, self.has_pss).await;
-        let cpu0 = cpu_seconds();
+        let cpu0 = cpu::client_seconds();
+        let server0 = self.server.as_ref().map(cpu::Server::seconds);
+        let (idle0, stolen0) = cpu::machine_idle_and_stolen();
+        let started = Instant::now();
         let measured = match runner {
             Runner::Idem(mode) => {
                 workload::run(
@@ -232,6 +227,11 @@ impl Bench {
                 .unwrap()
             }
         };
+        // The machine's idle and stolen time over the calls alone, without the waits around
+        // them.
+        let (idle1, stolen1) = cpu::machine_idle_and_stolen();
+        let wall = started.elapsed().as_secs_f64();
+        let idle_and_stolen = ((idle1 - idle0) / wall, (stolen1 - stolen0) / wall);
         if matches!(
             runner,
             Runner::Idem(
@@ -249,7 +249,8 @@ impl Bench {
             );
         }
         tokio::time::sleep(Duration::from_millis(600)).await;
-        let cpu1 = cpu_seconds();
+        let cpu1 = cpu::client_seconds();
+        let server1 = self.server.as_ref().map(cpu::Server::seconds);
         let s1 = server_statements(&self.pool, self.has_pss).await;
         let per_call = |d: i64| d as f64 / measured.calls as f64;
         // The first counting query is itself counted in the second reading.
@@ -259,6 +260,9 @@ impl Bench {
             Runner::Pgbench(_) => cpu1.1 - cpu0.1,
         };
         let client_cpu_us = cpu * 1e6 / measured.calls as f64;
+        let server_cpu_us = server0
+            .zip(server1)
+            .map(|(s0, s1)| (s1 - s0) * 1e6 / measured.calls as f64);
         sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(&self.pool)
             .await
@@ -268,20 +272,30 @@ impl Bench {
             measured,
             statements_per_call,
             client_cpu_us,
+            server_cpu_us,
+            idle_and_stolen,
         }
     }
 }
 
 fn print_table(title: &str, rows: &[Row_]) {
     println!("\n### {title}\n");
-    println!("| mode | calls/s | p50 ms | p99 ms | SQL statements/call | client CPU µs/call |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| mode | calls/s | p50 ms | p99 ms | SQL statements/call | client CPU µs/call \
+         | server CPU µs/call | cores busy / idle / stolen |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for row in rows {
         let statements = row
             .statements_per_call
             .map_or("n/a".to_owned(), |s| format!("{s:.2}"));
+        let (server, busy) = row.server_cpu_us.map_or(("n/a".into(), "n/a".into()), |s| {
+            let busy = (row.client_cpu_us + s) * row.measured.rate() / 1e6;
+            (format!("{s:.0}"), format!("{busy:.2}"))
+        });
+        let (idle, stolen) = row.idle_and_stolen;
         println!(
-            "| {} | {:.0} | {:.2} | {:.2} | {} | {:.0} |",
+            "| {} | {:.0} | {:.2} | {:.2} | {} | {:.0} | {server} | {busy} / {idle:.2} / {stolen:.2} |",
             row.label,
             row.measured.rate(),
             row.measured.percentile(0.50),
@@ -464,6 +478,7 @@ async fn main() {
         dir: dir.clone(),
         run_id: 0,
         tuned: (args.tuned_connections, args.tuned_in_flight),
+        server: cpu::Server::find(&pool).await,
     };
     println!(
         "## Run of {} (PostgreSQL {version}, {} cores; pg_stat_statements: {has_pss})",
