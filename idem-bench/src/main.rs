@@ -571,6 +571,7 @@ async fn main() {
         Runner::Idem(Mode::LeaseTuned),
         Runner::Idem(Mode::LeaseThroughPool),
         Runner::Idem(Mode::Transactional),
+        Runner::Idem(Mode::TransactionalWithBegin),
         Runner::Idem(Mode::HandWritten),
         Runner::Pgbench(pgbench::Script::Lease),
         Runner::Pgbench(pgbench::Script::Article),

@@ -67,7 +67,7 @@ pub fn draw_with_axes(
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()
         .map_err(|e| e.to_string())?;
-    // One color per series (the sweep draws seven): a repeated color made two lines one.
+    // One color per series (the sweep draws eight): a repeated color made two lines one.
     const ORANGE: RGBColor = RGBColor(230, 120, 0);
     const GREY: RGBColor = RGBColor(128, 128, 128);
     let palette = [&BLUE, &RED, &GREEN, &MAGENTA, &BLACK, &CYAN, &ORANGE, &GREY];
