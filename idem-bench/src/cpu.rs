@@ -83,8 +83,9 @@ impl Server {
 /// of this machine ran, and time its virtual CPUs waited for the host's.
 pub fn machine_idle_and_stolen() -> (f64, f64) {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let tick = 100.0; // USER_HZ on Linux
-                      // "cpu  user nice system idle iowait irq softirq steal ...": every CPU together.
+    // USER_HZ on Linux.
+    let tick = 100.0;
+    // The first line, "cpu  user nice system idle iowait irq softirq steal ...", sums every CPU.
     let fields: Vec<f64> = text
         .lines()
         .next()

@@ -218,10 +218,11 @@ impl RecordsSql {
             // statement; rows locked by a concurrent claim are skipped. Of the due records, the
             // expired ones are deleted and the others are filed again at their `expires_at`
             // (0007_purge_at.sql); the second column counts those. A row is deleted (or filed
-            // again) by its `ctid`, which the batch's own row lock keeps: a TID scan whatever
-            // the plan, with no join. Matching the batch back by key and scope was a join whose
-            // generic plan, made while a table is small (a fresh deployment's first purge),
-            // compared each row with the whole batch: a batch of 10,000 took 16 s
+            // again) by its `ctid`, which the batch's own row lock keeps: no join, and a TID
+            // scan on the store's connections (one that allows sequential scans reads a table
+            // the planner thinks tiny whole). Matching the batch back by key and scope was a
+            // join, and the generic plan the store's connections keep, not knowing the batch's
+            // size, could compare each row with the whole batch: a batch of 10,000 took 16 s
             // (BENCHMARKS.md). A row that was updated after the statement's snapshot and before
             // the batch locked it is locked at its new version, which the statement does not
             // see: it is left as it is, due for the next drain.
