@@ -4,6 +4,9 @@
 
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 
+/// Clock ticks per second of the times in `/proc` (`USER_HZ`, 100 on Linux).
+const TICKS_PER_SECOND: f64 = 100.0;
+
 /// The fields of `/proc/<pid>/stat` the benchmark reads, in seconds where they are times.
 struct Stat {
     ppid: u32,
@@ -18,8 +21,8 @@ fn stat(pid: &str) -> Option<Stat> {
     // Fields after the command name (which may hold spaces and parentheses) start at ") ".
     let (_, rest) = text.rsplit_once(") ")?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let tick = 100.0; // USER_HZ on Linux
-    let at = |i: usize| -> Option<f64> { Some(fields.get(i)?.parse::<f64>().ok()? / tick) };
+    let at =
+        |i: usize| -> Option<f64> { Some(fields.get(i)?.parse::<f64>().ok()? / TICKS_PER_SECOND) };
     // ppid is field 4 of the whole line (1 after the name); utime, stime, cutime and cstime
     // are fields 14-17 (11-14 after the name).
     Some(Stat {
@@ -83,8 +86,6 @@ impl Server {
 /// of this machine ran, and time its virtual CPUs waited for the host's.
 pub fn machine_idle_and_stolen() -> (f64, f64) {
     let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    // USER_HZ on Linux.
-    let tick = 100.0;
     // The first line, "cpu  user nice system idle iowait irq softirq steal ...", sums every CPU.
     let fields: Vec<f64> = text
         .lines()
@@ -92,7 +93,7 @@ pub fn machine_idle_and_stolen() -> (f64, f64) {
         .unwrap_or_default()
         .split_whitespace()
         .skip(1)
-        .map(|f| f.parse::<f64>().unwrap_or(0.0) / tick)
+        .map(|f| f.parse::<f64>().unwrap_or(0.0) / TICKS_PER_SECOND)
         .collect();
     let at = |i: usize| fields.get(i).copied().unwrap_or(0.0);
     (at(3) + at(4), at(7))
