@@ -122,6 +122,11 @@ use sql::QueueSql;
 /// from any `#[idempotent]` handler's record with the same key text.
 pub const QUEUE_SCOPE: &str = "idem:queue";
 
+/// The SQL condition a row of the queue's table meets when its job is running on a lease that
+/// lapsed: its worker died or stalled, and the next claim takes the job again.
+/// [`QueueStats::stale`] counts these rows, and `idem jobs` shows their state as `stale`.
+pub const LAPSED_SQL: &str = "(state = 'running' AND available_at <= now())";
+
 /// How long a finished job's idempotency record is kept: idem-core's default `keep`. While the
 /// job's row is in the queue (until [`Queue::purge_done`] deletes it), the done row is the
 /// record; purging a job that finished less than this ago writes its record for the rest.

@@ -2,6 +2,7 @@
 //! names. Where a statement touches a job's idempotency record, it goes through the store's
 //! records interface ([`RecordsSql`]) rather than spelling the records SQL again.
 
+use super::LAPSED_SQL;
 use crate::records::RecordsSql;
 use crate::time::{batch_start_sql, duration_micros, micros_sql};
 use crate::unseen::unseen;
@@ -231,8 +232,8 @@ impl QueueSql {
             ),
             stats: format!(
                 "SELECT count(*) FILTER (WHERE state = 'queued'),
-                        count(*) FILTER (WHERE state = 'running' AND available_at > now()),
-                        count(*) FILTER (WHERE state = 'running' AND available_at <= now()),
+                        count(*) FILTER (WHERE state = 'running' AND NOT {LAPSED_SQL}),
+                        count(*) FILTER (WHERE {LAPSED_SQL}),
                         count(*) FILTER (WHERE state = 'done'),
                         count(*) FILTER (WHERE state = 'dead')
                  FROM {q}"
