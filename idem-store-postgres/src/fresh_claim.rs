@@ -29,9 +29,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::batched::token_param;
-use crate::direct::{is_connection_lost, Lent};
+use crate::direct::is_connection_lost;
 use crate::store::PgStore;
 use crate::time::duration_micros;
+use crate::transaction::{Begun, TxConn};
 
 type Manager = <Postgres as Database>::TransactionManager;
 
@@ -67,9 +68,9 @@ impl Fences {
 /// The outcome of [`PgStore::claim_fresh`].
 pub(crate) enum Fresh {
     /// The key was fresh: its record is written, completed, in the open transaction.
-    Claimed(Lent, Fence),
+    Claimed(TxConn, Fence),
     /// The key has a record: a transaction is open, and the key is to be claimed in it.
-    Open(Lent),
+    Open(TxConn),
 }
 
 /// `text` as an SQL string constant that no text can break out of: ASCII letters and digits
@@ -92,25 +93,45 @@ pub(crate) fn text_literal(text: &str) -> String {
 }
 
 impl PgStore {
-    /// Begins a transaction on a connection the store lends and claims `request`'s key in the
-    /// same round trip when it is fresh; `None` when the store does not claim with the BEGIN
-    /// ([`claim_with_begin`](crate::PgStoreBuilder::claim_with_begin)) or has no connection to
-    /// lend (or the one it lent was found dead: the caller begins as usual, which replaces it).
+    /// Begins a transaction and claims `request`'s key in the same round trip when it is
+    /// fresh; `None` when the store does not claim with the BEGIN
+    /// ([`claim_with_begin`](crate::PgStoreBuilder::claim_with_begin)), or when the connection
+    /// it took was found dead (the caller begins as usual, which replaces it). The transaction
+    /// runs on a connection the store lends, else on one of the pool: the claim is prepared
+    /// there too (by name, once per connection), so that the mode keeps its two round trips
+    /// past the store's lendable connections.
     pub(crate) async fn claim_fresh(
         &self,
         request: &ClaimRequest<'_>,
         keep: Duration,
     ) -> Result<Option<Fresh>, sqlx::Error> {
-        let Some(lender) = self.lender().filter(|_| self.claims_with_begin()) else {
+        if !self.claims_with_begin() {
             return Ok(None);
+        }
+        let lent = match self.lender() {
+            Some(lender) => lender.lend().await?,
+            None => None,
         };
-        let Some(mut lent) = lender.lend().await? else {
-            return Ok(None);
+        let (mut conn, reused) = match lent {
+            Some(lent) => {
+                let reused = lent.reused();
+                (TxConn::Lent(lent), reused)
+            }
+            None => {
+                if let Some(direct) = self.lender() {
+                    direct.hold_reserve().await?;
+                }
+                // The pool tested it as it handed it out.
+                (
+                    TxConn::Begun(Begun::new(self.pool().acquire().await?)),
+                    false,
+                )
+            }
         };
         let sql = self.records();
-        let fence = match self.fences().next(&sql.fence_block, lent.get()).await {
+        let fence = match self.fences().next(&sql.fence_block, conn.get()).await {
             Ok(fence) => fence,
-            Err(e) if lent.reused() && is_connection_lost(&e) => return Ok(None),
+            Err(e) if reused && is_connection_lost(&e) => return Ok(None),
             Err(e) => return Err(e),
         };
         let null = || "NULL".to_owned();
@@ -126,7 +147,7 @@ impl PgStore {
             text_literal(idem_core::holder()),
         ]
         .join(", ");
-        let mut began = Manager::begin(lent.get(), Some(sql.claim_fresh(&args).into())).await;
+        let mut began = Manager::begin(conn.get(), Some(sql.claim_fresh(&args).into())).await;
         if matches!(&began, Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(NOT_PREPARED))
         {
             // The connection's first: prepare the statement (after ending the failed block;
@@ -136,18 +157,18 @@ impl PgStore {
                 sql.claim_fresh_prepare,
                 sql.claim_fresh(&args)
             );
-            began = Manager::begin(lent.get(), Some(first.into())).await;
+            began = Manager::begin(conn.get(), Some(first.into())).await;
         }
         match began {
-            Ok(()) => Ok(Some(Fresh::Claimed(lent, Fence(fence.unsigned_abs())))),
+            Ok(()) => Ok(Some(Fresh::Claimed(conn, Fence(fence.unsigned_abs())))),
             Err(sqlx::Error::Database(e)) => {
                 tracing::trace!(error = %e, "not a fresh key; claiming it in a new transaction");
                 // The failed statement left its transaction block open and failed: end it and
                 // begin again, in one round trip.
-                Manager::begin(lent.get(), Some("ROLLBACK; BEGIN".into())).await?;
-                Ok(Some(Fresh::Open(lent)))
+                Manager::begin(conn.get(), Some("ROLLBACK; BEGIN".into())).await?;
+                Ok(Some(Fresh::Open(conn)))
             }
-            Err(e) if lent.reused() && is_connection_lost(&e) => Ok(None),
+            Err(e) if reused && is_connection_lost(&e) => Ok(None),
             Err(e) => Err(e),
         }
     }

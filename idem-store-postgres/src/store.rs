@@ -200,20 +200,23 @@ impl PgStoreBuilder {
     }
 
     /// Whether a transactional call claims a fresh key in the round trip of its BEGIN (default
-    /// off; on the store's own connections only). A fresh call is then two round trips (BEGIN
-    /// with the claim, COMMIT) instead of three: measured 1.55 times the fresh calls per second
-    /// at one caller and 1.06-1.07 at 16, with a fifth less client CPU per call (BENCHMARKS.md,
-    /// "The claim with the BEGIN").
+    /// off). A fresh call is then two round trips (BEGIN with the claim, COMMIT) instead of
+    /// three, whether the transaction runs on a connection the store lends or, past those, on
+    /// one of the pool: measured 1.55 times the fresh calls per second at one caller and
+    /// 1.06-1.07 at 16, with a fifth less client CPU per call (BENCHMARKS.md, "The claim with
+    /// the BEGIN").
     ///
     /// The cost, and why it is off by default: sqlx sends nothing with a BEGIN but plain text
     /// whose rows it does not return, so the claim answers by failing when the key is not fresh
     /// (`fresh_claim.rs`). Each such key (a duplicate delivery, while fewer than a quarter of
-    /// the calls are duplicates: above that the store reads first) then costs four round trips
-    /// instead of three, and writes an `ERROR` line to the server's log with the claim's text,
-    /// key included (a bound parameter's value is never logged). The claim is a statement each
-    /// connection prepares once, by name (`PREPARE`), so a pooler that moves sessions between
-    /// server connections (PgBouncer in transaction mode) has it prepared again where it is
-    /// missing, at a round trip each time.
+    /// the calls are duplicates: above that the store reads first, or begins without the claim
+    /// when it has no connections of its own) then costs four round trips instead of three, and
+    /// writes an `ERROR` line to the server's log with the claim's text, key included (a bound
+    /// parameter's value is never logged). The claim is a statement each connection prepares
+    /// once, by a name of the store's table (`PREPARE`); connections of the pool keep it when
+    /// they go back, as they keep sqlx's own cached statements. A pooler that moves sessions
+    /// between server connections (PgBouncer in transaction mode) has it prepared again where
+    /// it is missing, at a round trip each time.
     pub fn claim_with_begin(mut self, on: bool) -> Self {
         self.claim_with_begin = on;
         self

@@ -5,6 +5,7 @@ use idem_core::{
     Claim, ClaimRequest, Completion, Fence, Fenced, Fingerprint, Key, Operation, StoreError,
     TransactionalStore, TxClaim,
 };
+use sqlx::pool::PoolConnection;
 use sqlx::{Database, PgConnection, Postgres, Transaction, TransactionManager};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -34,18 +35,55 @@ pub struct PgTransaction {
     completed: Option<(Fence, Duration)>,
 }
 
-enum TxConn {
+pub(crate) enum TxConn {
     /// One of the store's own connections, lent for the transaction.
     Lent(Lent),
     /// A connection of the pool, when the store lends none.
     Pooled(Transaction<'static, Postgres>),
+    /// A connection of the pool whose transaction the store began with a claim sent along
+    /// (`fresh_claim.rs`), which sqlx's [`Transaction`] cannot do.
+    Begun(Begun),
+}
+
+/// A connection of the pool in a transaction the store began itself. Closed on drop unless
+/// its transaction was committed or rolled back, as a lent connection is: dropped while open
+/// (or while its BEGIN's answer was still on the way), it must not go back to the pool inside
+/// a transaction, and sqlx's pool only pings a connection it takes back.
+pub(crate) struct Begun {
+    conn: PoolConnection<Postgres>,
+    ended: bool,
+}
+
+impl Begun {
+    /// `conn`, to begin a transaction on.
+    pub fn new(conn: PoolConnection<Postgres>) -> Begun {
+        Begun { conn, ended: false }
+    }
+
+    async fn end(mut self, commit: bool) -> Result<(), sqlx::Error> {
+        if commit {
+            Manager::commit(&mut self.conn).await?;
+        } else {
+            Manager::rollback(&mut self.conn).await?;
+        }
+        self.ended = true;
+        Ok(())
+    }
+}
+
+impl Drop for Begun {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.conn.close_on_drop();
+        }
+    }
 }
 
 impl fmt::Debug for PgTransaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = match self.conn {
             TxConn::Lent(_) => "the store's connection",
-            TxConn::Pooled(_) => "a pooled connection",
+            TxConn::Pooled(_) | TxConn::Begun(_) => "a pooled connection",
         };
         f.debug_struct("PgTransaction").field("on", &on).finish()
     }
@@ -58,15 +96,24 @@ impl Deref for PgTransaction {
         match &self.conn {
             TxConn::Lent(lent) => lent.conn(),
             TxConn::Pooled(tx) => tx,
+            TxConn::Begun(begun) => &begun.conn,
         }
     }
 }
 
 impl DerefMut for PgTransaction {
     fn deref_mut(&mut self) -> &mut PgConnection {
-        match &mut self.conn {
+        self.conn.get()
+    }
+}
+
+impl TxConn {
+    /// The connection.
+    pub fn get(&mut self) -> &mut PgConnection {
+        match self {
             TxConn::Lent(lent) => lent.get(),
             TxConn::Pooled(tx) => tx,
+            TxConn::Begun(begun) => &mut begun.conn,
         }
     }
 }
@@ -131,6 +178,7 @@ impl PgTransaction {
                 Ok(())
             }
             TxConn::Pooled(tx) => tx.commit().await,
+            TxConn::Begun(begun) => begun.end(true).await,
         }
     }
 
@@ -142,11 +190,11 @@ impl PgTransaction {
                 lent.give_back();
                 Ok(())
             }
-            // Savepoints left open: closing the connection rolls everything back.
-            TxConn::Lent(lent) => {
-                drop(lent);
-                Ok(())
+            TxConn::Begun(begun) if Manager::get_transaction_depth(&begun.conn) == 1 => {
+                begun.end(false).await
             }
+            // Savepoints left open: closing the connection rolls everything back.
+            TxConn::Lent(_) | TxConn::Begun(_) => Ok(()),
             TxConn::Pooled(tx) => tx.rollback().await,
         }
     }
@@ -221,7 +269,8 @@ impl TransactionalStore for PgStore {
         let duplicates = self.tx_duplicates();
         // While duplicates dominate, a settled key is answered from one read, with no
         // transaction (see `duplicate_rate`); anything else is claimed in one, as always.
-        if duplicates.read_first(self.claims_with_begin()) && self.direct().is_some() {
+        let read_first = duplicates.read_first(self.claims_with_begin());
+        if read_first && self.direct().is_some() {
             if let Some(claim) = self.settled(&request).await.map_err(failed)? {
                 duplicates.observe(true);
                 return Ok(TxClaim {
@@ -230,9 +279,16 @@ impl TransactionalStore for PgStore {
                 });
             }
         }
-        // A fresh key is claimed with the BEGIN where the store does that (`fresh_claim.rs`).
-        let mut tx = match self.claim_fresh(&request, keep).await.map_err(failed)? {
-            Some(Fresh::Claimed(lent, fence)) => {
+        // A fresh key is claimed with the BEGIN where the store does that (`fresh_claim.rs`),
+        // unless duplicates dominate on a store that cannot read first (it has no connections
+        // of its own): each would cost a round trip more than a plain BEGIN.
+        let fresh = if read_first && self.direct().is_none() {
+            None
+        } else {
+            self.claim_fresh(&request, keep).await.map_err(failed)?
+        };
+        let mut tx = match fresh {
+            Some(Fresh::Claimed(conn, fence)) => {
                 duplicates.observe(false);
                 return Ok(TxClaim {
                     claim: Claim::Acquired {
@@ -244,13 +300,13 @@ impl TransactionalStore for PgStore {
                         taken_over: false,
                     },
                     transaction: Some(PgTransaction {
-                        conn: TxConn::Lent(lent),
+                        conn,
                         completed: Some((fence, keep)),
                     }),
                 });
             }
-            Some(Fresh::Open(lent)) => PgTransaction {
-                conn: TxConn::Lent(lent),
+            Some(Fresh::Open(conn)) => PgTransaction {
+                conn,
                 completed: None,
             },
             None => PgTransaction::begin(self).await.map_err(failed)?,

@@ -71,6 +71,24 @@ mod claim_with_begin {
     }
 
     idem_conformance::transactional_conformance!(pg_tx_begin_harness);
+
+    /// On the pool's connections: a store with none of its own.
+    mod on_the_pool {
+        use super::*;
+
+        async fn pg_tx_begin_pooled_harness() -> PgHarness {
+            let mut test = TestStore::new("txbeginpool", 8).await;
+            test.store = PgStore::builder(test.store.pool().clone())
+                .schema(test.schema.clone())
+                .through_pool()
+                .claim_with_begin(true)
+                .build()
+                .unwrap();
+            PgHarness { test }
+        }
+
+        idem_conformance::transactional_conformance!(pg_tx_begin_pooled_harness);
+    }
 }
 
 /// The same rules with the store's statements on dedicated connections.

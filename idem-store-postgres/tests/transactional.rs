@@ -369,3 +369,52 @@ async fn a_claim_sent_with_its_begin_stores_any_key_as_given_and_misses_no_recor
         "only the fresh key's body ran"
     );
 }
+
+/// With `claim_with_begin` past the store's own connections (here a store with none), the
+/// transaction runs on a connection of the pool that the store began itself, claim included.
+/// A call dropped while its body runs must not hand that connection back inside its
+/// transaction: whoever took it next would commit the dropped call's claim (a record saying
+/// the key ran) and its writes. The pool's one connection is checked to be outside any
+/// transaction that wrote, and the key runs again with only its second credit applied.
+#[tokio::test]
+async fn a_call_dropped_on_a_pooled_connection_it_began_leaves_no_transaction_behind() {
+    use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+    let (test, accounts) = setup("tx_begin_pooled").await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&support::database_url())
+        .await
+        .unwrap();
+    let store = &PgStore::builder(pool.clone())
+        .schema(test.schema.clone())
+        .through_pool()
+        .claim_with_begin(true)
+        .build()
+        .unwrap();
+    // The first call on the connection prepares the claim; the second claims with its BEGIN.
+    for order in [1, 2] {
+        let outcome = credit(store, &accounts, order, 1, false).await.unwrap();
+        assert_eq!(outcome, Outcome::Executed(i64::from(order)));
+    }
+    // The body sleeps 50ms after writing; give up after 10ms.
+    let cut = tokio::time::timeout(
+        Duration::from_millis(10),
+        credit(store, &accounts, 3, 100, false),
+    )
+    .await;
+    assert!(cut.is_err());
+    // A statement of its own has written nothing; inside the dropped call's transaction it
+    // would have the claim's and the credit's transaction id.
+    let fresh_transaction: bool =
+        sqlx::query_scalar("SELECT pg_current_xact_id_if_assigned() IS NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        fresh_transaction,
+        "the pool handed out the dropped call's open transaction"
+    );
+    let again = credit(store, &accounts, 3, 7, false).await.unwrap();
+    assert_eq!(again, Outcome::Executed(9));
+    assert_eq!(credits(store, &accounts).await, 9);
+}
