@@ -55,6 +55,11 @@ pub(crate) struct RecordsSql {
     fresh_claim: String,
 }
 
+/// The columns a claim of one key writes, in the order of its `SELECT`: the claim in lease and
+/// transactional mode, and the one sent with a BEGIN ([`RecordsSql::claim_fresh_prepare`]).
+const CLAIM_COLUMNS: &str =
+    "key, scope, fence, fingerprint, completed_at, expires_at, purge_at, token, holder";
+
 /// The name of the prepared statement of [`RecordsSql::claim_fresh_prepare`] for the table
 /// `schema.table`. A connection held from the pool may go back to it when its store is
 /// dropped, and serve another store next (another table, or a table of the same name in
@@ -89,8 +94,7 @@ impl RecordsSql {
                     FROM {t} WHERE key = $1 AND scope IN ($5, '')
                     ORDER BY scope DESC LIMIT 1
                  ), inserted AS (
-                    INSERT INTO {t} (key, scope, fence, fingerprint, completed_at, expires_at,
-                                     purge_at, token, holder)
+                    INSERT INTO {t} ({CLAIM_COLUMNS})
                     SELECT $1, $5, nextval({seq}), $2, {completed_at},
                            now() + $3 * interval '1 microsecond',
                            now() + $3 * interval '1 microsecond', $4, $6
@@ -288,8 +292,7 @@ impl RecordsSql {
             claim_fresh_prepare: format!(
                 "PREPARE {fresh_claim}(text, text, bigint, text, bigint, bigint, text) AS
                  WITH inserted AS (
-                    INSERT INTO {t} (key, scope, fence, fingerprint, completed_at, expires_at,
-                                     purge_at, token, holder)
+                    INSERT INTO {t} ({CLAIM_COLUMNS})
                     SELECT $1, $2, $3, $4, now(), now() + $5 * interval '1 microsecond',
                            now() + $5 * interval '1 microsecond', $6, $7
                     WHERE NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1 AND scope = '')
