@@ -1,0 +1,137 @@
+//! Lease-mode settings compared in turn: fresh calls per second of `#[idempotent]` lease mode
+//! on `PgStore`'s defaults, with each `--in-flight` setting (batches of each kind on the wire),
+//! the settings taking turns point by point, `--reps` times over. On a shared machine one run
+//! of each says little (a setting's figure moves by half between runs); the medians of runs
+//! that alternated say which setting is faster.
+//!
+//! ```text
+//! cargo run --release -p idem-bench --bin interleaved -- [--in-flight 1,2]
+//!     [--callers 1,4,8,16,64] [--calls 8000] [--reps 5] [--database-url URL]
+//! ```
+//!
+//! Every body is empty and every key fresh. Without `--database-url` it starts a throwaway
+//! PostgreSQL.
+
+use idem_core::{Call, Outcome};
+use idem_store_postgres::sqlx;
+use idem_store_postgres::PgStore;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Lease-mode settings in turn. Unknown flags exit with status 2.
+#[derive(Debug, clap::Parser)]
+#[command(about = "lease-mode settings compared in turn, medians of alternating runs")]
+struct Args {
+    /// The `max_batches_in_flight` settings to compare.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    in_flight: Vec<usize>,
+    /// Concurrent callers of each point.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16,64")]
+    callers: Vec<usize>,
+    /// Calls per point.
+    #[arg(long, default_value_t = 8_000)]
+    calls: u64,
+    /// How many times each setting runs each point.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// A server to use; without it a throwaway one is started.
+    #[arg(long)]
+    database_url: Option<String>,
+}
+
+/// `calls` fresh calls on `store` from `callers` tasks; calls per second.
+async fn point(store: &PgStore, callers: usize, calls: u64, tag: &str) -> f64 {
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (store, next, tag) = (store.clone(), next.clone(), tag.to_owned());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= calls {
+                        return;
+                    }
+                    let outcome = Call::new(&store, format!("fresh:{tag}:{i}"))
+                        .run(async { Ok::<_, Infallible>(()) })
+                        .await
+                        .expect("lease call");
+                    assert!(
+                        matches!(outcome, Outcome::Executed(())),
+                        "every key is fresh"
+                    );
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("caller");
+    }
+    calls as f64 / started.elapsed().as_secs_f64()
+}
+
+fn median(mut rates: Vec<f64>) -> f64 {
+    rates.sort_by(f64::total_cmp);
+    let mid = rates.len() / 2;
+    if rates.len() % 2 == 0 {
+        (rates[mid - 1] + rates[mid]) / 2.0
+    } else {
+        rates[mid]
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Args = clap::Parser::parse();
+    let server = idem_bench::server(args.database_url.as_deref(), &[]).await;
+    let mut stores = Vec::new();
+    for &in_flight in &args.in_flight {
+        let schema = format!("interleaved_{in_flight}");
+        sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .execute(&server.pool)
+            .await
+            .unwrap();
+        let store = PgStore::builder(server.pool.clone())
+            .schema(schema.as_str())
+            .max_batches_in_flight(in_flight)
+            .build()
+            .unwrap();
+        store.migrate().await.unwrap();
+        // Open its connections and warm the server's caches before anything is measured.
+        point(&store, 16, 2_000, "warm").await;
+        stores.push((in_flight, store));
+    }
+    let mut rates = vec![vec![Vec::new(); args.callers.len()]; stores.len()];
+    for rep in 0..args.reps {
+        for (c, &callers) in args.callers.iter().enumerate() {
+            for (s, (in_flight, store)) in stores.iter().enumerate() {
+                let rate = point(store, callers, args.calls, &format!("{rep}:{callers}")).await;
+                eprintln!("run {rep}: {in_flight} in flight, {callers} callers: {rate:.0}");
+                rates[s][c].push(rate);
+            }
+        }
+    }
+    println!(
+        "\n### Lease mode, fresh calls/s: medians of {} alternating runs\n",
+        args.reps
+    );
+    print!("| batches in flight |");
+    for callers in &args.callers {
+        print!(" {callers} |");
+    }
+    println!("\n| --- |{}", " ---: |".repeat(args.callers.len()));
+    let first: Vec<f64> = rates[0].iter().cloned().map(median).collect();
+    for ((in_flight, _), points) in stores.iter().zip(rates) {
+        print!("| {in_flight} |");
+        for (runs, base) in points.into_iter().zip(&first) {
+            let (low, high) = runs
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
+            let m = median(runs);
+            print!(" {m:.0} ({:.2}; {low:.0}-{high:.0}) |", m / base);
+        }
+        println!();
+    }
+}
