@@ -34,3 +34,46 @@ pub async fn server(url: Option<&str>, extra_options: &[&str]) -> Server {
         .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
     Server { url, pool, cluster }
 }
+
+/// `calls` lease-mode calls with empty bodies from `callers` tasks, which take call numbers
+/// from one counter; call `i` uses the key `key(i)`. Returns calls per second and how many of
+/// the calls executed (the rest were duplicates).
+pub async fn lease_calls<S, K>(store: &S, callers: usize, calls: u64, key: K) -> (f64, u64)
+where
+    S: idem_core::Store + Clone + Send + Sync + 'static,
+    K: Fn(u64) -> String + Clone + Send + 'static,
+{
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let next = Arc::new(AtomicU64::new(0));
+    let executed = Arc::new(AtomicU64::new(0));
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (store, next, executed, key) =
+                (store.clone(), next.clone(), executed.clone(), key.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= calls {
+                        return;
+                    }
+                    let outcome = idem_core::Call::new(&store, key(i))
+                        .run(async { Ok::<_, std::convert::Infallible>(()) })
+                        .await
+                        .expect("call");
+                    if let idem_core::Outcome::Executed(()) = outcome {
+                        executed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("caller");
+    }
+    (
+        calls as f64 / started.elapsed().as_secs_f64(),
+        executed.load(Ordering::Relaxed),
+    )
+}

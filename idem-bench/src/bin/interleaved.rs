@@ -12,13 +12,8 @@
 //! Every body is empty and every key fresh. Without `--database-url` it starts a throwaway
 //! PostgreSQL.
 
-use idem_core::{Call, Outcome};
 use idem_store_postgres::sqlx;
 use idem_store_postgres::PgStore;
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
 
 /// Lease-mode settings in turn. Unknown flags exit with status 2.
 #[derive(Debug, clap::Parser)]
@@ -43,33 +38,11 @@ struct Args {
 
 /// `calls` fresh calls on `store` from `callers` tasks; calls per second.
 async fn point(store: &PgStore, callers: usize, calls: u64, tag: &str) -> f64 {
-    let next = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..callers)
-        .map(|_| {
-            let (store, next, tag) = (store.clone(), next.clone(), tag.to_owned());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= calls {
-                        return;
-                    }
-                    let outcome = Call::new(&store, format!("fresh:{tag}:{i}"))
-                        .run(async { Ok::<_, Infallible>(()) })
-                        .await
-                        .expect("lease call");
-                    assert!(
-                        matches!(outcome, Outcome::Executed(())),
-                        "every key is fresh"
-                    );
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.expect("caller");
-    }
-    calls as f64 / started.elapsed().as_secs_f64()
+    let tag = tag.to_owned();
+    let (rate, executed) =
+        idem_bench::lease_calls(store, callers, calls, move |i| format!("fresh:{tag}:{i}")).await;
+    assert_eq!(executed, calls, "every key is fresh");
+    rate
 }
 
 fn median(mut rates: Vec<f64>) -> f64 {

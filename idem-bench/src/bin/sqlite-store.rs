@@ -6,11 +6,7 @@
 //! bound: one writer inserting one row per transaction with the same settings, as fast as it
 //! can (a fresh idem call is two write transactions: the claim and the completion).
 
-use idem_core::{Call, Outcome};
 use idem_store_sqlite::SqliteStore;
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 /// SqliteStore against SQLite's single-writer bound. Unknown flags exit with status 2.
@@ -35,36 +31,10 @@ async fn fresh_store(dir: &std::path::Path, name: &str) -> SqliteStore {
 /// `calls` calls from `callers` tasks; call `i` uses key `i % distinct`. Returns calls/s and
 /// how many executed.
 async fn run(store: &SqliteStore, calls: u64, callers: u64, distinct: u64) -> (f64, u64) {
-    let next = Arc::new(AtomicU64::new(0));
-    let executed = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..callers)
-        .map(|_| {
-            let (store, next, executed) = (store.clone(), next.clone(), executed.clone());
-            tokio::spawn(async move {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= calls {
-                        return;
-                    }
-                    let outcome = Call::new(&store, format!("bench:{}", i % distinct))
-                        .run(async { Ok::<_, Infallible>(()) })
-                        .await
-                        .expect("call");
-                    if let Outcome::Executed(()) = outcome {
-                        executed.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    (
-        calls as f64 / started.elapsed().as_secs_f64(),
-        executed.load(Ordering::Relaxed),
-    )
+    idem_bench::lease_calls(store, callers as usize, calls, move |i| {
+        format!("bench:{}", i % distinct)
+    })
+    .await
 }
 
 #[tokio::main]
