@@ -89,6 +89,26 @@ mod claim_with_begin {
 
         idem_conformance::transactional_conformance!(pg_tx_begin_pooled_harness);
     }
+
+    /// On the pool's connections beside the store's own: a pool of four, of which the store
+    /// holds two and lends none (it keeps three for its batches and other operations), so
+    /// every transaction runs on a pooled connection while lease-mode statements use the
+    /// store's.
+    mod none_to_lend {
+        use super::*;
+
+        async fn pg_tx_begin_unlent_harness() -> PgHarness {
+            let mut test = TestStore::new("txbeginunlent", 4).await;
+            test.store = PgStore::builder(test.store.pool().clone())
+                .schema(test.schema.clone())
+                .claim_with_begin(true)
+                .build()
+                .unwrap();
+            PgHarness { test }
+        }
+
+        idem_conformance::transactional_conformance!(pg_tx_begin_unlent_harness);
+    }
 }
 
 /// The same rules with the store's statements on dedicated connections.
