@@ -5,7 +5,7 @@
 
 mod pg_support;
 
-use pg_support::{signal, spawn_keyed_worker, spawn_worker, summary, Schema};
+use pg_support::{signal, spawn_keyed_worker, spawn_worker, summary, xorshift, Schema};
 use std::collections::HashSet;
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -40,13 +40,7 @@ async fn killed_and_paused_workers_lose_nothing_and_are_fenced_out() {
         .collect();
     let mut cut_pids: HashSet<i32> = HashSet::new();
     let mut finished: Vec<Child> = Vec::new();
-    let mut rng = 0x2545_F491_4F6C_DD1Du64;
-    let mut random = move |below: u64| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng % below
-    };
+    let mut random = xorshift(0x2545_F491_4F6C_DD1Du64);
 
     for round in 0..KILLS + PAUSES {
         tokio::time::sleep(Duration::from_millis(300 + random(500))).await;

@@ -8,7 +8,7 @@
 
 mod pg_support;
 
-use pg_support::{spawn_keyed_worker_with, summary, Schema};
+use pg_support::{spawn_keyed_worker_with, summary, xorshift, Schema};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -48,13 +48,7 @@ async fn killed_transactional_workers_commit_each_run_exactly_once() {
             tx_worker(&schema.name, seed, 0, KEYS, 300)
         })
         .collect();
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-    let mut random = move |below: u64| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng % below
-    };
+    let mut random = xorshift(0x9E37_79B9_7F4A_7C15u64);
     let mut killed = Vec::new();
     for _ in 0..KILLS {
         tokio::time::sleep(Duration::from_millis(300 + random(400))).await;

@@ -67,6 +67,18 @@ impl Schema {
     }
 }
 
+/// A xorshift generator from `seed` (not zero): `random(below)` is in `0..below`. The tests
+/// pick their victims and their pauses with it, so a failing schedule is the same on a re-run.
+pub fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut rng = seed;
+    move |below: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % below
+    }
+}
+
 /// Sends `signal` (`KILL`, `TERM`, `STOP`, `CONT`) to `child`.
 pub fn signal(child: &Child, signal: &str) {
     let status = Command::new("kill")
