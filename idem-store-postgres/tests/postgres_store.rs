@@ -60,14 +60,22 @@ idem_conformance::transactional_conformance!(pg_tx_harness);
 mod claim_with_begin {
     use super::*;
 
-    async fn pg_tx_begin_harness() -> PgHarness {
-        let mut test = TestStore::new("txbegin", 8).await;
-        test.store = PgStore::builder(test.store.pool().clone())
-            .schema(test.schema.clone())
-            .claim_with_begin(true)
-            .build()
-            .unwrap();
+    /// A harness whose store, on a pool of `connections` in a new schema named from `prefix`,
+    /// claims with the BEGIN; `through_pool`: it holds no connections of its own.
+    async fn harness(prefix: &str, connections: u32, through_pool: bool) -> PgHarness {
+        let mut test = TestStore::new(prefix, connections).await;
+        let builder = PgStore::builder(test.store.pool().clone()).schema(test.schema.clone());
+        let builder = if through_pool {
+            builder.through_pool()
+        } else {
+            builder
+        };
+        test.store = builder.claim_with_begin(true).build().unwrap();
         PgHarness { test }
+    }
+
+    async fn pg_tx_begin_harness() -> PgHarness {
+        harness("txbegin", 8, false).await
     }
 
     idem_conformance::transactional_conformance!(pg_tx_begin_harness);
@@ -77,14 +85,7 @@ mod claim_with_begin {
         use super::*;
 
         async fn pg_tx_begin_pooled_harness() -> PgHarness {
-            let mut test = TestStore::new("txbeginpool", 8).await;
-            test.store = PgStore::builder(test.store.pool().clone())
-                .schema(test.schema.clone())
-                .through_pool()
-                .claim_with_begin(true)
-                .build()
-                .unwrap();
-            PgHarness { test }
+            harness("txbeginpool", 8, true).await
         }
 
         idem_conformance::transactional_conformance!(pg_tx_begin_pooled_harness);
@@ -98,13 +99,7 @@ mod claim_with_begin {
         use super::*;
 
         async fn pg_tx_begin_unlent_harness() -> PgHarness {
-            let mut test = TestStore::new("txbeginunlent", 4).await;
-            test.store = PgStore::builder(test.store.pool().clone())
-                .schema(test.schema.clone())
-                .claim_with_begin(true)
-                .build()
-                .unwrap();
-            PgHarness { test }
+            harness("txbeginunlent", 4, false).await
         }
 
         idem_conformance::transactional_conformance!(pg_tx_begin_unlent_harness);
