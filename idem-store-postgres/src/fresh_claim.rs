@@ -73,6 +73,50 @@ pub(crate) enum Fresh {
     Open(TxConn),
 }
 
+/// The values of a fresh claim, in the order of the prepared statement's parameters.
+pub(crate) struct FreshArgs<'a> {
+    pub key: &'a str,
+    pub scope: &'a str,
+    pub fence: i64,
+    pub fingerprint: Option<&'a str>,
+    pub keep_us: i64,
+    pub token: Option<i64>,
+    pub holder: &'a str,
+}
+
+impl FreshArgs<'_> {
+    /// The arguments of `EXECUTE`, as SQL constants (texts through [`text_literal`]).
+    pub(crate) fn sql(&self) -> String {
+        let null = || "NULL".to_owned();
+        [
+            text_literal(self.key),
+            text_literal(self.scope),
+            self.fence.to_string(),
+            self.fingerprint.map_or_else(null, text_literal),
+            self.keep_us.to_string(),
+            self.token.map_or_else(null, |t| t.to_string()),
+            text_literal(self.holder),
+        ]
+        .join(", ")
+    }
+}
+
+#[cfg(test)]
+impl<'a> FreshArgs<'a> {
+    /// A claim of `key` in the default scope: fence 1, no fingerprint or token, kept 1 ms.
+    pub(crate) fn example(key: &'a str) -> FreshArgs<'a> {
+        FreshArgs {
+            key,
+            scope: "default",
+            fence: 1,
+            fingerprint: None,
+            keep_us: 1000,
+            token: None,
+            holder: "holder",
+        }
+    }
+}
+
 /// `text` as an SQL string constant that no text can break out of: ASCII letters and digits
 /// as they are, every other character as a Unicode escape (`E'\u0027'`, `E'\U0001f600'`),
 /// which PostgreSQL converts to the server's encoding as it does a bound parameter. A
@@ -134,19 +178,16 @@ impl PgStore {
             Err(e) if reused && is_connection_lost(&e) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let null = || "NULL".to_owned();
-        let args = [
-            text_literal(request.key.as_str()),
-            text_literal(request.key.scope()),
-            fence.to_string(),
-            request
-                .fingerprint
-                .map_or_else(null, |f| text_literal(Fingerprint::as_str(f))),
-            duration_micros(keep).to_string(),
-            token_param(request.token).map_or_else(null, |t| t.to_string()),
-            text_literal(idem_core::holder()),
-        ]
-        .join(", ");
+        let args = FreshArgs {
+            key: request.key.as_str(),
+            scope: request.key.scope(),
+            fence,
+            fingerprint: request.fingerprint.map(Fingerprint::as_str),
+            keep_us: duration_micros(keep),
+            token: token_param(request.token),
+            holder: idem_core::holder(),
+        }
+        .sql();
         let mut began = Manager::begin(conn.get(), Some(sql.claim_fresh(&args).into())).await;
         if matches!(&began, Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(NOT_PREPARED))
         {
@@ -176,7 +217,7 @@ impl PgStore {
 
 #[cfg(test)]
 mod tests {
-    use super::text_literal;
+    use super::{text_literal, FreshArgs};
 
     /// A connection held from the pool goes back to it when its store is dropped and may serve
     /// another store next, with the first store's claim still prepared on it: the second
@@ -192,16 +233,7 @@ mod tests {
             .execute(&mut *conn)
             .await
             .unwrap();
-        let args = [
-            text_literal("k"),
-            text_literal("default"),
-            "1".into(),
-            "NULL".into(),
-            "1000".into(),
-            "NULL".into(),
-            text_literal("holder"),
-        ]
-        .join(", ");
+        let args = FreshArgs::example("k").sql();
         let b_claim = b.records().claim_fresh(&args);
         let refused = sqlx::raw_sql(&b_claim).execute(&mut *conn).await;
         let code = match &refused {

@@ -186,17 +186,7 @@ async fn the_claim_sent_with_a_begin_looks_its_key_up() {
     .await
     .unwrap();
     plans.push(generic_plan(&mut conn, body, true).await);
-    let literal = crate::fresh_claim::text_literal;
-    let args = [
-        literal("k1'x"),
-        literal("default"),
-        "1".into(),
-        "NULL".into(),
-        "1000".into(),
-        "NULL".into(),
-        literal("holder"),
-    ]
-    .join(", ");
+    let args = crate::fresh_claim::FreshArgs::example("k1'x").sql();
     let execute = store.records().claim_fresh(&args);
     let execute = execute
         .strip_prefix("BEGIN; ")
