@@ -1,4 +1,7 @@
-//! What idem's benchmark programs share: the PostgreSQL server they measure against.
+//! What idem's benchmark programs share: the PostgreSQL server they measure against, and the
+//! CPU time a run costs the client and that server ([`cpu`]).
+
+pub mod cpu;
 
 use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::PgPool;

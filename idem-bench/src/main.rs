@@ -14,11 +14,11 @@
 //! Where the server runs on this machine, each row also says what a call cost the server's CPU
 //! and how many cores the row kept busy, left idle, and lost to the host (`cpu.rs`).
 
-mod cpu;
 mod pgbench;
 mod plot;
 mod workload;
 
+use idem_bench::cpu;
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use std::path::PathBuf;

@@ -20,12 +20,34 @@
 //! and nothing else. Without `--database-url` it
 //! starts a throwaway PostgreSQL.
 
+use idem_bench::cpu;
 use idem_store_postgres::queue::{Job, NewJob, Queue};
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// CPU time per item, in µs, of this process and (where it runs on this machine) of the
+/// server, over `drain`.
+async fn cpu_per_item<F: std::future::Future<Output = f64>>(
+    server: Option<&cpu::Server>,
+    items: u64,
+    drain: F,
+) -> (f64, (f64, Option<f64>)) {
+    let (client0, server0) = (cpu::client_seconds().0, server.map(cpu::Server::seconds));
+    let rate = drain.await;
+    let (client1, server1) = (cpu::client_seconds().0, server.map(cpu::Server::seconds));
+    let per_item = |seconds: f64| seconds * 1e6 / items as f64;
+    let server = server0.zip(server1).map(|(s0, s1)| per_item(s1 - s0));
+    (rate, (per_item(client1 - client0), server))
+}
+
+/// `client / server` µs per item, the server's "n/a" where it is not on this machine.
+fn cpu_cell((client, server): (f64, Option<f64>)) -> String {
+    let server = server.map_or("n/a".to_owned(), |s| format!("{s:.0}"));
+    format!("{client:.0} / {server}")
+}
 
 /// The work queue against the article's hand-written loop. Unknown flags exit with status 2.
 #[derive(Debug, clap::Parser)]
@@ -171,6 +193,7 @@ async fn main() {
     // Kept until the end: a throwaway server stops when it is dropped.
     let server = idem_bench::server(args.database_url.as_deref(), &[]).await;
     let pool = server.pool.clone();
+    let server_cpu = cpu::Server::find(&pool).await;
     let version: String = sqlx::query("SHOW server_version")
         .fetch_one(&pool)
         .await
@@ -184,14 +207,16 @@ async fn main() {
     println!();
     println!(
         "| workers | idem queue, through the pool (items/s) | idem queue, default store (items/s) \
-         | hand-written SKIP LOCKED loop (items/s) | idem / hand-written (pool / default) |"
+         | hand-written SKIP LOCKED loop (items/s) | idem / hand-written (pool / default) \
+         | CPU µs/item, client / server: idem default | same: hand-written |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut enqueue_rates = Vec::new();
     for &workers in &args.workers {
         let schema = format!("idem_bench_queue_{workers}");
         fresh_schema(&pool, &schema).await;
         let mut rates = Vec::new();
+        let mut idem_cpu = (0.0, None);
         for default in [false, true] {
             let mut builder = PgStore::builder(pool.clone()).schema(schema.clone());
             if !default {
@@ -210,15 +235,21 @@ async fn main() {
                 .execute(&pool)
                 .await
                 .unwrap();
-            rates.push(drain_idem(&store, args.items, workers).await);
+            let drain = drain_idem(&store, args.items, workers);
+            let (rate, cpu) = cpu_per_item(server_cpu.as_ref(), args.items, drain).await;
+            rates.push(rate);
+            idem_cpu = cpu;
         }
         fill_by_hand(&pool, &schema, args.items).await;
-        let by_hand = drain_by_hand(&pool, &schema, workers, args.batch).await;
+        let drain = drain_by_hand(&pool, &schema, workers, args.batch);
+        let (by_hand, hand_cpu) = cpu_per_item(server_cpu.as_ref(), args.items, drain).await;
         let (pooled, default) = (rates[0], rates[1]);
         println!(
-            "| {workers} | {pooled:.0} | {default:.0} | {by_hand:.0} | {:.2} / {:.2} |",
+            "| {workers} | {pooled:.0} | {default:.0} | {by_hand:.0} | {:.2} / {:.2} | {} | {} |",
             pooled / by_hand,
-            default / by_hand
+            default / by_hand,
+            cpu_cell(idem_cpu),
+            cpu_cell(hand_cpu)
         );
         sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(&pool)
