@@ -108,6 +108,8 @@ fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
         ("queue done", q.done),
         ("queue complete_and_done_many", q.complete_and_done_many),
         ("queue complete_and_claim_many", q.complete_and_claim_many),
+        ("queue complete_and_done_one", q.complete_and_done_one),
+        ("queue complete_and_claim_one", q.complete_and_claim_one),
         ("queue retry", q.retry),
         ("queue dead", q.dead),
         ("queue release", q.release),

@@ -49,6 +49,14 @@ pub(crate) struct QueueSql {
     /// done, then NULLs), then a row per claimed job (NULL, NULL, NULL, then `claim`'s
     /// columns).
     pub(crate) complete_and_claim_many: String,
+    /// `complete_and_done_many` for one job: the same parameters, each a scalar (`$1` key,
+    /// `$2` fence, `$3` output, `$4` keep in µs, `$5` attempt). Returns one row: (call
+    /// completed, job marked done).
+    pub(crate) complete_and_done_one: String,
+    /// `complete_and_claim_many` for one job, with scalars as `complete_and_done_one` (`$6`
+    /// limit, `$7` lease in µs, `$8` worker, as there). Returns the same rows, the
+    /// completion's first with `1` for its position.
+    pub(crate) complete_and_claim_one: String,
     /// `$1` key, `$2` attempt, `$3` delay (µs), `$4` error.
     pub(crate) retry: String,
     /// `$1` key, `$2` attempt, `$3` error.
@@ -116,6 +124,27 @@ impl QueueSql {
              ),
              updated AS ({complete_many})",
             records.held_by_another(super::QUEUE_SCOPE, "d.key", "d.fence"),
+        );
+        // The same for one job, with scalar parameters: no arrays for the server to unnest and
+        // join, which cost a lone completion (every one at one worker) a fifth of its
+        // server time.
+        let complete_and_done_one = format!(
+            "WITH done AS (
+                 UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
+                 WHERE q.key = $1 AND q.attempts = $5 AND q.state = 'running'
+                   AND NOT EXISTS ({})
+                 RETURNING 1
+             ),
+             updated AS ({} RETURNING 1)",
+            records.held_by_another(super::QUEUE_SCOPE, "$1", "$2"),
+            records.complete,
+        );
+        let completion_answer = format!(
+            "EXISTS (SELECT 1 FROM updated) OR EXISTS (SELECT 1 FROM done)
+                 OR EXISTS (
+                     SELECT 1 FROM {q} WHERE key = $1 AND attempts = $5 AND state = 'done'
+                 ),
+             EXISTS (SELECT 1 FROM done)"
         );
         // Per completion `n.i`: (call completed, job marked done).
         let completion_answers = format!(
@@ -217,6 +246,17 @@ impl QueueSql {
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
                 claimed("$6", "$7", "$8", &format!("AND key <> ALL({keys})"))
             ),
+            complete_and_done_one: format!("{complete_and_done_one} SELECT {completion_answer}"),
+            complete_and_claim_one: format!(
+                "{complete_and_done_one}, {}, records AS ({unheld})
+                 SELECT 1::bigint, {completion_answer},
+                        NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint
+                 UNION ALL
+                 SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
+                        r.fence, {lease_end}
+                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
+                claimed("$6", "$7", "$8", &format!("AND key <> {}", unseen("$1", "text")))
+            ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
                      last_error = $4, worker = NULL
@@ -311,6 +351,7 @@ mod tests {
         let statements = [
             ("claim", &sql.claim),
             ("complete_and_claim_many", &sql.complete_and_claim_many),
+            ("complete_and_claim_one", &sql.complete_and_claim_one),
         ];
         for (name, statement) in statements {
             for seqscan in [true, false] {
@@ -328,7 +369,7 @@ mod tests {
 
     /// On a connection that keeps the server's `plan_cache_mode = auto` (a pool connection, as
     /// with `through_pool`), every queue statement that takes a number of jobs or a batch of
-    /// keys (and the renewal, which may write a record) settles on a generic plan after the
+    /// keys (and the renewal, which may write a record, and the completions of one job) settles on a generic plan after the
     /// server's five custom ones, on a fresh queue and on one of 5,000 analyzed jobs: were its custom plans costed below its generic plan
     /// (as when they read a claim's `LIMIT`), the server would plan it at every execution.
     #[tokio::test]
@@ -372,6 +413,15 @@ mod tests {
                     .bind(&keeps)
                     .bind(&attempts)
             };
+            // The same for one job, each a scalar.
+            let completion = |statement| {
+                sqlx::query(statement)
+                    .bind("job:x")
+                    .bind(1i64)
+                    .bind(Vec::<u8>::new())
+                    .bind(1_000_000i64)
+                    .bind(1i32)
+            };
             for _ in 0..10 {
                 let executions = [
                     sqlx::query(&sql.claim).bind(1i64).bind(lease).bind(worker),
@@ -380,6 +430,11 @@ mod tests {
                         .bind(lease)
                         .bind(worker),
                     completions(&sql.complete_and_done_many),
+                    completion(&sql.complete_and_claim_one)
+                        .bind(1i64)
+                        .bind(lease)
+                        .bind(worker),
+                    completion(&sql.complete_and_done_one),
                     sqlx::query(&sql.done).bind(&keys).bind(&attempts),
                     sqlx::query(&sql.release)
                         .bind(&keys)
@@ -406,6 +461,8 @@ mod tests {
                 ("claim", &sql.claim),
                 ("complete_and_claim_many", &sql.complete_and_claim_many),
                 ("complete_and_done_many", &sql.complete_and_done_many),
+                ("complete_and_claim_one", &sql.complete_and_claim_one),
+                ("complete_and_done_one", &sql.complete_and_done_one),
                 ("done", &sql.done),
                 ("release", &sql.release),
                 ("renew", &sql.renew),
