@@ -369,9 +369,10 @@ mod tests {
 
     /// On a connection that keeps the server's `plan_cache_mode = auto` (a pool connection, as
     /// with `through_pool`), every queue statement that takes a number of jobs or a batch of
-    /// keys (and the renewal, which may write a record, and the completions of one job) settles on a generic plan after the
-    /// server's five custom ones, on a fresh queue and on one of 5,000 analyzed jobs: were its custom plans costed below its generic plan
-    /// (as when they read a claim's `LIMIT`), the server would plan it at every execution.
+    /// keys (and the renewal, which may write a record, and the completions of one job)
+    /// settles on a generic plan after the server's five custom ones, on a fresh queue and on
+    /// one of 5,000 analyzed jobs: were its custom plans costed below its generic plan (as
+    /// when they read a claim's `LIMIT`), the server would plan it at every execution.
     #[tokio::test]
     async fn statements_settle_on_generic_plans_through_the_pool() {
         use sqlx::Connection;
