@@ -183,6 +183,23 @@ impl QueueSql {
                  )"
             )
         };
+        // Completions (`completing`: their CTEs) that also claim up to `$6` jobs (`$7` lease in
+        // µs, `$8` worker), never one that `also` rules out: a row per completion (`answers`,
+        // its position first, over `from`), then a row per claimed job, each padded with the
+        // other's NULLs.
+        let and_claim = |completing: &str, answers: &str, from: &str, also: &str| {
+            format!(
+                "{completing}, {}, records AS ({unheld})
+                 SELECT {answers},
+                        NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint
+                 {from}
+                 UNION ALL
+                 SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
+                        r.fence, {lease_end}
+                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
+                claimed("$6", "$7", "$8", also)
+            )
+        };
         let fenced = format!(
             "FROM unnest({keys}, {}) AS held(key, attempts)
              WHERE q.key = held.key AND q.attempts = held.attempts AND q.state = 'running'",
@@ -235,27 +252,18 @@ impl QueueSql {
                  FROM generate_series(1, {key_count}) AS n(i)
                  ORDER BY n.i"
             ),
-            complete_and_claim_many: format!(
-                "{complete_and_done}, {}, records AS ({unheld})
-                 SELECT n.i, {completion_answers},
-                        NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint
-                 FROM generate_series(1, {key_count}) AS n(i)
-                 UNION ALL
-                 SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
-                        r.fence, {lease_end}
-                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
-                claimed("$6", "$7", "$8", &format!("AND key <> ALL({keys})"))
+            complete_and_claim_many: and_claim(
+                &complete_and_done,
+                &format!("n.i, {completion_answers}"),
+                &format!("FROM generate_series(1, {key_count}) AS n(i)"),
+                &format!("AND key <> ALL({keys})"),
             ),
             complete_and_done_one: format!("{complete_and_done_one} SELECT {completion_answer}"),
-            complete_and_claim_one: format!(
-                "{complete_and_done_one}, {}, records AS ({unheld})
-                 SELECT 1::bigint, {completion_answer},
-                        NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint
-                 UNION ALL
-                 SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
-                        r.fence, {lease_end}
-                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
-                claimed("$6", "$7", "$8", &format!("AND key <> {}", unseen("$1", "text")))
+            complete_and_claim_one: and_claim(
+                &complete_and_done_one,
+                &format!("1::bigint, {completion_answer}"),
+                "",
+                &format!("AND key <> {}", unseen("$1", "text")),
             ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
