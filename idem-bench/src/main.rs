@@ -66,6 +66,10 @@ struct Args {
     /// Only the main table.
     #[arg(long = "main-only")]
     quick: bool,
+    /// Rounds of the main tables: every mode once per round, in turn. A table shows each
+    /// mode's median round, and each ratio its median over the rounds, with their range.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
 }
 
 /// A schema with an idem table holding `EXISTING_KEYS` completed keys, and the hand-written
@@ -276,16 +280,65 @@ impl Bench {
             idle_and_stolen,
         }
     }
+
+    /// `rounds` rounds of `runners`, each round every runner once, in turn.
+    async fn rounds(
+        &mut self,
+        runners: &[Runner],
+        title: &str,
+        rounds: u32,
+        concurrency: usize,
+        calls: u64,
+        dup_ratio: f64,
+    ) -> Vec<Vec<Row_>> {
+        let mut all = Vec::new();
+        for round in 1..=rounds {
+            let mut rows = Vec::new();
+            for runner in runners {
+                eprintln!(
+                    "{title}: {} (round {round} of {rounds}) ...",
+                    runner.label()
+                );
+                rows.push(self.measure(runner, concurrency, calls, dup_ratio).await);
+            }
+            all.push(rows);
+        }
+        all
+    }
 }
 
-fn print_table(title: &str, rows: &[Row_]) {
+/// The tables' title suffix for `rounds` rounds.
+fn rounds_note(rounds: u32) -> String {
+    match rounds {
+        1 => String::new(),
+        n => format!(", median of {n} rounds"),
+    }
+}
+
+/// Prints a table of `rounds` (every mode once per round, in turn): each mode's row is its median
+/// round by calls per second, and each ratio the median of the ratios within the rounds, with
+/// their range when there are several (the host's speed drifts between rounds, so a ratio is
+/// taken within one).
+fn print_table(title: &str, rounds: &[Vec<Row_>]) {
     println!("\n### {title}\n");
     println!(
         "| mode | calls/s | p50 ms | p99 ms | SQL statements/call | client CPU µs/call \
          | server CPU µs/call | cores busy / idle / stolen |"
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for row in rows {
+    let rate = |round: &[Row_], label: &str| {
+        round
+            .iter()
+            .find(|r| r.label == label)
+            .map(|r| r.measured.rate())
+    };
+    for row in &rounds[0] {
+        let mut same: Vec<&Row_> = rounds
+            .iter()
+            .filter_map(|round| round.iter().find(|r| r.label == row.label))
+            .collect();
+        same.sort_by(|a, b| a.measured.rate().total_cmp(&b.measured.rate()));
+        let row = same[(same.len() - 1) / 2];
         let statements = row
             .statements_per_call
             .map_or("n/a".to_owned(), |s| format!("{s:.2}"));
@@ -304,14 +357,23 @@ fn print_table(title: &str, rows: &[Row_]) {
             row.client_cpu_us
         );
     }
-    let rate = |label: &str| {
-        rows.iter()
-            .find(|r| r.label == label)
-            .map(|r| r.measured.rate())
-    };
-    let ratio = |a: &str, b: &str| match (rate(a), rate(b)) {
-        (Some(a), Some(b)) => format!("{:.2}", a / b),
-        _ => "n/a".into(),
+    let ratio = |a: &str, b: &str| {
+        let mut ratios: Vec<f64> = rounds
+            .iter()
+            .filter_map(|round| Some(rate(round, a)? / rate(round, b)?))
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        match ratios.as_slice() {
+            [] => "n/a".to_owned(),
+            [one] => format!("**{one:.2}**"),
+            all => format!(
+                "**{:.2}** ({:.2}-{:.2} over {} rounds)",
+                all[(all.len() - 1) / 2],
+                all[0],
+                all[all.len() - 1],
+                all.len()
+            ),
+        }
     };
     println!();
     // Lines whose two modes were not both run say "n/a" and are left out.
@@ -321,40 +383,40 @@ fn print_table(title: &str, rows: &[Row_]) {
         }
     };
     println(format!(
-        "- idem lease / pgbench (same statements): **{}**",
+        "- idem lease / pgbench (same statements): {}",
         ratio(Mode::Lease.label(), pgbench::Script::Lease.label())
     ));
     println(format!(
-        "- idem lease tuned / pgbench (same statements): **{}**",
+        "- idem lease tuned / pgbench (same statements): {}",
         ratio(Mode::LeaseTuned.label(), pgbench::Script::Lease.label())
     ));
     println(format!(
-        "- idem lease through the pool / pgbench (same statements): **{}**",
+        "- idem lease through the pool / pgbench (same statements): {}",
         ratio(
             Mode::LeaseThroughPool.label(),
             pgbench::Script::Lease.label()
         )
     ));
     println(format!(
-        "- idem lease (default) / pgbench running the article's INSERT: **{}**",
+        "- idem lease (default) / pgbench running the article's INSERT: {}",
         ratio(Mode::Lease.label(), pgbench::Script::Article.label())
     ));
     println(format!(
-        "- idem transactional / pgbench (BEGIN, claim, completion, COMMIT, one round trip each): **{}**",
+        "- idem transactional / pgbench (BEGIN, claim, completion, COMMIT, one round trip each): {}",
         ratio(
             Mode::Transactional.label(),
             pgbench::Script::Transactional.label()
         )
     ));
     println(format!(
-        "- idem transactional / pgbench (its own statements: BEGIN, the claim written completed, COMMIT): **{}**",
+        "- idem transactional / pgbench (its own statements: BEGIN, the claim written completed, COMMIT): {}",
         ratio(
             Mode::Transactional.label(),
             pgbench::Script::TransactionalWritten.label()
         )
     ));
     println(format!(
-        "- idem transactional, claim with BEGIN / pgbench (BEGIN, claim, completion, COMMIT): **{}**; / pgbench (BEGIN, the claim written completed, COMMIT): **{}**; / idem transactional: **{}**",
+        "- idem transactional, claim with BEGIN / pgbench (BEGIN, claim, completion, COMMIT): {}; / pgbench (BEGIN, the claim written completed, COMMIT): {}; / idem transactional: {}",
         ratio(
             Mode::TransactionalWithBegin.label(),
             pgbench::Script::Transactional.label()
@@ -369,19 +431,19 @@ fn print_table(title: &str, rows: &[Row_]) {
         )
     ));
     println(format!(
-        "- idem lease / hand-written: **{}**",
+        "- idem lease / hand-written: {}",
         ratio(Mode::Lease.label(), Mode::HandWritten.label())
     ));
     println(format!(
-        "- hand-written / pgbench (same statement): **{}**",
+        "- hand-written / pgbench (same statement): {}",
         ratio(Mode::HandWritten.label(), pgbench::Script::Article.label())
     ));
     println(format!(
-        "- idem lease / sqlx sending the same statements (idem's own cost): **{}**",
+        "- idem lease / sqlx sending the same statements (idem's own cost): {}",
         ratio(Mode::Lease.label(), Mode::SqlxSameStatements.label())
     ));
     println(format!(
-        "- hand-written with sqlx's pool / without it: **{}**",
+        "- hand-written with sqlx's pool / without it: {}",
         ratio(Mode::HandWritten.label(), Mode::HandWrittenNoPool.label())
     ));
 }
@@ -518,46 +580,52 @@ async fn main() {
         ("fresh keys (0% duplicates)", 0.0),
         ("duplicate-heavy (90% duplicates)", 0.9),
     ] {
-        let mut rows = Vec::new();
-        for runner in &runners {
-            eprintln!("{title}: {} ...", runner.label());
-            rows.push(
-                bench
-                    .measure(runner, args.concurrency, args.calls, dup_ratio)
-                    .await,
-            );
-        }
+        let rounds = bench
+            .rounds(
+                &runners,
+                title,
+                args.rounds,
+                args.concurrency,
+                args.calls,
+                dup_ratio,
+            )
+            .await;
         print_table(
             &format!(
-                "{title}, {} concurrent callers, {} calls each",
-                args.concurrency, args.calls
+                "{title}, {} concurrent callers, {} calls each{}",
+                args.concurrency,
+                args.calls,
+                rounds_note(args.rounds)
             ),
-            &rows,
+            &rounds,
         );
     }
 
     // Duplicates against the floor: every call an existing key.
-    let mut rows = Vec::new();
-    for runner in [
+    let runners = [
         Runner::Idem(Mode::Lease),
         Runner::Idem(Mode::LeaseTuned),
         Runner::Idem(Mode::LeaseThroughPool),
         Runner::Pgbench(pgbench::Script::Lease),
         Runner::Pgbench(pgbench::Script::Article),
-    ] {
-        eprintln!("all duplicates: {} ...", runner.label());
-        rows.push(
-            bench
-                .measure(&runner, args.concurrency, args.calls, 1.0)
-                .await,
-        );
-    }
+    ];
+    let rounds = bench
+        .rounds(
+            &runners,
+            "all duplicates",
+            args.rounds,
+            args.concurrency,
+            args.calls,
+            1.0,
+        )
+        .await;
     print_table(
         &format!(
-            "only duplicates (100%), {} concurrent callers",
-            args.concurrency
+            "only duplicates (100%), {} concurrent callers{}",
+            args.concurrency,
+            rounds_note(args.rounds)
         ),
-        &rows,
+        &rounds,
     );
 
     if args.quick {
