@@ -1,7 +1,9 @@
-//! What idem's benchmark programs share: the PostgreSQL server they measure against, and the
-//! CPU time a run costs the client and that server ([`cpu`]).
+//! What idem's benchmark programs share: the PostgreSQL server they measure against, the CPU
+//! time a run costs the client and that server ([`cpu`]), and the median and range of repeated
+//! measurements ([`spread`]).
 
 pub mod cpu;
+pub mod spread;
 
 use idem_store_postgres::sqlx::postgres::PgPoolOptions;
 use idem_store_postgres::sqlx::PgPool;

@@ -19,6 +19,7 @@ mod plot;
 mod workload;
 
 use idem_bench::cpu;
+use idem_bench::spread::Spread;
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use std::path::PathBuf;
@@ -316,9 +317,9 @@ fn rounds_note(rounds: u32) -> String {
 }
 
 /// Prints a table of `rounds` (every mode once per round, in turn): each mode's row is its median
-/// round by calls per second, and each ratio the median of the ratios within the rounds, with
-/// their range when there are several (the host's speed drifts between rounds, so a ratio is
-/// taken within one).
+/// round by calls per second (the slower of the middle two, for an even count), and each ratio
+/// the median of the ratios within the rounds, with their range when there are several (the
+/// host's speed drifts between rounds, so a ratio is taken within one).
 fn print_table(title: &str, rounds: &[Vec<Row_>]) {
     println!("\n### {title}\n");
     println!(
@@ -358,20 +359,15 @@ fn print_table(title: &str, rounds: &[Vec<Row_>]) {
         );
     }
     let ratio = |a: &str, b: &str| {
-        let mut ratios: Vec<f64> = rounds
+        let ratios = rounds
             .iter()
-            .filter_map(|round| Some(rate(round, a)? / rate(round, b)?))
-            .collect();
-        ratios.sort_by(f64::total_cmp);
-        match ratios.as_slice() {
-            [] => "n/a".to_owned(),
-            [one] => format!("**{one:.2}**"),
-            all => format!(
-                "**{:.2}** ({:.2}-{:.2} over {} rounds)",
-                all[(all.len() - 1) / 2],
-                all[0],
-                all[all.len() - 1],
-                all.len()
+            .filter_map(|round| Some(rate(round, a)? / rate(round, b)?));
+        match Spread::of(ratios) {
+            None => "n/a".to_owned(),
+            Some(s) if rounds.len() == 1 => format!("**{:.2}**", s.median),
+            Some(Spread { median, low, high }) => format!(
+                "**{median:.2}** ({low:.2}-{high:.2} over {} rounds)",
+                rounds.len()
             ),
         }
     };

@@ -12,6 +12,7 @@
 //! Every body is empty and every key fresh. Without `--database-url` it starts a throwaway
 //! PostgreSQL.
 
+use idem_bench::spread::Spread;
 use idem_store_postgres::sqlx;
 use idem_store_postgres::PgStore;
 
@@ -29,8 +30,8 @@ struct Args {
     #[arg(long, default_value_t = 8_000)]
     calls: u64,
     /// How many times each setting runs each point.
-    #[arg(long, default_value_t = 5)]
-    reps: usize,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    reps: u64,
     /// A server to use; without it a throwaway one is started.
     #[arg(long)]
     database_url: Option<String>,
@@ -43,16 +44,6 @@ async fn point(store: &PgStore, callers: usize, calls: u64, tag: &str) -> f64 {
         idem_bench::lease_calls(store, callers, calls, move |i| format!("fresh:{tag}:{i}")).await;
     assert_eq!(executed, calls, "every key is fresh");
     rate
-}
-
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    let mid = rates.len() / 2;
-    if rates.len() % 2 == 0 {
-        (rates[mid - 1] + rates[mid]) / 2.0
-    } else {
-        rates[mid]
-    }
 }
 
 #[tokio::main]
@@ -95,15 +86,16 @@ async fn main() {
         print!(" {callers} |");
     }
     println!("\n| --- |{}", " ---: |".repeat(args.callers.len()));
-    let first: Vec<f64> = rates[0].iter().cloned().map(median).collect();
-    for ((in_flight, _), points) in stores.iter().zip(rates) {
+    let spread = |runs: &Vec<f64>| Spread::of(runs.iter().copied()).expect("at least one rep");
+    let first: Vec<Spread> = rates[0].iter().map(spread).collect();
+    for ((in_flight, _), points) in stores.iter().zip(&rates) {
         print!("| {in_flight} |");
-        for (runs, base) in points.into_iter().zip(&first) {
-            let (low, high) = runs
-                .iter()
-                .fold((f64::MAX, 0.0f64), |(l, h), &r| (l.min(r), h.max(r)));
-            let m = median(runs);
-            print!(" {m:.0} ({:.2}; {low:.0}-{high:.0}) |", m / base);
+        for (runs, base) in points.iter().zip(&first) {
+            let Spread { median, low, high } = spread(runs);
+            print!(
+                " {median:.0} ({:.2}; {low:.0}-{high:.0}) |",
+                median / base.median
+            );
         }
         println!();
     }
