@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p idem-bench --bin queue-throughput -- [--items 20000]
-//!     [--workers 1,2,4,8] [--batch 10] [--purge-jobs 1000000] [--database-url URL]
+//!     [--workers 1,2,4,8] [--batch 10] [--purge-jobs 1000000] [--rounds 1]
+//!     [--database-url URL]
 //! ```
 //!
 //! Then it purges `--purge-jobs` finished jobs twice from the same vacuumed backlog of jobs
@@ -18,10 +19,13 @@
 //! each run as an idempotent call (a fence reserved by the claim, the job's row marked done by
 //! the completion, which also claims the next job); the hand-written loop marks a row `sent`
 //! and nothing else. Each row also gives the CPU per item of this process and (where it runs
-//! on this machine) the server, over idem's default drain and over the loop's. Without
-//! `--database-url` it starts a throwaway PostgreSQL.
+//! on this machine) the server, over idem's default drain and over the loop's. With `--rounds
+//! N` every worker count runs N times, the counts taking turns, and a row is its median round
+//! (by idem's default / hand-written ratio) with that ratio's range. Without `--database-url`
+//! it starts a throwaway PostgreSQL.
 
 use idem_bench::cpu;
+use idem_bench::spread::Spread;
 use idem_store_postgres::queue::{Job, NewJob, Queue};
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
@@ -69,6 +73,84 @@ struct Args {
     /// A server to use (with `pg_stat_statements`); without it a throwaway one is started.
     #[arg(long)]
     database_url: Option<String>,
+    /// Rounds: every worker count once per round, in turn. A row is the worker count's median
+    /// round by idem's default / hand-written ratio, with that ratio's range over the rounds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+}
+
+/// One worker count's measurements in one round.
+struct Round {
+    /// idem's queue through the pool, in items/s.
+    pooled: f64,
+    /// idem's queue on its default store, in items/s.
+    default: f64,
+    /// The hand-written loop, in items/s.
+    by_hand: f64,
+    /// CPU per item, client and server, over idem's default drain.
+    idem_cpu: (f64, Option<f64>),
+    /// The same over the loop's.
+    hand_cpu: (f64, Option<f64>),
+}
+
+impl Round {
+    /// idem's default store / the hand-written loop.
+    fn ratio(&self) -> f64 {
+        self.default / self.by_hand
+    }
+}
+
+/// Drains `items` jobs with `workers` workers through the pool, then with the default store,
+/// then by hand, in a fresh schema; pushes the enqueue rates onto `enqueue_rates`.
+async fn round(
+    pool: &PgPool,
+    server_cpu: Option<&cpu::Server>,
+    items: u64,
+    batch: i64,
+    workers: usize,
+    enqueue_rates: &mut Vec<f64>,
+) -> Round {
+    let schema = format!("idem_bench_queue_{workers}");
+    fresh_schema(pool, &schema).await;
+    let mut rates = Vec::new();
+    let mut idem_cpu = (0.0, None);
+    for default in [false, true] {
+        let mut builder = PgStore::builder(pool.clone()).schema(schema.clone());
+        if !default {
+            builder = builder.through_pool();
+        }
+        let store = builder.build().unwrap();
+        store.migrate().await.unwrap();
+        sqlx::raw_sql(&format!(
+            "TRUNCATE {schema}.idem_records_queue, {schema}.idem_records"
+        ))
+        .execute(pool)
+        .await
+        .unwrap();
+        enqueue_rates.push(enqueue_idem(&store, items).await);
+        sqlx::raw_sql(&format!("ANALYZE {schema}.idem_records_queue"))
+            .execute(pool)
+            .await
+            .unwrap();
+        let drain = drain_idem(&store, items, workers);
+        let (rate, cpu) = cpu_per_item(server_cpu, items, drain).await;
+        rates.push(rate);
+        idem_cpu = cpu;
+    }
+    fill_by_hand(pool, &schema, items).await;
+    let drain = drain_by_hand(pool, &schema, workers, batch);
+    let (by_hand, hand_cpu) = cpu_per_item(server_cpu, items, drain).await;
+    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(pool)
+        .await
+        .unwrap();
+    Round {
+        pooled: rates[0],
+        default: rates[1],
+        by_hand,
+        idem_cpu,
+        hand_cpu,
+    }
 }
 
 async fn fresh_schema(pool: &PgPool, name: &str) {
@@ -213,49 +295,40 @@ async fn main() {
     );
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut enqueue_rates = Vec::new();
-    for &workers in &args.workers {
-        let schema = format!("idem_bench_queue_{workers}");
-        fresh_schema(&pool, &schema).await;
-        let mut rates = Vec::new();
-        let mut idem_cpu = (0.0, None);
-        for default in [false, true] {
-            let mut builder = PgStore::builder(pool.clone()).schema(schema.clone());
-            if !default {
-                builder = builder.through_pool();
-            }
-            let store = builder.build().unwrap();
-            store.migrate().await.unwrap();
-            sqlx::raw_sql(&format!(
-                "TRUNCATE {schema}.idem_records_queue, {schema}.idem_records"
-            ))
-            .execute(&pool)
-            .await
-            .unwrap();
-            enqueue_rates.push(enqueue_idem(&store, args.items).await);
-            sqlx::raw_sql(&format!("ANALYZE {schema}.idem_records_queue"))
-                .execute(&pool)
-                .await
-                .unwrap();
-            let drain = drain_idem(&store, args.items, workers);
-            let (rate, cpu) = cpu_per_item(server_cpu.as_ref(), args.items, drain).await;
-            rates.push(rate);
-            idem_cpu = cpu;
+    let mut measured: Vec<Vec<Round>> = args.workers.iter().map(|_| Vec::new()).collect();
+    for n in 1..=args.rounds {
+        for (&workers, rounds) in args.workers.iter().zip(&mut measured) {
+            eprintln!("{workers} workers (round {n} of {}) ...", args.rounds);
+            let r = round(
+                &pool,
+                server_cpu.as_ref(),
+                args.items,
+                args.batch,
+                workers,
+                &mut enqueue_rates,
+            )
+            .await;
+            rounds.push(r);
         }
-        fill_by_hand(&pool, &schema, args.items).await;
-        let drain = drain_by_hand(&pool, &schema, workers, args.batch);
-        let (by_hand, hand_cpu) = cpu_per_item(server_cpu.as_ref(), args.items, drain).await;
-        let (pooled, default) = (rates[0], rates[1]);
+    }
+    for (&workers, mut rounds) in args.workers.iter().zip(measured) {
+        let spread = Spread::of(rounds.iter().map(Round::ratio)).expect("at least one round");
+        rounds.sort_by(|a, b| a.ratio().total_cmp(&b.ratio()));
+        let r = &rounds[(rounds.len() - 1) / 2];
+        let range = match rounds.len() {
+            1 => String::new(),
+            n => format!(" ({:.2}-{:.2} over {n} rounds)", spread.low, spread.high),
+        };
         println!(
-            "| {workers} | {pooled:.0} | {default:.0} | {by_hand:.0} | {:.2} / {:.2} | {} | {} |",
-            pooled / by_hand,
-            default / by_hand,
-            cpu_cell(idem_cpu),
-            cpu_cell(hand_cpu)
+            "| {workers} | {:.0} | {:.0} | {:.0} | {:.2} / {:.2}{range} | {} | {} |",
+            r.pooled,
+            r.default,
+            r.by_hand,
+            r.pooled / r.by_hand,
+            r.ratio(),
+            cpu_cell(r.idem_cpu),
+            cpu_cell(r.hand_cpu)
         );
-        sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(&pool)
-            .await
-            .unwrap();
     }
     let mean = enqueue_rates.iter().sum::<f64>() / enqueue_rates.len() as f64;
     println!();
