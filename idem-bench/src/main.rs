@@ -6,8 +6,11 @@
 //! cargo run --release -p idem-bench -- [--concurrency 16] [--calls 20000]
 //!     [--sweep 1,2,4,8,16,32,64,128,256] [--sweep-calls 4000] [--large-rows 10000000]
 //!     [--purge-rows 1000000] [--plot BENCHMARKS-throughput.png] [--database-url URL]
-//!     [--main-only]
+//!     [--main-only] [--rounds 1]
 //! ```
+//!
+//! `--rounds N` runs the main tables N times, every mode once per round, in turn: each row is
+//! the mode's median round, each ratio the median of the ratios taken within a round.
 //!
 //! Without `--database-url` it starts a throwaway PostgreSQL with `pg_stat_statements`, so it
 //! can count statements per call; with one, statement counts need that extension loaded there.
