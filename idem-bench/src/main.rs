@@ -22,7 +22,7 @@ mod plot;
 mod workload;
 
 use idem_bench::cpu;
-use idem_bench::spread::Spread;
+use idem_bench::spread::{median_by, Spread};
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use std::path::PathBuf;
@@ -337,12 +337,10 @@ fn print_table(title: &str, rounds: &[Vec<Row_>]) {
             .map(|r| r.measured.rate())
     };
     for row in &rounds[0] {
-        let mut same: Vec<&Row_> = rounds
+        let same = rounds
             .iter()
-            .filter_map(|round| round.iter().find(|r| r.label == row.label))
-            .collect();
-        same.sort_by(|a, b| a.measured.rate().total_cmp(&b.measured.rate()));
-        let row = same[(same.len() - 1) / 2];
+            .filter_map(|round| round.iter().find(|r| r.label == row.label));
+        let row = median_by(same.collect(), |r| r.measured.rate()).expect("its own round");
         let statements = row
             .statements_per_call
             .map_or("n/a".to_owned(), |s| format!("{s:.2}"));

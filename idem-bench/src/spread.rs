@@ -1,5 +1,5 @@
-//! The median and range of repeated measurements: what the programs that run a measurement in
-//! rounds report, since one run on a shared machine says little.
+//! The median and range of repeated measurements, and the median run itself: what the programs
+//! that run a measurement in rounds report, since one run on a shared machine says little.
 
 /// The median of some measurements, and their lowest and highest.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,9 +28,17 @@ impl Spread {
     }
 }
 
+/// The middle item of `items` by `key` (the lower of the middle two, for an even count): the
+/// median run itself, so that a row's figures all come from one run. `None` when there are none.
+pub fn median_by<T>(mut items: Vec<T>, key: impl Fn(&T) -> f64) -> Option<T> {
+    items.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    let middle = items.len().checked_sub(1)? / 2;
+    Some(items.swap_remove(middle))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Spread;
+    use super::{median_by, Spread};
 
     #[test]
     fn the_median_of_an_odd_count_is_the_middle_value() {
@@ -61,5 +69,13 @@ mod tests {
     #[test]
     fn nothing_has_no_spread() {
         assert_eq!(Spread::of([]), None);
+    }
+
+    #[test]
+    fn the_median_item_is_the_lower_middle_one_by_its_key() {
+        let runs = vec![("c", 3.0), ("a", 1.0), ("d", 4.0), ("b", 2.0)];
+        assert_eq!(median_by(runs, |r| r.1), Some(("b", 2.0)));
+        assert_eq!(median_by(vec![("a", 1.0)], |r| r.1), Some(("a", 1.0)));
+        assert_eq!(median_by(Vec::<(&str, f64)>::new(), |r| r.1), None);
     }
 }

@@ -25,7 +25,7 @@
 //! it starts a throwaway PostgreSQL.
 
 use idem_bench::cpu;
-use idem_bench::spread::Spread;
+use idem_bench::spread::{median_by, Spread};
 use idem_store_postgres::queue::{Job, NewJob, Queue};
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
@@ -311,14 +311,13 @@ async fn main() {
             rounds.push(r);
         }
     }
-    for (&workers, mut rounds) in args.workers.iter().zip(measured) {
+    for (&workers, rounds) in args.workers.iter().zip(measured) {
         let spread = Spread::of(rounds.iter().map(Round::ratio)).expect("at least one round");
-        rounds.sort_by(|a, b| a.ratio().total_cmp(&b.ratio()));
-        let r = &rounds[(rounds.len() - 1) / 2];
         let range = match rounds.len() {
             1 => String::new(),
             n => format!(" ({:.2}-{:.2} over {n} rounds)", spread.low, spread.high),
         };
+        let r = median_by(rounds, Round::ratio).expect("at least one round");
         println!(
             "| {workers} | {:.0} | {:.0} | {:.0} | {:.2} / {:.2}{range} | {} | {} |",
             r.pooled,
