@@ -26,6 +26,7 @@ use idem_core::{
     Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, Fence, Fenced, Key, Operation,
     Record, Store, StoreError,
 };
+use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::builder::Shared;
@@ -280,18 +281,39 @@ impl JobCompleteOp {
             .bind(&workers.worker)
             .fetch_all(&mut *conn)
             .await?;
-        let mut answer = (false, false, None);
-        for row in &rows {
+        let mut answers = Self::settle(&rows, 1, vec![(0, workers)])?;
+        Ok(answers.pop().expect("one answer per completion"))
+    }
+
+    /// The answers of `count` completions from the rows of a completion-and-claim statement (a
+    /// row per completion, its position first, then a row per claimed job), each claimed job
+    /// given to a slot of `slots` (the position of the completion that freed it, and its
+    /// workers) and held there before any slot hears of it (it is given back at shutdown).
+    fn settle(
+        rows: &[PgRow],
+        count: usize,
+        slots: Vec<(usize, &Arc<Shared>)>,
+    ) -> Result<Vec<<Self as Op>::Answer>, sqlx::Error> {
+        let mut answers: Vec<<Self as Op>::Answer> =
+            (0..count).map(|_| (false, false, None)).collect();
+        let mut claimed = Vec::new();
+        for row in rows {
             match row.try_get::<Option<i64>, _>(0)? {
-                Some(_) => (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?),
-                None => {
-                    let job = Claimed::decode(row, 3);
-                    workers.held.hold(&job);
-                    answer.2 = Some(job);
+                Some(i) => {
+                    let answer = usize::try_from(i - 1)
+                        .ok()
+                        .and_then(|i| answers.get_mut(i))
+                        .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {i}")))?;
+                    (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?);
                 }
+                None => claimed.push(Claimed::decode(row, 3)),
             }
         }
-        Ok(answer)
+        for ((slot, workers), job) in slots.into_iter().zip(claimed) {
+            workers.held.hold(&job);
+            answers[slot].2 = Some(job);
+        }
+        Ok(answers)
     }
 }
 
@@ -346,26 +368,7 @@ impl Op for JobCompleteOp {
             .bind(&workers.worker)
             .fetch_all(&mut *conn)
             .await?;
-        let mut answers: Vec<Self::Answer> = batch.iter().map(|_| (false, false, None)).collect();
-        let mut claimed = Vec::new();
-        for row in &rows {
-            match row.try_get::<Option<i64>, _>(0)? {
-                Some(i) => {
-                    let answer = usize::try_from(i - 1)
-                        .ok()
-                        .and_then(|i| answers.get_mut(i))
-                        .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {i}")))?;
-                    (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?);
-                }
-                None => claimed.push(Claimed::decode(row, 3)),
-            }
-        }
-        // Each claimed job is held (given back at shutdown) before any slot hears of it.
-        for ((slot, workers), job) in slots.into_iter().zip(claimed) {
-            workers.held.hold(&job);
-            answers[slot].2 = Some(job);
-        }
-        Ok(answers)
+        JobCompleteOp::settle(&rows, batch.len(), slots)
     }
 
     async fn one(store: &PgStore, c: &JobCompletion) -> Result<Self::Answer, StoreError> {
