@@ -339,6 +339,62 @@ async fn claims_and_completions_queued_behind_a_statement_share_one() {
     }
 }
 
+/// Claims `n` fresh keys from `n` tasks released at one moment (as the callers a batch answers
+/// are), each claim made as soon as its task runs.
+async fn claimed_together(store: &PgStore, prefix: &str, n: usize) -> Vec<Claim> {
+    let (release, _) = tokio::sync::watch::channel(());
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (store, mut released) = (store.clone(), release.subscribe());
+            let k = key(&format!("{prefix}-{i}"));
+            tokio::spawn(async move {
+                released.changed().await.unwrap();
+                claim(&store, &k).await.unwrap()
+            })
+        })
+        .collect();
+    release.send(()).unwrap();
+    let mut claims = Vec::new();
+    for task in tasks {
+        claims.push(task.await.unwrap());
+    }
+    claims
+}
+
+/// Callers woken together share the first statement of the driver the first of them starts.
+/// Tokio runs a task spawned from a worker thread next (its LIFO slot), so a new driver used to
+/// take a queue of one and leave the others for its second statement; it now steps behind them
+/// in the run queue first. One worker thread, so the order of the tasks is deterministic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn callers_woken_together_share_a_new_drivers_first_statement() {
+    let test = TestStore::new("batch_woken", 4).await;
+    let app = format!("{}-counted", test.schema);
+    let (store, proxy) = one_connection_store(&test, &app, None).await;
+    // The first round opens the connection and prepares the statements; the second is counted.
+    for round in ["warm", "counted"] {
+        let before = proxy.counts();
+        // Spawned, so that the tasks are woken on the runtime's worker, as a driver's callers are.
+        let claims = {
+            let store = store.clone();
+            tokio::spawn(async move { claimed_together(&store, round, 20).await })
+                .await
+                .unwrap()
+        };
+        assert!(
+            claims.iter().all(|c| matches!(c, Claim::Acquired { .. })),
+            "every fresh key claimed: {claims:?}"
+        );
+        let after = proxy.counts();
+        if round == "counted" {
+            assert_eq!(
+                (after.0 - before.0, after.1 - before.1),
+                (1, 1),
+                "the 20 claims released together went out as one statement, in one round trip"
+            );
+        }
+    }
+}
+
 /// The connection carrying a batch dies mid-statement (a restart or failover): the batch is sent
 /// again on a new connection, and every call gets its own answer; nothing was applied twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
