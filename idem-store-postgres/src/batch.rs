@@ -191,17 +191,21 @@ pub(crate) async fn submit<O: Op>(
     request: O::Request,
 ) -> Result<O::Answer, StoreError> {
     let (answer, answered) = oneshot::channel();
-    let start = {
+    let slot = {
         let mut state = batcher.lock();
         state.queue.push_back(Waiting { request, answer });
-        let start = state.running < batcher.drivers;
-        if start {
+        (state.running < batcher.drivers).then(|| {
             state.running += 1;
-        }
-        start
+            Slot {
+                batcher: batcher.clone(),
+                retired: false,
+            }
+        })
     };
-    if start {
-        let driver = drive::<O>(store.clone(), batcher.clone());
+    // The slot goes into the driver's future, so a driver dropped before it ever ran still
+    // gives its place back.
+    if let Some(slot) = slot {
+        let driver = drive::<O>(store.clone(), slot);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(driver);
@@ -247,15 +251,11 @@ impl Future for BackOfRunQueue {
     }
 }
 
-/// Runs batches until the queue is empty.
-async fn drive<O: Op>(store: PgStore, batcher: Arc<Batcher<O>>) {
+/// Runs batches, holding `slot`, until the queue is empty.
+async fn drive<O: Op>(store: PgStore, mut slot: Slot<O>) {
     // Let the callers woken with this one queue first (see `BackOfRunQueue`). Only here: once
     // running, a driver's next batch is whatever queued while its statement was on the wire.
     BackOfRunQueue { yielded: false }.await;
-    let mut slot = Slot {
-        batcher: &batcher,
-        retired: false,
-    };
     loop {
         let batch = slot.batcher.next_batch(&mut slot.retired);
         if batch.is_empty() {
@@ -272,16 +272,16 @@ async fn drive<O: Op>(store: PgStore, batcher: Arc<Batcher<O>>) {
     }
 }
 
-/// A driver's place among the running ones. A driver that ends without retiring (its task was
-/// dropped with its runtime, or it panicked) gives its place back and fails every request still
-/// queued, so no caller waits for a driver that will never come; the next request starts a new
-/// one.
-struct Slot<'a, O: Op> {
-    batcher: &'a Batcher<O>,
+/// A driver's place among the running ones, taken by the request that starts the driver. A
+/// driver that ends without retiring (its task was dropped with its runtime, before or after it
+/// first ran, or it panicked) gives its place back and fails every request still queued, so no
+/// caller waits for a driver that will never come; the next request starts a new one.
+struct Slot<O: Op> {
+    batcher: Arc<Batcher<O>>,
     retired: bool,
 }
 
-impl<O: Op> Drop for Slot<'_, O> {
+impl<O: Op> Drop for Slot<O> {
     fn drop(&mut self) {
         if self.retired {
             return;

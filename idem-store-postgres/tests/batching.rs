@@ -13,6 +13,7 @@ use idem_core::{Claim, ClaimRequest, Completion, Fence, Fenced, Key, Store, Stor
 use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use idem_store_postgres::sqlx::{self, Postgres, Transaction};
 use idem_store_postgres::PgStore;
+use std::future::Future;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 use support::wire::CountingProxy;
@@ -393,6 +394,52 @@ async fn callers_woken_together_share_a_new_drivers_first_statement() {
             );
         }
     }
+}
+
+/// A call starts a driver on a runtime that shuts down before the driver ever runs: the call
+/// gets an error saying its statement was abandoned, and the next call (on another runtime)
+/// starts a driver of its own, instead of both waiting forever for the one that never ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_dropped_before_it_ran_gives_its_place_back() {
+    let test = TestStore::new("batch_unrun", 4).await;
+    let (store, _proxy) =
+        one_connection_store(&test, &format!("{}-unrun", test.schema), None).await;
+    let stranded = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let mut call = Box::pin(async move { claim(&store, &key("unrun-first")).await });
+            // One poll queues the claim and spawns its driver on this runtime; `block_on`
+            // returns before running any spawned task, so the driver never runs.
+            runtime.block_on(std::future::poll_fn(|cx| {
+                assert!(
+                    call.as_mut().poll(cx).is_pending(),
+                    "the claim waits for its driver"
+                );
+                std::task::Poll::Ready(())
+            }));
+            drop(runtime);
+            call
+        })
+        .await
+        .unwrap()
+    };
+    let err = tokio::time::timeout(Duration::from_secs(20), stranded)
+        .await
+        .expect("the call whose driver was dropped got an answer")
+        .expect_err("its statement was abandoned");
+    assert!(
+        err.to_string().contains("abandoned"),
+        "the error says what happened: {err}"
+    );
+    let next = tokio::time::timeout(Duration::from_secs(20), claim(&store, &key("unrun-next")))
+        .await
+        .expect("the next call started a driver of its own")
+        .unwrap();
+    assert!(matches!(next, Claim::Acquired { .. }), "{next:?}");
 }
 
 /// The connection carrying a batch dies mid-statement (a restart or failover): the batch is sent
