@@ -27,11 +27,12 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use idem_core::StoreError;
+use idem_core::{Operation, StoreError};
 use sqlx::PgConnection;
 use tokio::sync::oneshot;
 
 use crate::direct::on_conn;
+use crate::error::{store_error, unreachable_copy};
 
 use crate::store::PgStore;
 
@@ -52,6 +53,9 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
     /// What a failed batch is logged as ("claim", "completion").
     const NAME: &'static str;
 
+    /// The step a failure is reported as.
+    const OPERATION: Operation;
+
     /// Sends `batch` (two or more requests for distinct records) as one statement on `conn`,
     /// answering each request in order.
     fn many<'a>(
@@ -68,13 +72,31 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
     ) -> impl Future<Output = Result<Self::Answer, StoreError>> + Send;
 }
 
-/// Sends `batch` and answers each request, in order. Never fails as a whole: a batch the
-/// database refuses is sent again call by call, so a failure is each request's own answer.
+/// Sends `batch` and answers each request, in order. A batch the database refuses is sent
+/// again call by call, so a statement's failure is each request's own answer. A batch that
+/// cannot reach the database (no connection came in time, or the one opened for it failed) is
+/// not: each request would wait out the same timeout in turn, the last caller `size + 1` times
+/// over. Every request gets that error at once.
 async fn run<O: Op>(store: &PgStore, batch: Vec<O::Request>) -> Vec<Result<O::Answer, StoreError>> {
     if batch.len() > 1 {
         let answers = on_conn!(indexed store, conn => O::many(store, conn, &batch));
         match answers {
             Ok(answers) => return answers.into_iter().map(Ok).collect(),
+            Err(e) if unreachable_copy(&e).is_some() => {
+                tracing::debug!(
+                    error = %e,
+                    size = batch.len(),
+                    "a batched {} cannot reach the database; failing each of its calls",
+                    O::NAME
+                );
+                let copies: Vec<_> = (1..batch.len())
+                    .filter_map(|_| unreachable_copy(&e))
+                    .collect();
+                return std::iter::once(e)
+                    .chain(copies)
+                    .map(|e| Err(store_error(e).during(O::OPERATION)))
+                    .collect();
+            }
             Err(e) => tracing::debug!(
                 error = %e,
                 size = batch.len(),

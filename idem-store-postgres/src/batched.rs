@@ -82,6 +82,7 @@ impl Op for ClaimOp {
     }
 
     const NAME: &'static str = "claim";
+    const OPERATION: Operation = Operation::Claim;
 
     fn many<'a>(
         store: &'a PgStore,
@@ -93,7 +94,7 @@ impl Op for ClaimOp {
 
     async fn one(store: &PgStore, claim: &OwnedClaim) -> Result<Claim, StoreError> {
         on_conn!(indexed store, conn => store.claim_on(conn, claim.request()))
-            .map_err(|e| store_error(e).during(Operation::Claim))
+            .map_err(|e| store_error(e).during(Self::OPERATION))
     }
 }
 
@@ -109,6 +110,7 @@ impl Op for CompleteOp {
     }
 
     const NAME: &'static str = "completion";
+    const OPERATION: Operation = Operation::Complete;
 
     fn many<'a>(
         store: &'a PgStore,
@@ -120,7 +122,7 @@ impl Op for CompleteOp {
 
     async fn one(store: &PgStore, c: &OwnedCompletion) -> Result<Fenced, StoreError> {
         on_conn!(indexed store, conn => store.complete_on(conn, &c.key, c.fence, c.completion()))
-            .map_err(|e| store_error(e).during(Operation::Complete))
+            .map_err(|e| store_error(e).during(Self::OPERATION))
     }
 }
 

@@ -37,3 +37,19 @@ pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
     };
     StoreError::new(message, error)
 }
+
+/// A copy of `error` when it says PostgreSQL cannot be reached at all (no pooled connection came
+/// in time, the pool is closed, or the connection's socket failed), so that every call that
+/// waited on it can be answered with it; `None` for any other error.
+pub(crate) fn unreachable_copy(error: &sqlx::Error) -> Option<sqlx::Error> {
+    match error {
+        sqlx::Error::PoolTimedOut => Some(sqlx::Error::PoolTimedOut),
+        sqlx::Error::PoolClosed => Some(sqlx::Error::PoolClosed),
+        sqlx::Error::WorkerCrashed => Some(sqlx::Error::WorkerCrashed),
+        sqlx::Error::Io(e) => Some(sqlx::Error::Io(std::io::Error::new(
+            e.kind(),
+            e.to_string(),
+        ))),
+        _ => None,
+    }
+}

@@ -44,7 +44,8 @@ pub const DEFAULT_TABLE: &str = "idem_records";
 /// lone call is sent at once and waits for nothing, and under load many calls cost one round
 /// trip ([`PgStoreBuilder::batching`]). Each call in a batch is answered as if it had been
 /// alone; a batch never holds two calls for one key; a batch the database refuses is sent
-/// again call by call, so a failure is reported to its own call only. Transactional mode's
+/// again call by call, so a failure is reported to its own call only, and a batch that cannot
+/// reach the database fails each of its calls at once. Transactional mode's
 /// transactions run on those connections too, lent for the transaction's length (all but the
 /// few lease mode's statements need), and on the pool's when none is free to lend, once the
 /// store holds those few (so transactions never leave lease mode without connections; see

@@ -1,7 +1,8 @@
 //! Adaptive batching, counted on the wire: claims (and completions) queued while a statement is
 //! on the wire go out together in one statement, each answered as if it had been alone; a batch
-//! whose connection dies is sent again; a batch that fails is retried call by call, so one bad
-//! call fails alone and no call is dropped.
+//! whose connection dies is sent again; a batch the database refuses is retried call by call, so
+//! one bad call fails alone and no call is dropped; a batch that cannot reach the database fails
+//! each of its calls at once.
 //!
 //! Batches are formed deterministically: the store has one connection, and its statement is held
 //! on the wire by a row another transaction has inserted and not committed (a claim of that key
@@ -9,12 +10,16 @@
 
 mod support;
 
-use idem_core::{Claim, ClaimRequest, Completion, Fence, Fenced, Key, Store, StoreError};
+use idem_core::{
+    Claim, ClaimRequest, Completion, Fence, Fenced, Key, Operation, Store, StoreError,
+};
 use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use idem_store_postgres::sqlx::{self, Postgres, Transaction};
 use idem_store_postgres::PgStore;
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::wire::CountingProxy;
 use support::TestStore;
@@ -342,7 +347,11 @@ async fn claims_and_completions_queued_behind_a_statement_share_one() {
 
 /// Claims `n` fresh keys from `n` tasks released at one moment (as the callers a batch answers
 /// are), each claim made as soon as its task runs.
-async fn claimed_together(store: &PgStore, prefix: &str, n: usize) -> Vec<Claim> {
+async fn claimed_together(
+    store: &PgStore,
+    prefix: &str,
+    n: usize,
+) -> Vec<Result<Claim, StoreError>> {
     let (release, _) = tokio::sync::watch::channel(());
     let tasks: Vec<_> = (0..n)
         .map(|i| {
@@ -350,7 +359,7 @@ async fn claimed_together(store: &PgStore, prefix: &str, n: usize) -> Vec<Claim>
             let k = key(&format!("{prefix}-{i}"));
             tokio::spawn(async move {
                 released.changed().await.unwrap();
-                claim(&store, &k).await.unwrap()
+                claim(&store, &k).await
             })
         })
         .collect();
@@ -382,7 +391,9 @@ async fn callers_woken_together_share_a_new_drivers_first_statement() {
                 .unwrap()
         };
         assert!(
-            claims.iter().all(|c| matches!(c, Claim::Acquired { .. })),
+            claims
+                .iter()
+                .all(|c| matches!(c, Ok(Claim::Acquired { .. }))),
             "every fresh key claimed: {claims:?}"
         );
         let after = proxy.counts();
@@ -440,6 +451,54 @@ async fn a_driver_dropped_before_it_ran_gives_its_place_back() {
         .expect("the next call started a driver of its own")
         .unwrap();
     assert!(matches!(next, Claim::Acquired { .. }), "{next:?}");
+}
+
+/// A batch that cannot reach the database (here a server that accepts connections and drops
+/// them, as one going down does) fails every call it carries at once, each with a claim error:
+/// one attempt to connect for the whole batch. It used to send each call on its own after the
+/// batch failed, so during an outage the last caller of a batch of n waited out n + 1 connection
+/// attempts (each up to the pool's `acquire_timeout`). One worker thread, so that the 8 claims
+/// go out as one batch (see the test above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_batch_that_cannot_reach_the_database_fails_each_call_at_once() {
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = dead.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    tokio::spawn({
+        let accepted = accepted.clone();
+        async move {
+            loop {
+                let (conn, _) = dead.accept().await.unwrap();
+                accepted.fetch_add(1, Ordering::SeqCst);
+                drop(conn);
+            }
+        }
+    });
+    let options = PgConnectOptions::new()
+        .host("127.0.0.1")
+        .port(port)
+        .username("idem")
+        .ssl_mode(PgSslMode::Disable);
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with(options);
+    let store = PgStore::builder(pool)
+        .dedicated_connections(1)
+        .build()
+        .unwrap();
+    let claims = tokio::spawn(async move { claimed_together(&store, "dead", 8).await })
+        .await
+        .unwrap();
+    for claim in &claims {
+        let err = claim.as_ref().expect_err("no claim without the database");
+        assert_eq!(err.operation(), Some(Operation::Claim), "{err}");
+        assert!(err.to_string().contains("cannot reach PostgreSQL"), "{err}");
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "the batch of 8 tried to connect once, not once more per call"
+    );
 }
 
 /// The connection carrying a batch dies mid-statement (a restart or failover): the batch is sent

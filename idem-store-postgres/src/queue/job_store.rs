@@ -326,6 +326,7 @@ impl Op for JobCompleteOp {
     }
 
     const NAME: &'static str = "job completion";
+    const OPERATION: Operation = Operation::Complete;
 
     async fn many(
         _store: &PgStore,
@@ -373,7 +374,7 @@ impl Op for JobCompleteOp {
 
     async fn one(store: &PgStore, c: &JobCompletion) -> Result<Self::Answer, StoreError> {
         on_conn!(indexed store, conn => JobCompleteOp::single(conn, c))
-            .map_err(|e| store_error(e).during(Operation::Complete))
+            .map_err(|e| store_error(e).during(Self::OPERATION))
     }
 }
 
