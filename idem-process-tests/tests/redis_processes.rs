@@ -180,13 +180,19 @@ async fn a_redis_restart_mid_run_fails_calls_closed_and_every_key_completes_afte
     let bodies = bodies.lock().unwrap();
     let ran: HashSet<usize> = bodies.iter().map(|(k, _)| *k).collect();
     assert_eq!(ran.len(), KEYS, "every key ran");
-    let while_down = bodies
+    // A body is stamped when its task runs after its claim's answer arrived, which on a loaded
+    // machine can be a little after the server answered and stopped: allow 200 ms for a claim
+    // the server answered just before the stop (as pg_outage.rs does).
+    let grace = Duration::from_millis(200);
+    let while_down: Vec<Duration> = bodies
         .iter()
-        .filter(|(_, at)| *at > down_from && *at < down_until)
-        .count();
-    assert_eq!(
-        while_down, 0,
-        "no body ran while the server was down (no claim was possible)"
+        .filter(|(_, at)| *at > down_from + grace && *at < down_until)
+        .map(|(_, at)| *at - down_from)
+        .collect();
+    assert!(
+        while_down.is_empty(),
+        "no body ran while the server was down (no claim was possible); these ran this long \
+         after it stopped: {while_down:?}"
     );
     assert!(
         *failures.lock().unwrap() > 0,
