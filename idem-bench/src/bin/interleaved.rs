@@ -6,11 +6,12 @@
 //!
 //! ```text
 //! cargo run --release -p idem-bench --bin interleaved -- [--in-flight 1,2]
-//!     [--callers 1,4,8,16,64] [--calls 8000] [--reps 5] [--database-url URL]
+//!     [--callers 1,4,8,16,64] [--calls 8000] [--reps 5] [--dedicated N] [--database-url URL]
 //! ```
 //!
 //! Every body is empty and every key fresh. Without `--database-url` it starts a throwaway
-//! PostgreSQL.
+//! PostgreSQL. A second table gives each point as a share of its run's best point (issue #12's
+//! goal 2 asks 64 callers for 0.8 of the best in the sweep).
 
 use idem_bench::spread::Spread;
 use idem_store_postgres::sqlx;
@@ -32,6 +33,10 @@ struct Args {
     /// How many times each setting runs each point.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     reps: u64,
+    /// Run every store on this many connections of its own (`dedicated_connections`; the
+    /// main benchmark's tuned store has 2) instead of connections held from the pool.
+    #[arg(long)]
+    dedicated: Option<usize>,
     /// A server to use; without it a throwaway one is started.
     #[arg(long)]
     database_url: Option<String>,
@@ -57,11 +62,13 @@ async fn main() {
             .execute(&server.pool)
             .await
             .unwrap();
-        let store = PgStore::builder(server.pool.clone())
+        let mut builder = PgStore::builder(server.pool.clone())
             .schema(schema.as_str())
-            .max_batches_in_flight(in_flight)
-            .build()
-            .unwrap();
+            .max_batches_in_flight(in_flight);
+        if let Some(connections) = args.dedicated {
+            builder = builder.dedicated_connections(connections);
+        }
+        let store = builder.build().unwrap();
         store.migrate().await.unwrap();
         // Open its connections and warm the server's caches before anything is measured.
         point(&store, 16, 2_000, "warm").await;
@@ -77,17 +84,24 @@ async fn main() {
             }
         }
     }
-    println!(
-        "\n### Lease mode, fresh calls/s: medians of {} alternating runs\n",
-        args.reps
-    );
-    print!("| batches in flight |");
-    for callers in &args.callers {
-        print!(" {callers} |");
-    }
-    println!("\n| --- |{}", " ---: |".repeat(args.callers.len()));
-    let spread = |runs: &Vec<f64>| Spread::of(runs.iter().copied()).expect("at least one rep");
-    let first: Vec<Spread> = rates[0].iter().map(spread).collect();
+    let connections = match args.dedicated {
+        Some(n) => format!("{n} dedicated connections"),
+        None => "connections held from the pool".to_owned(),
+    };
+    let header = |title: &str| {
+        println!(
+            "\n### Lease mode, {title}: medians of {} alternating runs ({connections})\n",
+            args.reps
+        );
+        print!("| batches in flight |");
+        for callers in &args.callers {
+            print!(" {callers} |");
+        }
+        println!("\n| --- |{}", " ---: |".repeat(args.callers.len()));
+    };
+    header("fresh calls/s");
+    let spread = |runs: &[f64]| Spread::of(runs.iter().copied()).expect("at least one rep");
+    let first: Vec<Spread> = rates[0].iter().map(|runs| spread(runs)).collect();
     for ((in_flight, _), points) in stores.iter().zip(&rates) {
         print!("| {in_flight} |");
         for (runs, base) in points.iter().zip(&first) {
@@ -96,6 +110,20 @@ async fn main() {
                 " {median:.0} ({:.2}; {low:.0}-{high:.0}) |",
                 median / base.median
             );
+        }
+        println!();
+    }
+    header("each point as a share of its run's best point");
+    for ((in_flight, _), points) in stores.iter().zip(&rates) {
+        print!("| {in_flight} |");
+        let runs = args.reps as usize;
+        let best: Vec<f64> = (0..runs)
+            .map(|run| points.iter().map(|p| p[run]).fold(0.0, f64::max))
+            .collect();
+        for point in points {
+            let shares: Vec<f64> = point.iter().zip(&best).map(|(r, b)| r / b).collect();
+            let Spread { median, low, high } = spread(&shares);
+            print!(" {median:.2} ({low:.2}-{high:.2}) |");
         }
         println!();
     }
