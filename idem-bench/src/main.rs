@@ -145,6 +145,74 @@ struct Row_ {
     idle_and_stolen: (f64, f64),
 }
 
+/// The CPU and idle-time counters at one instant.
+struct Reading {
+    /// This process's CPU seconds, and its waited-for children's (pgbench).
+    client: (f64, f64),
+    /// The server's CPU seconds, where it runs on this machine.
+    server: Option<f64>,
+    /// The machine's idle and stolen seconds.
+    idle_and_stolen: (f64, f64),
+    at: Instant,
+}
+
+/// What a run spent between two readings.
+struct Spent {
+    client: (f64, f64),
+    server: Option<f64>,
+    idle: f64,
+    stolen: f64,
+    /// Seconds of wall time.
+    wall: f64,
+}
+
+impl Reading {
+    fn take(server: Option<&cpu::Server>) -> Reading {
+        Reading {
+            client: cpu::client_seconds(),
+            server: server.map(cpu::Server::seconds),
+            idle_and_stolen: cpu::machine_idle_and_stolen(),
+            at: Instant::now(),
+        }
+    }
+
+    /// What was spent since this reading: the machine's idle time over the run alone, read at
+    /// once; CPU time after a pause, so that the server's backends have finished their share
+    /// (and those that exit have been counted).
+    async fn until_settled(self, server: Option<&cpu::Server>) -> Spent {
+        let (idle, stolen) = cpu::machine_idle_and_stolen();
+        let wall = self.at.elapsed().as_secs_f64();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let client = cpu::client_seconds();
+        Spent {
+            client: (client.0 - self.client.0, client.1 - self.client.1),
+            server: self
+                .server
+                .zip(server.map(cpu::Server::seconds))
+                .map(|(s0, s1)| s1 - s0),
+            idle: idle - self.idle_and_stolen.0,
+            stolen: stolen - self.idle_and_stolen.1,
+            wall,
+        }
+    }
+}
+
+impl Spent {
+    /// This run's spending less `other`'s (a run of the same set-up and fewer calls).
+    fn less(&self, other: &Spent) -> Spent {
+        Spent {
+            client: (
+                self.client.0 - other.client.0,
+                self.client.1 - other.client.1,
+            ),
+            server: self.server.zip(other.server).map(|(a, b)| a - b),
+            idle: self.idle - other.idle,
+            stolen: self.stolen - other.stolen,
+            wall: (self.wall - other.wall).max(f64::EPSILON),
+        }
+    }
+}
+
 enum Runner {
     Idem(Mode),
     Pgbench(pgbench::Script),
@@ -199,16 +267,38 @@ impl Bench {
             }
             _ => {}
         }
+        let script = match runner {
+            Runner::Idem(_) => None,
+            Runner::Pgbench(script) => {
+                let sql = pgbench::Statements {
+                    claim: store.claim_sql(),
+                    claim_completed: store.claim_completed_sql(),
+                    complete: store.complete_sql(),
+                };
+                Some(pgbench::script(
+                    *script,
+                    &sql,
+                    &hand,
+                    (dup_ratio * 1000.0) as u64,
+                ))
+            }
+        };
+        // pgbench's tps leaves out the time it takes to open its connections (a backend forked
+        // for each), but its CPU and the machine's idle time over its run do not. A run of one
+        // call per client, read the same way, is taken off, so that the row covers the calls
+        // alone.
+        let set_up = match &script {
+            Some(text) => Some(self.pgbench(text, concurrency, concurrency as u64).await.1),
+            None => None,
+        };
         // Stats views lag by up to a statistics flush; wait out the set-up's statements.
         tokio::time::sleep(Duration::from_millis(600)).await;
         let s0 = server_statements(&self.pool, self.has_pss).await;
-        let cpu0 = cpu::client_seconds();
-        let server0 = self.server.as_ref().map(cpu::Server::seconds);
-        let (idle0, stolen0) = cpu::machine_idle_and_stolen();
-        let started = Instant::now();
-        let measured = match runner {
-            Runner::Idem(mode) => {
-                workload::run(
+        let (measured, spent) = match (runner, &script) {
+            (_, Some(text)) => self.pgbench(text, concurrency, calls).await,
+            (Runner::Idem(mode), None) => {
+                let before = Reading::take(self.server.as_ref());
+                let measured = workload::run(
                     *mode,
                     &self.url,
                     &store,
@@ -218,28 +308,19 @@ impl Bench {
                     dup_ratio,
                     self.run_id,
                 )
-                .await
+                .await;
+                let spent = before.until_settled(self.server.as_ref()).await;
+                (measured, spent)
             }
-            Runner::Pgbench(script) => {
-                let sql = pgbench::Statements {
-                    claim: store.claim_sql(),
-                    claim_completed: store.claim_completed_sql(),
-                    complete: store.complete_sql(),
-                };
-                let text = pgbench::script(*script, &sql, &hand, (dup_ratio * 1000.0) as u64);
-                let (url, dir) = (self.url.clone(), self.dir.clone());
-                tokio::task::spawn_blocking(move || {
-                    pgbench::run(&url, &text, concurrency, calls, &dir)
-                })
-                .await
-                .unwrap()
-            }
+            (Runner::Pgbench(_), None) => unreachable!("a pgbench runner has its script"),
         };
-        // The machine's idle and stolen time over the calls alone, without the waits around
-        // them.
-        let (idle1, stolen1) = cpu::machine_idle_and_stolen();
-        let wall = started.elapsed().as_secs_f64();
-        let idle_and_stolen = ((idle1 - idle0) / wall, (stolen1 - stolen0) / wall);
+        let (calls_spent, spent) = match set_up {
+            Some(set_up) => (
+                measured.calls.saturating_sub(concurrency as u64).max(1),
+                spent.less(&set_up),
+            ),
+            None => (measured.calls, spent),
+        };
         if matches!(
             runner,
             Runner::Idem(
@@ -256,21 +337,21 @@ impl Bench {
                 "every fresh call ran its body"
             );
         }
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        let cpu1 = cpu::client_seconds();
-        let server1 = self.server.as_ref().map(cpu::Server::seconds);
         let s1 = server_statements(&self.pool, self.has_pss).await;
         let per_call = |d: i64| d as f64 / measured.calls as f64;
         // The first counting query is itself counted in the second reading.
         let statements_per_call = self.has_pss.then(|| per_call(s1 - s0 - 1));
         let cpu = match runner {
-            Runner::Idem(_) => cpu1.0 - cpu0.0,
-            Runner::Pgbench(_) => cpu1.1 - cpu0.1,
+            Runner::Idem(_) => spent.client.0,
+            Runner::Pgbench(_) => spent.client.1,
         };
-        let client_cpu_us = cpu * 1e6 / measured.calls as f64;
-        let server_cpu_us = server0
-            .zip(server1)
-            .map(|(s0, s1)| (s1 - s0) * 1e6 / measured.calls as f64);
+        let client_cpu_us = cpu * 1e6 / calls_spent as f64;
+        let server_cpu_us = spent.server.map(|s| s * 1e6 / calls_spent as f64);
+        // A difference of two runs' readings (ticks of 10 ms) can come out a little below zero.
+        let idle_and_stolen = (
+            (spent.idle / spent.wall).max(0.0),
+            (spent.stolen / spent.wall).max(0.0),
+        );
         sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(&self.pool)
             .await
@@ -283,6 +364,18 @@ impl Bench {
             server_cpu_us,
             idle_and_stolen,
         }
+    }
+
+    /// Runs `text` in pgbench with `clients` clients for about `calls` calls, and reads what
+    /// the run spent.
+    async fn pgbench(&self, text: &str, clients: usize, calls: u64) -> (Measured, Spent) {
+        let before = Reading::take(self.server.as_ref());
+        let (url, dir, text) = (self.url.clone(), self.dir.clone(), text.to_owned());
+        let measured =
+            tokio::task::spawn_blocking(move || pgbench::run(&url, &text, clients, calls, &dir))
+                .await
+                .unwrap();
+        (measured, before.until_settled(self.server.as_ref()).await)
     }
 
     /// `rounds` rounds of `runners`, each round every runner once, in turn.
