@@ -2,11 +2,14 @@
 # The 16-caller tables of `idem-bench` with the database on cores of its own, as it is where it
 # runs on another machine (BENCHMARKS.md, "The database on cores of its own"). A throwaway
 # PostgreSQL is pinned to SERVER_CPUS (default: the first half of this machine's CPUs, at least
-# one) and the benchmark, with the pgbench it starts, to the rest. Arguments go to `idem-bench`;
-# without any, `--main-only --rounds 5 --calls 5000` (about six minutes on two cores).
+# one) and the benchmark, with the pgbench it starts, to the rest. BIN names the benchmark
+# program (default `idem-bench`; `interleaved` takes `--database-url` too). Arguments go to it;
+# without any, idem-bench's `--main-only --rounds 5 --calls 5000` (about six minutes on two
+# cores).
 #
 #   idem-bench/split-cores/run.sh
 #   SERVER_CPUS=0-3 CLIENT_CPUS=4-7 idem-bench/split-cores/run.sh --main-only --rounds 3
+#   BIN=interleaved idem-bench/split-cores/run.sh --in-flight 1 --callers 1,16,64,128,256 --reps 11
 #
 # Needs taskset, PostgreSQL's server binaries (on PATH or under /usr/lib/postgresql/*/bin) with
 # pg_stat_statements, and pgbench. As root the server runs as `postgres`, else as `nobody`.
@@ -19,7 +22,8 @@ fi
 half=$((cpus / 2))
 server_cpus=${SERVER_CPUS:-0-$((half - 1))}
 client_cpus=${CLIENT_CPUS:-$half-$((cpus - 1))}
-if [ $# -eq 0 ]; then
+program=${BIN:-idem-bench}
+if [ $# -eq 0 ] && [ "$program" = idem-bench ]; then
     set -- --main-only --rounds 5 --calls 5000
 fi
 
@@ -72,5 +76,5 @@ psql "$url" -v ON_ERROR_STOP=1 -q -c "CREATE EXTENSION pg_stat_statements"
 echo "split-cores: PostgreSQL on CPUs $server_cpus, the benchmark and pgbench on CPUs $client_cpus"
 
 here=$(cd "$(dirname "$0")/../.." && pwd)
-cargo build -q --release -p idem-bench --bin idem-bench --manifest-path "$here/Cargo.toml"
-taskset -c "$client_cpus" "$here/target/release/idem-bench" --database-url "$url" "$@"
+cargo build -q --release -p idem-bench --bin "$program" --manifest-path "$here/Cargo.toml"
+taskset -c "$client_cpus" "$here/target/release/$program" --database-url "$url" "$@"
