@@ -267,36 +267,12 @@ impl Bench {
             }
             _ => {}
         }
-        let script = match runner {
-            Runner::Idem(_) => None,
-            Runner::Pgbench(script) => {
-                let sql = pgbench::Statements {
-                    claim: store.claim_sql(),
-                    claim_completed: store.claim_completed_sql(),
-                    complete: store.complete_sql(),
-                };
-                Some(pgbench::script(
-                    *script,
-                    &sql,
-                    &hand,
-                    (dup_ratio * 1000.0) as u64,
-                ))
-            }
-        };
-        // pgbench's tps leaves out the time it takes to open its connections (a backend forked
-        // for each), but its CPU and the machine's idle time over its run do not. A run of one
-        // call per client, read the same way, is taken off, so that the row covers the calls
-        // alone.
-        let set_up = match &script {
-            Some(text) => Some(self.pgbench(text, concurrency, concurrency as u64).await.1),
-            None => None,
-        };
-        // Stats views lag by up to a statistics flush; wait out the set-up's statements.
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        let s0 = server_statements(&self.pool, self.has_pss).await;
-        let (measured, spent) = match (runner, &script) {
-            (_, Some(text)) => self.pgbench(text, concurrency, calls).await,
-            (Runner::Idem(mode), None) => {
+        // Stats views lag by up to a statistics flush: each branch waits out the set-up's
+        // statements before it reads the count.
+        let (s0, measured, spent, calls_spent) = match runner {
+            Runner::Idem(mode) => {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                let s0 = server_statements(&self.pool, self.has_pss).await;
                 let before = Reading::take(self.server.as_ref());
                 let measured = workload::run(
                     *mode,
@@ -310,16 +286,26 @@ impl Bench {
                 )
                 .await;
                 let spent = before.until_settled(self.server.as_ref()).await;
-                (measured, spent)
+                let calls_spent = measured.calls;
+                (s0, measured, spent, calls_spent)
             }
-            (Runner::Pgbench(_), None) => unreachable!("a pgbench runner has its script"),
-        };
-        let (calls_spent, spent) = match set_up {
-            Some(set_up) => (
-                measured.calls.saturating_sub(concurrency as u64).max(1),
-                spent.less(&set_up),
-            ),
-            None => (measured.calls, spent),
+            Runner::Pgbench(script) => {
+                let sql = pgbench::Statements {
+                    claim: store.claim_sql(),
+                    claim_completed: store.claim_completed_sql(),
+                    complete: store.complete_sql(),
+                };
+                let text = pgbench::script(*script, &sql, &hand, (dup_ratio * 1000.0) as u64);
+                // pgbench's tps leaves out the time it takes to open its connections (a backend
+                // forked for each), but its CPU and the machine's idle time over its run do
+                // not. A run of one call per client, read the same way, is taken off, so that
+                // the row covers the calls alone. (Its settling wait is the one above.)
+                let (_, set_up) = self.pgbench(&text, concurrency, concurrency as u64).await;
+                let s0 = server_statements(&self.pool, self.has_pss).await;
+                let (measured, spent) = self.pgbench(&text, concurrency, calls).await;
+                let calls_spent = measured.calls.saturating_sub(concurrency as u64).max(1);
+                (s0, measured, spent.less(&set_up), calls_spent)
+            }
         };
         if matches!(
             runner,
