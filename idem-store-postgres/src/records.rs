@@ -187,6 +187,13 @@ impl RecordsSql {
             // The completion of many claims at once (each record at most once), answering the
             // position `i` (from 1) of each one that applied. The records are found by
             // `key = ANY($1)` (an index lookup whatever the plan), then matched to their fences.
+            // The match compares keys in the "C" collation (bytes, as the default collation's
+            // equality does), which the index cannot serve: so no plan looks each record up
+            // again by `key = c.key` on the index, with the `ANY($1)` beside it, in a loop over
+            // the batch. A generic plan made without statistics (a table that grew fast since
+            // it was created) did, scanning the whole array again for each of its keys: n
+            // sorts of the array and n² index descents, five times the server time of a batch
+            // of 128 (BENCHMARKS.md; `plan_tests`).
             complete_many: format!(
                 "UPDATE {t} AS t
                  SET completed_at = coalesce(t.completed_at, now()),
@@ -196,7 +203,8 @@ impl RecordsSql {
                      output = c.output
                  FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::bigint[])
                       WITH ORDINALITY AS c(key, fence, output, keep, i)
-                 WHERE t.key = ANY($1::text[]) AND t.key = c.key AND t.fence = c.fence
+                 WHERE t.key = ANY($1::text[]) AND t.key = c.key COLLATE \"C\"
+                   AND t.fence = c.fence
                  RETURNING c.i"
             ),
             release: format!(
