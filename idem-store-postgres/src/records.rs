@@ -192,7 +192,7 @@ impl RecordsSql {
             // again by `key = c.key` on the index, with the `ANY($1)` beside it, in a loop over
             // the batch. A generic plan made without statistics (a table that grew fast since
             // it was created) did, scanning the whole array again for each of its keys: n
-            // sorts of the array and n² index descents, five times the server time of a batch
+            // sorts of the array and n² index descents, 5-14 times the server time of a batch
             // of 128 (BENCHMARKS.md; `plan_tests`).
             complete_many: format!(
                 "UPDATE {t} AS t
