@@ -229,9 +229,10 @@ async fn no_statement_scans_a_batch_per_row_on_a_store_grown_since_its_migration
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// The plan the batched completion had on a table of 50,000 records never analyzed (from
-/// `EXPLAIN (FORMAT JSON)`, trimmed): its array of keys is scanned on the loop's inner side.
-/// The same array scanned once, on the outer side, is not reported.
+/// The shape of the plan the batched completion had on a table of 50,000 records never
+/// analyzed (`EXPLAIN (FORMAT JSON)`, trimmed): its array of keys is scanned on the loop's
+/// inner side, in the heap scan's recheck and the index scan's condition. An array scanned on
+/// the outer side, once, is not reported.
 #[test]
 fn an_array_parameter_on_a_nested_loops_inner_side_is_scanned_per_row() {
     let plan = |outer: &str, inner: &str| {
