@@ -200,9 +200,15 @@ impl QueueSql {
                 claimed("$6", "$7", "$8", also)
             )
         };
+        // The jobs of a batch (`done`, `release`), each while its claim is this attempt's. They
+        // are found by `key = ANY(..)`, an index lookup whatever the plan, and matched to the
+        // batch comparing keys in the "C" collation, which the index cannot serve (as the
+        // records' `complete_many` does): found by the join alone, a generic plan made while
+        // the queue was analyzed empty read its whole primary key (`plan_tests`).
         let fenced = format!(
             "FROM unnest({keys}, {}) AS held(key, attempts)
-             WHERE q.key = held.key AND q.attempts = held.attempts AND q.state = 'running'",
+             WHERE q.key = ANY({keys}) AND q.key = held.key COLLATE \"C\"
+               AND q.attempts = held.attempts AND q.state = 'running'",
             unseen("$2", "int[]")
         );
         QueueSql {
