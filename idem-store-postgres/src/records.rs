@@ -65,6 +65,21 @@ const CLAIM_COLUMNS: &str =
 /// dropped, and serve another store next (another table, or a table of the same name in
 /// another schema): the name is the table's, so a store never executes a claim another store
 /// prepared. (A hash: a prepared statement's name is cut at 63 bytes.)
+/// The condition that finds the rows of `table` (an alias) whose keys are in `keys` (an array)
+/// and pairs each with the entry of `batch` (an alias of those keys unnested) for its key.
+///
+/// The rows are found by `key = ANY(keys)`, an index lookup whatever the plan, and paired
+/// comparing keys in the "C" collation (bytes, as the default collation's equality does),
+/// which the index cannot serve. Paired by plain `key = batch.key`, the planner could look
+/// each row up by that join in a loop over the batch instead: with `ANY(keys)` beside it (a
+/// generic plan made without statistics, on a table that grew fast since it was created), the
+/// whole array was sorted and scanned again for each of its keys, n² index descents, 5-14
+/// times the server time of a batch of 128 (BENCHMARKS.md); with the join alone (on a table
+/// analyzed empty), the whole primary key was read. `plan_tests` checks both states.
+pub(crate) fn batch_rows(table: &str, keys: &str, batch: &str) -> String {
+    format!("{table}.key = ANY({keys}) AND {table}.key = {batch}.key COLLATE \"C\"")
+}
+
 fn fresh_claim_name(schema: &str, table: &str) -> String {
     use std::hash::{Hash, Hasher};
     // SipHash with fixed keys: the same name for the same table in every process.
@@ -185,15 +200,8 @@ impl RecordsSql {
                  WHERE key = $1 AND fence = $2"
             ),
             // The completion of many claims at once (each record at most once), answering the
-            // position `i` (from 1) of each one that applied. The records are found by
-            // `key = ANY($1)` (an index lookup whatever the plan), then matched to their fences.
-            // The match compares keys in the "C" collation (bytes, as the default collation's
-            // equality does), which the index cannot serve: so no plan looks each record up
-            // again by `key = c.key` on the index, with the `ANY($1)` beside it, in a loop over
-            // the batch. A generic plan made without statistics (a table that grew fast since
-            // it was created) did, scanning the whole array again for each of its keys: n
-            // sorts of the array and n² index descents, 5-14 times the server time of a batch
-            // of 128 (BENCHMARKS.md; `plan_tests`).
+            // position `i` (from 1) of each one that applied. The records are found by key
+            // (`batch_rows`), then matched to their fences.
             complete_many: format!(
                 "UPDATE {t} AS t
                  SET completed_at = coalesce(t.completed_at, now()),
@@ -203,9 +211,9 @@ impl RecordsSql {
                      output = c.output
                  FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::bigint[])
                       WITH ORDINALITY AS c(key, fence, output, keep, i)
-                 WHERE t.key = ANY($1::text[]) AND t.key = c.key COLLATE \"C\"
-                   AND t.fence = c.fence
-                 RETURNING c.i"
+                 WHERE {} AND t.fence = c.fence
+                 RETURNING c.i",
+                batch_rows("t", "$1::text[]", "c"),
             ),
             release: format!(
                 "DELETE FROM {t} WHERE key = $1 AND fence = $2 AND completed_at IS NULL"

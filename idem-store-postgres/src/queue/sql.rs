@@ -3,7 +3,7 @@
 //! records interface ([`RecordsSql`]) rather than spelling the records SQL again.
 
 use super::LAPSED_SQL;
-use crate::records::RecordsSql;
+use crate::records::{batch_rows, RecordsSql};
 use crate::time::{batch_start_sql, duration_micros, micros_sql};
 use crate::unseen::unseen;
 use crate::PgStore;
@@ -200,16 +200,12 @@ impl QueueSql {
                 claimed("$6", "$7", "$8", also)
             )
         };
-        // The jobs of a batch (`done`, `release`), each while its claim is this attempt's. They
-        // are found by `key = ANY(..)`, an index lookup whatever the plan, and matched to the
-        // batch comparing keys in the "C" collation, which the index cannot serve (as the
-        // records' `complete_many` does): found by the join alone, a generic plan made while
-        // the queue was analyzed empty read its whole primary key (`plan_tests`).
+        // The jobs of a batch (`done`, `release`), each while its claim is this attempt's.
         let fenced = format!(
             "FROM unnest({keys}, {}) AS held(key, attempts)
-             WHERE q.key = ANY({keys}) AND q.key = held.key COLLATE \"C\"
-               AND q.attempts = held.attempts AND q.state = 'running'",
-            unseen("$2", "int[]")
+             WHERE {} AND q.attempts = held.attempts AND q.state = 'running'",
+            unseen("$2", "int[]"),
+            batch_rows("q", &keys, "held"),
         );
         QueueSql {
             name: format!("{schema}.{table}"),
