@@ -252,9 +252,10 @@ impl PgStoreBuilder {
         let batches = match &direct {
             Some(direct) if self.batching => {
                 let in_flight = self.in_flight.min(direct.connections());
+                let (claims, completions) = Batcher::pair(in_flight);
                 Some(Batches {
-                    claims: Arc::new(Batcher::new(in_flight)),
-                    completions: Arc::new(Batcher::new(in_flight)),
+                    claims: Arc::new(claims),
+                    completions: Arc::new(completions),
                 })
             }
             _ => None,

@@ -371,12 +371,15 @@ async fn claimed_together(
     claims
 }
 
-/// Callers woken together share the first statement of the driver the first of them starts.
+/// Callers woken together share the first statements of the driver the first of them starts.
 /// Tokio runs a task spawned from a worker thread next (its LIFO slot), so a new driver used to
 /// take a queue of one and leave the others for its second statement; it now steps behind them
-/// in the run queue first. One worker thread, so the order of the tasks is deterministic.
+/// in the run queue first. With no completion running (its partner idle), the new driver sends
+/// half of them first and the other half as its second statement (`batch.rs`), so that the two
+/// halves' claims and completions run side by side afterwards. One worker thread, so the order
+/// of the tasks is deterministic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-async fn callers_woken_together_share_a_new_drivers_first_statement() {
+async fn callers_woken_together_share_a_new_drivers_first_statements_half_and_half() {
     let test = TestStore::new("batch_woken", 4).await;
     let app = format!("{}-counted", test.schema);
     let (store, proxy) = one_connection_store(&test, &app, None).await;
@@ -400,8 +403,22 @@ async fn callers_woken_together_share_a_new_drivers_first_statement() {
         if round == "counted" {
             assert_eq!(
                 (after.0 - before.0, after.1 - before.1),
-                (1, 1),
-                "the 20 claims released together went out as one statement, in one round trip"
+                (2, 2),
+                "the 20 claims released together went out as two statements, in two round trips"
+            );
+            // Each statement is a transaction of its own: the records it wrote share an xmin.
+            let per_statement: Vec<i64> = sqlx::query_scalar(&format!(
+                "SELECT count(*) FROM {} WHERE key LIKE 'counted-%'
+                 GROUP BY xmin::text::bigint ORDER BY xmin::text::bigint",
+                test.store.table()
+            ))
+            .fetch_all(test.store.pool())
+            .await
+            .unwrap();
+            assert_eq!(
+                per_statement,
+                [10, 10],
+                "half of the callers in the first statement, the rest in the second"
             );
         }
     }
@@ -458,7 +475,7 @@ async fn a_driver_dropped_before_it_ran_gives_its_place_back() {
 /// one attempt to connect for the whole batch. It used to send each call on its own after the
 /// batch failed, so during an outage the last caller of a batch of n waited out n + 1 connection
 /// attempts (each up to the pool's `acquire_timeout`). One worker thread, so that the 8 claims
-/// go out as one batch (see the test above).
+/// go out as two batches of 4, a new driver's halves (see the test above): one attempt each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_batch_that_cannot_reach_the_database_fails_each_call_at_once() {
     let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -496,8 +513,8 @@ async fn a_batch_that_cannot_reach_the_database_fails_each_call_at_once() {
     }
     assert_eq!(
         accepted.load(Ordering::SeqCst),
-        1,
-        "the batch of 8 tried to connect once, not once more per call"
+        2,
+        "the 8 claims, sent as two halves, tried to connect once per half, not once per call"
     );
 }
 
