@@ -28,9 +28,14 @@
 //! first, and the rest as its next statement: the first half's callers then move on to the
 //! partner while the second half is on the wire, and from there on the two statements run side
 //! by side, each carrying about half of the callers. Only a driver's first batch is split; one
-//! that is already running takes whatever queued, as before. Measured (BENCHMARKS.md,
-//! "Where the time goes"), fresh calls/s on one Tokio worker rose 1.10-1.24x at 64 callers and
-//! 1.31-1.48x at 2, with 0.90-1.12x on two workers.
+//! that is already running takes whatever queued, as before. And only on a runtime with one
+//! worker thread, where the callers move in step: on two they do not, and there the split only
+//! cost. Measured (BENCHMARKS.md, "Where the time goes"), fresh calls/s on one Tokio worker
+//! rose 1.10-1.49x at 64 callers and 1.29-1.55x at 2; on two workers fresh calls moved
+//! 0.90-1.27x, within the host's noise, but the article's HTTP endpoint at 32-128 connections
+//! (each key delivered twice, so claim drivers start often while completions idle, and every
+//! such start halved a batch) lost about 30%, and got it back when the split was limited to one
+//! worker.
 
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
@@ -207,14 +212,15 @@ impl<O: Op> Batcher<O> {
         self.running.store(state.running, Ordering::Relaxed);
     }
 
-    /// The most requests the next batch takes: half of the `queued` (rounded up) for a driver's
-    /// first batch while the partner has no driver running, else [`MAX_BATCH`].
-    fn limit(&self, queued: usize, first_of_driver: bool) -> usize {
+    /// The most requests the next batch takes: half of the `queued` (rounded up) when `may_split`
+    /// (a driver's first batch, on one worker thread) and the partner has no driver running, else
+    /// [`MAX_BATCH`].
+    fn limit(&self, queued: usize, may_split: bool) -> usize {
         let partner_idle = self
             .partner
             .as_ref()
             .is_some_and(|running| running.load(Ordering::Relaxed) == 0);
-        if first_of_driver && partner_idle {
+        if may_split && partner_idle {
             queued.div_ceil(2).min(MAX_BATCH)
         } else {
             MAX_BATCH
@@ -223,9 +229,9 @@ impl<O: Op> Batcher<O> {
 
     /// Takes the next batch off the queue, or retires the calling driver when the queue is
     /// empty (under the same lock a caller queues under, so no request is left without one).
-    fn next_batch(&self, retired: &mut bool, first_of_driver: bool) -> Vec<Waiting<O>> {
+    fn next_batch(&self, retired: &mut bool, may_split: bool) -> Vec<Waiting<O>> {
         let mut state = self.lock();
-        let limit = self.limit(state.queue.len(), first_of_driver);
+        let limit = self.limit(state.queue.len(), may_split);
         let Some(first) = state.queue.pop_front() else {
             self.count_driver(&mut state, false);
             *retired = true;
@@ -300,6 +306,12 @@ pub(crate) async fn submit<O: Op>(
     })
 }
 
+/// Whether the calling task runs on a runtime with one worker thread, the only place where a
+/// new driver splits its first batch (see the module's documentation).
+fn on_one_worker() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|runtime| runtime.metrics().num_workers() == 1)
+}
+
 /// Reschedules the calling task once, at the back of its worker's run queue.
 ///
 /// A driver is spawned by the call that found no driver running, from a runtime worker. Tokio
@@ -333,10 +345,10 @@ async fn drive<O: Op>(store: PgStore, mut slot: Slot<O>) {
     // Let the callers woken with this one queue first (see `BackOfRunQueue`). Only here: once
     // running, a driver's next batch is whatever queued while its statement was on the wire.
     BackOfRunQueue { yielded: false }.await;
-    let mut first = true;
+    let mut may_split = on_one_worker();
     loop {
-        let batch = slot.batcher.next_batch(&mut slot.retired, first);
-        first = false;
+        let batch = slot.batcher.next_batch(&mut slot.retired, may_split);
+        may_split = false;
         if batch.is_empty() {
             return;
         }
@@ -423,9 +435,29 @@ mod tests {
         batcher.count_driver(&mut state, true);
     }
 
-    fn sizes(batcher: &Batcher<Numbers>, first_of_driver: bool) -> usize {
+    fn sizes(batcher: &Batcher<Numbers>, may_split: bool) -> usize {
         let mut retired = false;
-        batcher.next_batch(&mut retired, first_of_driver).len()
+        batcher.next_batch(&mut retired, may_split).len()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_new_driver_may_split_on_one_worker_thread() {
+        assert!(on_one_worker());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_new_driver_may_split_on_a_current_thread_runtime() {
+        assert!(on_one_worker());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_new_driver_never_splits_on_two_worker_threads() {
+        assert!(!on_one_worker());
+    }
+
+    #[test]
+    fn a_new_driver_never_splits_outside_a_runtime() {
+        assert!(!on_one_worker());
     }
 
     #[test]

@@ -377,7 +377,7 @@ async fn claimed_together(
 /// in the run queue first. With no completion running (its partner idle), the new driver sends
 /// half of them first and the other half as its second statement (`batch.rs`), so that the two
 /// halves' claims and completions run side by side afterwards. One worker thread, so the order
-/// of the tasks is deterministic.
+/// of the tasks is deterministic (and a new driver splits only there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn callers_woken_together_share_a_new_drivers_first_statements_half_and_half() {
     let test = TestStore::new("batch_woken", 4).await;
@@ -475,7 +475,8 @@ async fn a_driver_dropped_before_it_ran_gives_its_place_back() {
 /// one attempt to connect for the whole batch. It used to send each call on its own after the
 /// batch failed, so during an outage the last caller of a batch of n waited out n + 1 connection
 /// attempts (each up to the pool's `acquire_timeout`). One worker thread, so that the 8 claims
-/// go out as two batches of 4, a new driver's halves (see the test above): one attempt each.
+/// go out as two batches of 4, a new driver's halves (see the test above; on more workers it
+/// sends them as one): one attempt each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_batch_that_cannot_reach_the_database_fails_each_call_at_once() {
     let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
