@@ -475,8 +475,8 @@ async fn a_driver_dropped_before_it_ran_gives_its_place_back() {
 /// one attempt to connect for the whole batch. It used to send each call on its own after the
 /// batch failed, so during an outage the last caller of a batch of n waited out n + 1 connection
 /// attempts (each up to the pool's `acquire_timeout`). One worker thread, so that the 8 claims
-/// go out as two batches of 4, a new driver's halves (see the test above; on more workers it
-/// sends them as one): one attempt each.
+/// go out as two batches of 4, a new driver's halves (see the test above; on more workers a new
+/// driver does not split): one attempt each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_batch_that_cannot_reach_the_database_fails_each_call_at_once() {
     let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
