@@ -60,11 +60,6 @@ pub(crate) struct RecordsSql {
 const CLAIM_COLUMNS: &str =
     "key, scope, fence, fingerprint, completed_at, expires_at, purge_at, token, holder";
 
-/// The name of the prepared statement of [`RecordsSql::claim_fresh_prepare`] for the table
-/// `schema.table`. A connection held from the pool may go back to it when its store is
-/// dropped, and serve another store next (another table, or a table of the same name in
-/// another schema): the name is the table's, so a store never executes a claim another store
-/// prepared. (A hash: a prepared statement's name is cut at 63 bytes.)
 /// The condition that finds the rows of `table` (an alias) whose keys are in `keys` (an array)
 /// and pairs each with the entry of `batch` (an alias of those keys unnested) for its key.
 ///
@@ -80,6 +75,11 @@ pub(crate) fn batch_rows(table: &str, keys: &str, batch: &str) -> String {
     format!("{table}.key = ANY({keys}) AND {table}.key = {batch}.key COLLATE \"C\"")
 }
 
+/// The name of the prepared statement of [`RecordsSql::claim_fresh_prepare`] for the table
+/// `schema.table`. A connection held from the pool may go back to it when its store is
+/// dropped, and serve another store next (another table, or a table of the same name in
+/// another schema): the name is the table's, so a store never executes a claim another store
+/// prepared. (A hash: a prepared statement's name is cut at 63 bytes.)
 fn fresh_claim_name(schema: &str, table: &str) -> String {
     use std::hash::{Hash, Hasher};
     // SipHash with fixed keys: the same name for the same table in every process.
