@@ -101,15 +101,30 @@ fn parameters(statement: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// What in `plan` reads one of idem's tables whole: a sequential scan, or a use of a primary
+/// What in `plan` reads one of idem's tables whole: a sequential scan, a use of a primary
 /// key (the records' `(key, scope)`, the queue's `key`) whose condition does not name the key
-/// (a condition on the scope alone reads every entry).
+/// (a condition on the scope alone reads every entry), or a use of one of the queue's partial
+/// indexes whose condition does not bound its column: `q_avail` without `available_at` reads
+/// every queued and running job (a backlog), `q_finished` without `finished_at` every done or
+/// dead one (a table's bulk, until purged).
 pub(crate) fn whole_reads(plan: &str) -> Vec<String> {
     let lines: Vec<&str> = plan.lines().collect();
     let mut found = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         if line.contains("Seq Scan on idem_records") {
             found.push(line.trim().to_owned());
+        }
+        let next = lines.get(i + 1).copied().unwrap_or("");
+        for (index, column) in [
+            ("idem_records_q_avail", "available_at"),
+            ("idem_records_q_finished", "finished_at"),
+        ] {
+            let used =
+                line.contains(&format!("on {index} ")) || line.contains(&format!("using {index} "));
+            let bounded = next.contains("Index Cond: ") && next.contains(column);
+            if used && !bounded {
+                found.push(format!("{} / {}", line.trim(), next.trim()));
+            }
         }
         let pkey = [
             "idem_records_pkey",
@@ -284,6 +299,23 @@ fn a_primary_key_read_without_its_key_is_a_whole_read() {
     let unconditioned = "Index Only Scan using idem_records_queue_pkey on idem_records_queue\n  Filter: (state = 'done'::text)";
     assert_eq!(whole_reads(unconditioned).len(), 1);
     assert_eq!(whole_reads("Seq Scan on idem_records_queue q").len(), 1);
+}
+
+/// The queue's partial indexes read without a bound on their column are every job of their
+/// states, as the queue's batched completions read them before they found the batch's jobs by
+/// key alone: every unfinished job to mark the batch's done, and (hashed) every done job to
+/// check whether a completion sent again found its job done. Read with a bound, as a claim
+/// reads `q_avail` and `purge_done` reads `q_finished`, they are not.
+#[test]
+fn the_queues_partial_indexes_read_without_a_bound_are_whole_reads() {
+    let every_done = "->  Bitmap Index Scan on idem_records_q_finished  (cost=0.00..4.13 rows=114 width=0)\n      Index Cond: (state = 'done'::text)";
+    assert_eq!(whole_reads(every_done).len(), 1);
+    let expired = "->  Index Scan using idem_records_q_finished on idem_records_queue\n      Index Cond: ((state = 'done'::text) AND (finished_at < $1))";
+    assert!(whole_reads(expired).is_empty());
+    let every_unfinished = "->  Bitmap Index Scan on idem_records_q_avail  (cost=0.00..4.13 rows=4 width=0)\n->  Function Scan on d";
+    assert_eq!(whole_reads(every_unfinished).len(), 1);
+    let available = "->  Index Scan using idem_records_q_avail on idem_records_queue\n      Index Cond: (available_at <= now())";
+    assert!(whole_reads(available).is_empty());
 }
 
 /// The claim a transactional call sends with its BEGIN (`fresh_claim.rs`) is a statement the

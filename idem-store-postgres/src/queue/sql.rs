@@ -11,6 +11,17 @@ use crate::PgStore;
 /// The channel idle workers LISTEN on; the payload names the queue (`schema.table`).
 pub(crate) const CHANNEL: &str = "idem_queue";
 
+/// `column = 'state'`, compared in the "C" collation (bytes, as the default collation's
+/// equality does) so that no plan can find a job through one of the queue's partial indexes,
+/// whose predicates name the state in the default collation: a statement that finds its jobs by
+/// key also checks their state this way. A generic plan made on a queue never analyzed, or
+/// analyzed while empty (an `ANALYZE` right after `migrate`), read every queued and running job
+/// (`q_avail`) to find one by key, or every done job (`q_finished`); the plan is kept until the
+/// queue is analyzed again. `plan_tests` checks both states.
+fn in_state(column: &str, state: &str) -> String {
+    format!("{column} COLLATE \"C\" = '{state}'")
+}
+
 /// Every statement of one queue.
 #[derive(Debug)]
 pub(crate) struct QueueSql {
@@ -95,6 +106,12 @@ impl QueueSql {
             "SELECT key FROM claimed WHERE attempts <= max_attempts",
         );
         let complete_many = &records.complete_many;
+        let (running, q_running) = (in_state("state", "running"), in_state("q.state", "running"));
+        let (done, q_done, dead) = (
+            in_state("state", "done"),
+            in_state("q.state", "done"),
+            in_state("state", "dead"),
+        );
         // A claimed job's lease end (epoch µs), where its record's fence was reserved.
         let lease_end = format!(
             "CASE WHEN r.fence IS NOT NULL THEN {} END",
@@ -111,19 +128,28 @@ impl QueueSql {
         // written gets none: its done row is its record until it is purged (`purge_done`
         // writes the record then, for the rest of its keep). Answered by
         // `completion_answers`: a completion sent again (its answer lost) finds its job done
-        // with its attempt, and applies again.
+        // with its attempt (`done_before`), and applies again. Both find the batch's jobs by
+        // key (`batch_rows`): a check per completion by `key = ($1)[n.i]` was a subquery the
+        // planner may run hashed, reading every done job into the hash, and it did so in a
+        // generic plan made while the queue had few done jobs or none counted (a fresh
+        // deployment's, kept for the connection's life while done jobs pile up).
         let complete_and_done = format!(
             "WITH done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
                  FROM unnest($1::text[], $5::int[], $2::bigint[])
                       WITH ORDINALITY AS d(key, attempts, fence, i)
-                 WHERE q.key = ANY({keys}) AND q.key = d.key AND q.attempts = d.attempts
-                   AND q.state = 'running'
+                 WHERE {in_batch} AND q.attempts = d.attempts AND {q_running}
                    AND NOT EXISTS ({})
                  RETURNING d.i
              ),
+             done_before AS (
+                 SELECT d.i
+                 FROM {q} AS q, unnest({keys}, $5::int[]) WITH ORDINALITY AS d(key, attempts, i)
+                 WHERE {in_batch} AND q.attempts = d.attempts AND {q_done}
+             ),
              updated AS ({complete_many})",
             records.held_by_another(super::QUEUE_SCOPE, "d.key", "d.fence"),
+            in_batch = batch_rows("q", &keys, "d"),
         );
         // The same for one job, with scalar parameters: no arrays for the server to unnest and
         // join, which cost a lone completion (every one at one worker) a fifth of its
@@ -131,7 +157,7 @@ impl QueueSql {
         let complete_and_done_one = format!(
             "WITH done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
-                 WHERE q.key = $1 AND q.attempts = $5 AND q.state = 'running'
+                 WHERE q.key = $1 AND q.attempts = $5 AND {q_running}
                    AND NOT EXISTS ({})
                  RETURNING 1
              ),
@@ -142,20 +168,14 @@ impl QueueSql {
         let completion_answer = format!(
             "EXISTS (SELECT 1 FROM updated) OR EXISTS (SELECT 1 FROM done)
                  OR EXISTS (
-                     SELECT 1 FROM {q} WHERE key = $1 AND attempts = $5 AND state = 'done'
+                     SELECT 1 FROM {q} WHERE key = $1 AND attempts = $5 AND {done}
                  ),
              EXISTS (SELECT 1 FROM done)"
         );
         // Per completion `n.i`: (call completed, job marked done).
-        let completion_answers = format!(
-            "n.i IN (SELECT i FROM updated) OR n.i IN (SELECT i FROM done)
-                 OR EXISTS (
-                     SELECT 1 FROM {q}
-                     WHERE key = ($1::text[])[n.i] AND attempts = ($5::int[])[n.i]
-                       AND state = 'done'
-                 ),
-             n.i IN (SELECT i FROM done)"
-        );
+        let completion_answers = "n.i IN (SELECT i FROM updated) OR n.i IN (SELECT i FROM done)
+                 OR n.i IN (SELECT i FROM done_before),
+             n.i IN (SELECT i FROM done)";
         // Claims up to `limit` jobs for `worker` with a lease of `lease` µs (SQL expressions),
         // skipping any that `also` (a condition on `key`) rules out. The picked keys are an
         // array (`= ANY(ARRAY(..))`, not `IN (..)`) so that the update finds them by primary
@@ -203,7 +223,7 @@ impl QueueSql {
         // The jobs of a batch (`done`, `release`), each while its claim is this attempt's.
         let fenced = format!(
             "FROM unnest({keys}, {}) AS held(key, attempts)
-             WHERE {} AND q.attempts = held.attempts AND q.state = 'running'",
+             WHERE {} AND q.attempts = held.attempts AND {q_running}",
             unseen("$2", "int[]"),
             batch_rows("q", &keys, "held"),
         );
@@ -233,7 +253,7 @@ impl QueueSql {
             renew: format!(
                 "WITH job AS (
                      UPDATE {q} SET available_at = now() + $3::bigint {micros}
-                     WHERE key = $1 AND attempts = $4 AND state = 'running'
+                     WHERE key = $1 AND attempts = $4 AND {running}
                      RETURNING 1
                  ),
                  held AS ({})
@@ -270,11 +290,11 @@ impl QueueSql {
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
                      last_error = $4, worker = NULL
-                 WHERE key = $1 AND attempts = $2 AND state = 'running'"
+                 WHERE key = $1 AND attempts = $2 AND {running}"
             ),
             dead: format!(
                 "UPDATE {q} SET state = 'dead', finished_at = now(), last_error = $3, worker = NULL
-                 WHERE key = $1 AND attempts = $2 AND state = 'running'"
+                 WHERE key = $1 AND attempts = $2 AND {running}"
             ),
             release: format!(
                 "UPDATE {q} AS q SET state = 'queued', attempts = q.attempts - 1, worker = NULL,
@@ -299,9 +319,9 @@ impl QueueSql {
             retry_dead: format!(
                 "UPDATE {q} SET state = 'queued', attempts = 0, available_at = now(),
                      finished_at = NULL
-                 WHERE key = $1 AND state = 'dead'"
+                 WHERE key = $1 AND {dead}"
             ),
-            discard: format!("DELETE FROM {q} WHERE key = $1 AND state = 'dead'"),
+            discard: format!("DELETE FROM {q} WHERE key = $1 AND {dead}"),
             // In `finished_at` order from where the drain's previous batch ended ($3), as the
             // records' purge does: the index entries of the jobs a drain deleted stay until
             // VACUUM, and a batch that started at the start of the done jobs read past them all.
