@@ -101,9 +101,10 @@ fn parameters(statement: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// What in `plan` reads one of idem's tables whole: a sequential scan, a use of a primary
+/// What in `plan` reads one of idem's tables whole: a sequential scan; a use of any of their
+/// indexes with no condition at all (every entry, in the index's order); a use of a primary
 /// key (the records' `(key, scope)`, the queue's `key`) whose condition does not name the key
-/// (a condition on the scope alone reads every entry), or a use of one of the queue's partial
+/// (a condition on the scope alone reads every entry); or a use of one of the queue's partial
 /// indexes whose condition does not bound its column: `q_avail` without `available_at` reads
 /// every queued and running job (a backlog), `q_finished` without `finished_at` every done or
 /// dead one (a table's bulk, until purged).
@@ -113,37 +114,39 @@ pub(crate) fn whole_reads(plan: &str) -> Vec<String> {
     for (i, line) in lines.iter().enumerate() {
         if line.contains("Seq Scan on idem_records") {
             found.push(line.trim().to_owned());
+            continue;
         }
+        let uses = |index: &str| {
+            line.contains(&format!("using {index} ")) || line.contains(&format!("on {index} "))
+        };
+        if !(line.contains("Index Scan using idem_records")
+            || line.contains("Index Only Scan using idem_records")
+            || line.contains("Bitmap Index Scan on idem_records"))
+        {
+            continue;
+        }
+        // The scan's condition, where it has one, is the line after it.
         let next = lines.get(i + 1).copied().unwrap_or("");
-        for (index, column) in [
-            ("idem_records_q_avail", "available_at"),
-            ("idem_records_q_finished", "finished_at"),
-        ] {
-            let used =
-                line.contains(&format!("on {index} ")) || line.contains(&format!("using {index} "));
-            let bounded = next.contains("Index Cond: ") && next.contains(column);
-            if used && !bounded {
-                found.push(format!("{} / {}", line.trim(), next.trim()));
-            }
-        }
+        let condition = if next.contains("Index Cond: ") {
+            next
+        } else {
+            ""
+        };
         let pkey = [
             "idem_records_pkey",
             "idem_records_queue_pkey",
             "idem_records_effects_pkey",
         ]
         .iter()
-        .any(|index| {
-            line.contains(&format!("using {index} ")) || line.contains(&format!("on {index} "))
-        });
-        let keyed = lines
-            .get(i + 1)
-            .is_some_and(|next| next.contains("Index Cond: (") && next.contains("key ="));
-        if pkey && !keyed {
-            found.push(format!(
-                "{} / {}",
-                line.trim(),
-                lines.get(i + 1).map_or("", |l| l.trim())
-            ));
+        .any(|index| uses(index));
+        let unbounded_partial = [
+            ("idem_records_q_avail", "available_at"),
+            ("idem_records_q_finished", "finished_at"),
+        ]
+        .iter()
+        .any(|(index, column)| uses(index) && !condition.contains(column));
+        if condition.is_empty() || (pkey && !condition.contains("key =")) || unbounded_partial {
+            found.push(format!("{} / {}", line.trim(), next.trim()));
         }
     }
     found
@@ -316,6 +319,17 @@ fn the_queues_partial_indexes_read_without_a_bound_are_whole_reads() {
     assert_eq!(whole_reads(every_unfinished).len(), 1);
     let available = "->  Index Scan using idem_records_q_avail on idem_records_queue\n      Index Cond: (available_at <= now())";
     assert!(whole_reads(available).is_empty());
+}
+
+/// Any of idem's indexes read with no condition is every entry in the index's order; read with
+/// one, as the purge reads `purge_at`, it is not.
+#[test]
+fn an_index_read_without_a_condition_is_a_whole_read() {
+    let every_record =
+        "->  Index Scan using idem_records_purge_at on idem_records t\n      Filter: (key = $1)";
+    assert_eq!(whole_reads(every_record).len(), 1);
+    let due = "->  Index Scan using idem_records_purge_at on idem_records t\n      Index Cond: (purge_at < now())";
+    assert!(whole_reads(due).is_empty());
 }
 
 /// The claim a transactional call sends with its BEGIN (`fresh_claim.rs`) is a statement the
