@@ -106,8 +106,9 @@ impl QueueSql {
             "SELECT key FROM claimed WHERE attempts <= max_attempts",
         );
         let complete_many = &records.complete_many;
-        let (running, q_running) = (in_state("state", "running"), in_state("q.state", "running"));
-        let (done, q_done, dead) = (
+        let (is_running, q_is_running) =
+            (in_state("state", "running"), in_state("q.state", "running"));
+        let (is_done, q_is_done, is_dead) = (
             in_state("state", "done"),
             in_state("q.state", "done"),
             in_state("state", "dead"),
@@ -132,20 +133,20 @@ impl QueueSql {
         // key (`batch_rows`): a check per completion by `key = ($1)[n.i]` was a subquery the
         // planner may run hashed, reading every done job into the hash, and it did so in a
         // generic plan made while the queue had few done jobs or none counted (a fresh
-        // deployment's, kept for the connection's life while done jobs pile up).
+        // deployment's, kept until the queue is analyzed again).
         let complete_and_done = format!(
             "WITH done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
                  FROM unnest($1::text[], $5::int[], $2::bigint[])
                       WITH ORDINALITY AS d(key, attempts, fence, i)
-                 WHERE {in_batch} AND q.attempts = d.attempts AND {q_running}
+                 WHERE {in_batch} AND q.attempts = d.attempts AND {q_is_running}
                    AND NOT EXISTS ({})
                  RETURNING d.i
              ),
              done_before AS (
                  SELECT d.i
                  FROM {q} AS q, unnest({keys}, $5::int[]) WITH ORDINALITY AS d(key, attempts, i)
-                 WHERE {in_batch} AND q.attempts = d.attempts AND {q_done}
+                 WHERE {in_batch} AND q.attempts = d.attempts AND {q_is_done}
              ),
              updated AS ({complete_many})",
             records.held_by_another(super::QUEUE_SCOPE, "d.key", "d.fence"),
@@ -157,7 +158,7 @@ impl QueueSql {
         let complete_and_done_one = format!(
             "WITH done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
-                 WHERE q.key = $1 AND q.attempts = $5 AND {q_running}
+                 WHERE q.key = $1 AND q.attempts = $5 AND {q_is_running}
                    AND NOT EXISTS ({})
                  RETURNING 1
              ),
@@ -168,7 +169,7 @@ impl QueueSql {
         let completion_answer = format!(
             "EXISTS (SELECT 1 FROM updated) OR EXISTS (SELECT 1 FROM done)
                  OR EXISTS (
-                     SELECT 1 FROM {q} WHERE key = $1 AND attempts = $5 AND {done}
+                     SELECT 1 FROM {q} WHERE key = $1 AND attempts = $5 AND {is_done}
                  ),
              EXISTS (SELECT 1 FROM done)"
         );
@@ -223,7 +224,7 @@ impl QueueSql {
         // The jobs of a batch (`done`, `release`), each while its claim is this attempt's.
         let fenced = format!(
             "FROM unnest({keys}, {}) AS held(key, attempts)
-             WHERE {} AND q.attempts = held.attempts AND {q_running}",
+             WHERE {} AND q.attempts = held.attempts AND {q_is_running}",
             unseen("$2", "int[]"),
             batch_rows("q", &keys, "held"),
         );
@@ -253,7 +254,7 @@ impl QueueSql {
             renew: format!(
                 "WITH job AS (
                      UPDATE {q} SET available_at = now() + $3::bigint {micros}
-                     WHERE key = $1 AND attempts = $4 AND {running}
+                     WHERE key = $1 AND attempts = $4 AND {is_running}
                      RETURNING 1
                  ),
                  held AS ({})
@@ -290,11 +291,11 @@ impl QueueSql {
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
                      last_error = $4, worker = NULL
-                 WHERE key = $1 AND attempts = $2 AND {running}"
+                 WHERE key = $1 AND attempts = $2 AND {is_running}"
             ),
             dead: format!(
                 "UPDATE {q} SET state = 'dead', finished_at = now(), last_error = $3, worker = NULL
-                 WHERE key = $1 AND attempts = $2 AND {running}"
+                 WHERE key = $1 AND attempts = $2 AND {is_running}"
             ),
             release: format!(
                 "UPDATE {q} AS q SET state = 'queued', attempts = q.attempts - 1, worker = NULL,
@@ -319,9 +320,9 @@ impl QueueSql {
             retry_dead: format!(
                 "UPDATE {q} SET state = 'queued', attempts = 0, available_at = now(),
                      finished_at = NULL
-                 WHERE key = $1 AND {dead}"
+                 WHERE key = $1 AND {is_dead}"
             ),
-            discard: format!("DELETE FROM {q} WHERE key = $1 AND {dead}"),
+            discard: format!("DELETE FROM {q} WHERE key = $1 AND {is_dead}"),
             // In `finished_at` order from where the drain's previous batch ended ($3), as the
             // records' purge does: the index entries of the jobs a drain deleted stay until
             // VACUUM, and a batch that started at the start of the done jobs read past them all.
