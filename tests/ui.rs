@@ -3,8 +3,8 @@
 //!
 //! Compiler output changes between Rust releases, so the `.stderr` files are pinned to the
 //! toolchain they were recorded with. To re-record after a toolchain change, run
-//! `TRYBUILD=overwrite cargo test -p idem-tests --test ui` and read every diff as a change to the error
-//! messages users see.
+//! `TRYBUILD=overwrite cargo test -p idem-tests --test ui` and read every diff as a change to the
+//! error messages users see.
 
 #[rustversion::attr(
     not(stable(1.95)),

@@ -3,13 +3,13 @@
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// The operator's command for idem's stores (PostgreSQL, SQLite, Redis): what is stuck, what
-/// failed, and release or retry one safely. Exit status: 0 done, 1 no such key or job, 2 usage error, 3 refused
-/// (a live claim without --force, a forget without --yes), 4 the database failed.
+/// failed, and release or retry one safely. Exit status: 0 done, 1 no such key or job, 2 usage
+/// error, 3 refused (a live claim without --force, a forget without --yes), 4 the database failed.
 #[derive(Debug, Parser)]
 #[command(name = "idem", version)]
 pub struct Args {
-    /// The store: a PostgreSQL URL, `sqlite://PATH`, or `redis://host:port` (several, comma-separated:
-    /// a Redis Cluster's nodes).
+    /// The store: a PostgreSQL URL, `sqlite://PATH`, or `redis://host:port` (several,
+    /// comma-separated: a Redis Cluster's nodes).
     #[arg(long, env = "DATABASE_URL", global = true)]
     pub database_url: Option<String>,
     /// The store's schema.

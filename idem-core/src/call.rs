@@ -82,9 +82,9 @@ impl<'s, S: Store + ?Sized> Call<'s, S> {
         self
     }
 
-    /// How long the claim holds without renewal (default [`DEFAULT_LEASE`](crate::DEFAULT_LEASE)). It is renewed every
-    /// third of a lease while the work runs ([`crate::lease`]), so a live run is never taken
-    /// over; a crashed one is taken over once its lease lapses.
+    /// How long the claim holds without renewal (default [`DEFAULT_LEASE`](crate::DEFAULT_LEASE)).
+    /// It is renewed every third of a lease while the work runs ([`crate::lease`]), so a live run
+    /// is never taken over; a crashed one is taken over once its lease lapses.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.spec.lease = lease;
         self

@@ -208,9 +208,9 @@ impl Prepared {
 
 /// Lease mode: claim, run the body while the lease is renewed, settle.
 ///
-/// The key and fingerprint are validated here, when the future is made (a refusal is recorded
-/// on the call's span). The future is written so that it holds each part once: the whole call is one state
-/// machine that the layers above (`Call::run`, the attribute's expansion) return as it is
+/// The key and fingerprint are validated here, when the future is made (a refusal is recorded on
+/// the call's span). The future is written so that it holds each part once: the whole call is one
+/// state machine that the layers above (`Call::run`, the attribute's expansion) return as it is
 /// instead of wrapping, since each `async` layer would hold (and copy) all of it again.
 pub(crate) fn execute<'s, S, T, E, F, C>(
     store: &'s S,

@@ -30,7 +30,11 @@
 //! }
 //!
 //! #[idempotent(key = "invoice-run:{period}", store = store, clients(payments))]
-//! async fn invoice_run(store: &MemoryStore, period: &str, payments: &Payments) -> Result<Vec<String>, std::io::Error> {
+//! async fn invoice_run(
+//!     store: &MemoryStore,
+//!     period: &str,
+//!     payments: &Payments,
+//! ) -> Result<Vec<String>, std::io::Error> {
 //!     // `payments` is a `KeyedPayments` here.
 //!     Ok(vec![payments.charge("cust_42").await, payments.charge("cust_7").await])
 //! }

@@ -186,15 +186,15 @@ impl PgStoreBuilder {
         self
     }
 
-    /// How many batched statements of one kind (claims, completions) may be on the wire at
-    /// once (default [`DEFAULT_BATCHES_IN_FLIGHT`], one; never more than the store's
-    /// connections). A call that finds them busy joins the next batch, which goes out as soon
-    /// as one returns. One makes the biggest batches and so the least work per call for the
-    /// server: with fresh keys, two ran 0.79-0.92 of one's calls per second at 4 to 64 callers,
-    /// medians of runs that alternated (BENCHMARKS.md, "A second batch in flight"). More let a
-    /// batch that waits on a row lock hold up fewer calls. A claim waits on a lock only while another transaction has inserted or
-    /// taken over the same key in the same scope and not committed: a transactional handler
-    /// given the same `scope` as a lease-mode one, or a transaction of your own on idem's
+    /// How many batched statements of one kind (claims, completions) may be on the wire at once
+    /// (default [`DEFAULT_BATCHES_IN_FLIGHT`], one; never more than the store's connections). A
+    /// call that finds them busy joins the next batch, which goes out as soon as one returns. One
+    /// makes the biggest batches and so the least work per call for the server: with fresh keys,
+    /// two ran 0.79-0.92 of one's calls per second at 4 to 64 callers, medians of runs that
+    /// alternated (BENCHMARKS.md, "A second batch in flight"). More let a batch that waits on a row
+    /// lock hold up fewer calls. A claim waits on a lock only while another transaction has
+    /// inserted or taken over the same key in the same scope and not committed: a transactional
+    /// handler given the same `scope` as a lease-mode one, or a transaction of your own on idem's
     /// table. Raise this if your handlers do that.
     pub fn max_batches_in_flight(mut self, batches: usize) -> Self {
         self.in_flight = batches.max(1);
@@ -425,9 +425,9 @@ impl PgStore {
         (&self.shared.schema, &self.shared.table)
     }
 
-    /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs, `$4` token, `$5` scope,
-    /// `$6` holder), for tools
-    /// that replay idem's exact statements, such as the pgbench comparison in `idem-bench`.
+    /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs, `$4` token, `$5`
+    /// scope, `$6` holder), for tools that replay idem's exact statements, such as the pgbench
+    /// comparison in `idem-bench`.
     #[doc(hidden)]
     pub fn claim_sql(&self) -> &str {
         &self.shared.sql.claim

@@ -309,11 +309,11 @@ async fn a_record_taken_over_in_a_transaction_is_completed_at_the_commit() {
     ));
 }
 
-/// With `claim_with_begin`, a fresh key is claimed by text sent with the BEGIN
-/// (`fresh_claim.rs`), its values written as constants of letters, digits and escapes. A key and a scope with quotes, backslashes, a
-/// semicolon, dollar quotes and non-ASCII text are stored as given and found again; and the
-/// text's insert misses no record that a claim must see: one from before scopes (scope `''`),
-/// and another run's live claim in lease mode.
+/// With `claim_with_begin`, a fresh key is claimed by text sent with the BEGIN (`fresh_claim.rs`),
+/// its values written as constants of letters, digits and escapes. A key and a scope with quotes,
+/// backslashes, a semicolon, dollar quotes and non-ASCII text are stored as given and found again;
+/// and the text's insert misses no record that a claim must see: one from before scopes (scope
+/// `''`), and another run's live claim in lease mode.
 #[tokio::test]
 async fn a_claim_sent_with_its_begin_stores_any_key_as_given_and_misses_no_record() {
     let (test, accounts) = setup("tx_fresh_text").await;

@@ -2,12 +2,12 @@
 //! trip, `EVALSHA`; the script is loaded once per server, on its first `NOSCRIPT`). Times are the
 //! server's clock (`TIME`), in microseconds.
 //!
-//! A record is a hash: `f` fence, `fp` fingerprint (empty: none), `tk` the claim's token, `d`
-//! `1` when completed, `x` when it stops counting (lease end, or end of `keep`), `c` when it
-//! completed, `o` the output, `h` who claimed it (`host:pid`). A journal entry is a hash: `s` state (0 started, 1 done), `f`
-//! fence, `x` expiry, `ho` whether it has an output, `o` the output. Both carry a Redis expiry
-//! of their `x` plus a grace (ARGV), so a lapsed record is still seen (and reported as taken
-//! over) for a while; Redis deletes them after it, and `purge` earlier.
+//! A record is a hash: `f` fence, `fp` fingerprint (empty: none), `tk` the claim's token, `d` `1`
+//! when completed, `x` when it stops counting (lease end, or end of `keep`), `c` when it completed,
+//! `o` the output, `h` who claimed it (`host:pid`). A journal entry is a hash: `s` state (0
+//! started, 1 done), `f` fence, `x` expiry, `ho` whether it has an output, `o` the output. Both
+//! carry a Redis expiry of their `x` plus a grace (ARGV), so a lapsed record is still seen (and
+//! reported as taken over) for a while; Redis deletes them after it, and `purge` earlier.
 //!
 //! Fences are the server's time in microseconds at the claim, or one more than the record's
 //! fence if that is larger: they grow across claims, releases and takeovers of a key, and
@@ -24,9 +24,9 @@ fn script(body: &str) -> Script {
     Script::new(&format!("{NOW}{body}"))
 }
 
-/// KEYS: record. ARGV: fingerprint, token, lease (µs), grace (ms), holder. Returns `{1, fence, expires,
-/// taken_over}`, `{2, expires}` (in progress), `{3, completed, has_output, output}` or `{4}`
-/// (fingerprint mismatch).
+/// KEYS: record. ARGV: fingerprint, token, lease (µs), grace (ms), holder. Returns
+/// `{1, fence, expires, taken_over}`, `{2, expires}` (in progress),
+/// `{3, completed, has_output, output}` or `{4}` (fingerprint mismatch).
 pub(crate) static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(&CLAIM_SOURCE));
 
 /// The claim script's full source.

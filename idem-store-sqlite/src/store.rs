@@ -33,7 +33,8 @@ pub const DEFAULT_CONNECTIONS: u32 = 4;
 /// embedded (no server), and shared by every process that opens the same file on one machine.
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_core::StoreError> {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), idem_core::StoreError> {
 /// use idem_core::{Call, Outcome};
 /// use idem_store_sqlite::SqliteStore;
 ///

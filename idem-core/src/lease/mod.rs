@@ -38,7 +38,8 @@ pub fn renew_every(lease: Duration) -> Duration {
 
 mod watch;
 
-/// A held claim, renewed on the [policy](self) by [`renew_in_background`](Self::renew_in_background).
+/// A held claim, renewed on the [policy](self) by
+/// [`renew_in_background`](Self::renew_in_background).
 #[derive(Debug)]
 pub(crate) struct Lease<'a, S: ?Sized> {
     pub store: &'a S,

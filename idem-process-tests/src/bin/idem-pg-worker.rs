@@ -15,12 +15,12 @@
 //!
 //! Keys are `first..first + keys` (`--first`, default 0).
 //!
-//! Every handler body inserts a row into `<schema>.executions` (no unique constraint, so a
-//! body that runs twice shows up twice) before it returns; on SQLite it appends `key pid` to
-//! the file `PATH.executions` instead (and lost claims to `PATH.lost`); on Redis to
-//! `BASE.executions` and `BASE.lost`, with `--schema` as the store's key prefix. `hold-lock` takes
-//! SQLite's write lock (`BEGIN IMMEDIATE`), prints `LOCKED`, and holds it for `--work-ms`. `crash` bodies then sleep up to
-//! `--work-ms`, so workers killed with SIGKILL die mid-body. `tx-crash` bodies run in
+//! Every handler body inserts a row into `<schema>.executions` (no unique constraint, so a body
+//! that runs twice shows up twice) before it returns; on SQLite it appends `key pid` to the file
+//! `PATH.executions` instead (and lost claims to `PATH.lost`); on Redis to `BASE.executions` and
+//! `BASE.lost`, with `--schema` as the store's key prefix. `hold-lock` takes SQLite's write lock
+//! (`BEGIN IMMEDIATE`), prints `LOCKED`, and holds it for `--work-ms`. `crash` bodies then sleep up
+//! to `--work-ms`, so workers killed with SIGKILL die mid-body. `tx-crash` bodies run in
 //! transactional mode: their row in `executions` is written in the call's transaction (so it
 //! commits with the key, or not at all), then they sleep likewise. A run that loses its claim
 //! writes a row to `<schema>.lost_claims`. Each mode prints one summary line:

@@ -12,9 +12,10 @@ use tracing::Instrument;
 use super::builder::Shared;
 use super::producer::{produce, ProducerConfig};
 
-/// Running workers; from [`WorkerBuilder::start`](super::WorkerBuilder::start). Call [`shutdown`](Workers::shutdown) to
-/// stop them. Dropping them stops them too, with no time for running jobs: those are given back
-/// to the queue (or, if the runtime is gone, return when their lease lapses).
+/// Running workers; from [`WorkerBuilder::start`](super::WorkerBuilder::start). Call
+/// [`shutdown`](Workers::shutdown) to stop them. Dropping them stops them too, with no time for
+/// running jobs: those are given back to the queue (or, if the runtime is gone, return when their
+/// lease lapses).
 #[derive(Debug)]
 #[must_use = "dropping Workers stops them at once; keep them, and call `shutdown` to stop"]
 pub struct Workers {
