@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 
@@ -39,7 +40,9 @@ const NEVER: u64 = u64::MAX;
 
 /// The claims on the watch.
 struct Watch {
-    tables: [Mutex<Table>; TABLES],
+    /// Each on cache lines of its own: threads register in tables of their own, and sharing a
+    /// line they would take it from each other on every call.
+    tables: [CachePadded<Mutex<Table>>; TABLES],
     /// When the watch thread next wakes by itself, as nanoseconds since `origin`: a claim
     /// whose first renewal falls due earlier reports it (through `reported`).
     wakes_at: AtomicU64,
@@ -74,7 +77,7 @@ fn watch() -> &'static Watch {
     static WATCH: OnceLock<&'static Watch> = OnceLock::new();
     WATCH.get_or_init(|| {
         let watch: &'static Watch = Box::leak(Box::new(Watch {
-            tables: std::array::from_fn(|_| Mutex::new(Table::default())),
+            tables: std::array::from_fn(|_| CachePadded::new(Mutex::new(Table::default()))),
             wakes_at: AtomicU64::new(NEVER),
             reported: Mutex::new(None),
             wake: Condvar::new(),
