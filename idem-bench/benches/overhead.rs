@@ -82,6 +82,18 @@ fn overhead(c: &mut Criterion) {
             )))
         })
     });
+    // A usual template: a number and a date, about 25 bytes rendered.
+    parts.bench_function("render_key_usual", |b| {
+        let mut i = 1_000_000u64;
+        b.iter(|| {
+            i += 1;
+            black_box(idem_core::__private_v1::render_key(format_args!(
+                "reminder:{}:{}",
+                black_box(i),
+                black_box("2026-11-02")
+            )))
+        })
+    });
     parts.bench_function("store_claim_fresh", |b| {
         b.iter_custom(|iters| {
             let store = MemoryStore::new();
