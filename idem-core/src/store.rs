@@ -366,33 +366,60 @@ pub trait Purge: Store {
 
 macro_rules! delegate_store {
     ($($ty:ty),*) => {$(
+        // Each step hands back the inner store's future as it is: written `async`, a step
+        // would box a second future around the one the inner store boxed.
         #[diagnostic::do_not_recommend]
-        #[async_trait]
         impl<S: Store + ?Sized> Store for $ty {
-            async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-                (**self).claim(request).await
+            fn claim<'a, 'b, 'f>(&'a self, request: ClaimRequest<'b>) -> StepFuture<'f, Claim>
+            where
+                'a: 'f,
+                'b: 'f,
+                Self: 'f,
+            {
+                (**self).claim(request)
             }
-            async fn complete(
-                &self,
-                key: &Key,
+            fn complete<'a, 'b, 'c, 'f>(
+                &'a self,
+                key: &'b Key,
                 fence: Fence,
-                completion: Completion<'_>,
-            ) -> Result<Fenced, StoreError> {
-                (**self).complete(key, fence, completion).await
+                completion: Completion<'c>,
+            ) -> StepFuture<'f, Fenced>
+            where
+                'a: 'f,
+                'b: 'f,
+                'c: 'f,
+                Self: 'f,
+            {
+                (**self).complete(key, fence, completion)
             }
-            async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
-                (**self).release(key, fence).await
+            fn release<'a, 'b, 'f>(&'a self, key: &'b Key, fence: Fence) -> StepFuture<'f, Fenced>
+            where
+                'a: 'f,
+                'b: 'f,
+                Self: 'f,
+            {
+                (**self).release(key, fence)
             }
-            async fn renew(
-                &self,
-                key: &Key,
+            fn renew<'a, 'b, 'f>(
+                &'a self,
+                key: &'b Key,
                 fence: Fence,
                 lease: Duration,
-            ) -> Result<Fenced, StoreError> {
-                (**self).renew(key, fence, lease).await
+            ) -> StepFuture<'f, Fenced>
+            where
+                'a: 'f,
+                'b: 'f,
+                Self: 'f,
+            {
+                (**self).renew(key, fence, lease)
             }
-            async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
-                (**self).get(key).await
+            fn get<'a, 'b, 'f>(&'a self, key: &'b Key) -> StepFuture<'f, Option<Record>>
+            where
+                'a: 'f,
+                'b: 'f,
+                Self: 'f,
+            {
+                (**self).get(key)
             }
             fn shared(&self) -> Arc<dyn Store> {
                 (**self).shared()
@@ -400,20 +427,32 @@ macro_rules! delegate_store {
             fn abandon(&self, key: &Key, fence: Fence) {
                 (**self).abandon(key, fence)
             }
-            async fn effect(
-                &self,
-                key: &Key,
-                effect: &str,
-            ) -> Result<Option<EffectEntry>, StoreError> {
-                (**self).effect(key, effect).await
+            fn effect<'a, 'b, 'c, 'f>(
+                &'a self,
+                key: &'b Key,
+                effect: &'c str,
+            ) -> StepFuture<'f, Option<EffectEntry>>
+            where
+                'a: 'f,
+                'b: 'f,
+                'c: 'f,
+                Self: 'f,
+            {
+                (**self).effect(key, effect)
             }
-            async fn record_effect(
-                &self,
-                key: &Key,
+            fn record_effect<'a, 'b, 'c, 'f>(
+                &'a self,
+                key: &'b Key,
                 fence: Fence,
-                record: EffectRecord<'_>,
-            ) -> Result<Fenced, StoreError> {
-                (**self).record_effect(key, fence, record).await
+                record: EffectRecord<'c>,
+            ) -> StepFuture<'f, Fenced>
+            where
+                'a: 'f,
+                'b: 'f,
+                'c: 'f,
+                Self: 'f,
+            {
+                (**self).record_effect(key, fence, record)
             }
         }
 
@@ -432,5 +471,9 @@ macro_rules! delegate_store {
         }
     )*};
 }
+
+/// The future of one [`Store`] step, as `async-trait` boxes it.
+type StepFuture<'f, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send + 'f>>;
 
 delegate_store!(&S, Arc<S>, Box<S>);
