@@ -473,7 +473,6 @@ macro_rules! delegate_store {
 }
 
 /// The future of one [`Store`] step, as `async-trait` boxes it.
-type StepFuture<'f, T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send + 'f>>;
+type StepFuture<'f, T> = crate::call::BoxFuture<'f, Result<T, StoreError>>;
 
 delegate_store!(&S, Arc<S>, Box<S>);
