@@ -114,13 +114,14 @@ struct Effect {
     expires: u64,
 }
 
-/// The time of one store step: the wall clock, to report, and the monotonic time (nanoseconds
-/// on the store's clock), to decide. Deadlines are kept in monotonic time, so a step of the wall
-/// clock moves none of them.
-#[derive(Debug, Clone, Copy)]
-struct Now {
-    wall: SystemTime,
+/// The time of one store step: the monotonic time (nanoseconds on the store's clock), to
+/// decide, and the wall clock, to report. Deadlines are kept in monotonic time, so a step of the
+/// wall clock moves none of them. The wall clock is read only when a step reports a time: a
+/// duplicate's claim reports the stored completion time, and a renewal reports none.
+#[derive(Clone, Copy)]
+struct Now<'c> {
     mono: u64,
+    clock: &'c dyn Clock,
 }
 
 fn nanos(duration: Duration) -> u64 {
@@ -132,7 +133,7 @@ fn far_future() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(253_402_300_799) // 9999-12-31T23:59:59Z
 }
 
-impl Now {
+impl Now<'_> {
     /// A deadline `after` from now.
     fn after(self, after: Duration) -> u64 {
         self.mono.saturating_add(nanos(after))
@@ -140,20 +141,19 @@ impl Now {
 
     /// The wall-clock time at which the monotonic time will be (or was) `mono`.
     fn wall_at(self, mono: u64) -> SystemTime {
+        let wall = self.clock.now();
         if mono >= self.mono {
             let ahead = Duration::from_nanos(mono - self.mono);
-            self.wall.checked_add(ahead).unwrap_or_else(far_future)
+            wall.checked_add(ahead).unwrap_or_else(far_future)
         } else {
             let behind = Duration::from_nanos(self.mono - mono);
-            self.wall
-                .checked_sub(behind)
-                .unwrap_or(SystemTime::UNIX_EPOCH)
+            wall.checked_sub(behind).unwrap_or(SystemTime::UNIX_EPOCH)
         }
     }
 
     /// The wall clock as nanoseconds since the Unix epoch (negative before it), saturating.
     fn wall_nanos(self) -> i64 {
-        match self.wall.duration_since(SystemTime::UNIX_EPOCH) {
+        match self.clock.now().duration_since(SystemTime::UNIX_EPOCH) {
             Ok(since) => i64::try_from(since.as_nanos()).unwrap_or(i64::MAX),
             Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
         }
@@ -170,7 +170,7 @@ fn wall_from_nanos(nanos: i64) -> SystemTime {
 }
 
 impl Stored {
-    fn is_expired(&self, now: Now) -> bool {
+    fn is_expired(&self, now: Now<'_>) -> bool {
         self.until <= now.mono
     }
 
@@ -255,7 +255,7 @@ impl Shard {
 
     /// Purges everything expired once the shard has doubled since its last purge, so memory
     /// stays bounded by the live entries at an amortized O(1) per write.
-    fn purge_if_grown(&mut self, now: Now, hasher: &RandomState) {
+    fn purge_if_grown(&mut self, now: Now<'_>, hasher: &RandomState) {
         if self.size() >= self.purge_at {
             self.purge(now, (usize::MAX, usize::MAX), hasher);
         }
@@ -263,7 +263,12 @@ impl Shard {
 
     /// Deletes up to `limits.0` expired records and up to `limits.1` expired journal entries;
     /// returns how many of each.
-    fn purge(&mut self, now: Now, limits: (usize, usize), hasher: &RandomState) -> (usize, usize) {
+    fn purge(
+        &mut self,
+        now: Now<'_>,
+        limits: (usize, usize),
+        hasher: &RandomState,
+    ) -> (usize, usize) {
         let records = self
             .records
             .remove_where(limits.0, hasher, |r| r.is_expired(now));
@@ -315,11 +320,11 @@ impl Inner {
         (hash, self.lock((hash >> 48) as usize % SHARDS))
     }
 
-    fn now(&self) -> Now {
-        let clock = &self.clock;
+    fn now(&self) -> Now<'_> {
+        let clock = &*self.clock;
         Now {
-            wall: clock.now(),
             mono: nanos(clock.monotonic()),
+            clock,
         }
     }
 
@@ -374,6 +379,8 @@ impl Inner {
             Some(at) => shard.records.replace(at, record),
             None => shard.records.insert(hash, record),
         }
+        // The wall clock is read outside the shard's critical section.
+        drop(shard);
         Claim::Acquired {
             fence: Fence(fence),
             lease_expires_at: now.wall_at(lease_until),
@@ -383,12 +390,14 @@ impl Inner {
 
     fn complete(&self, key: &Key, fence: Fence, completion: Completion<'_>) -> Fenced {
         let now = self.now();
+        // Read before the shard's critical section: all but a repeated completion need it.
+        let wall = now.wall_nanos();
         self.fenced(key, fence, |record| {
             // A repeated completion keeps the first completion time.
             let (done, done_wall) = if record.is_completed() {
                 (record.done, record.done_wall)
             } else {
-                (now.mono, now.wall_nanos())
+                (now.mono, wall)
             };
             let until = done.saturating_add(nanos(completion.keep));
             record.complete(done, done_wall, until, completion.output);
@@ -484,7 +493,7 @@ impl Inner {
 
 /// What a claim of a live record gets: the caller's own claim again, a mismatch, the other
 /// run's lease, or the completion.
-fn settled(record: &Stored, request: ClaimRequest<'_>, now: Now) -> Claim {
+fn settled(record: &Stored, request: ClaimRequest<'_>, now: Now<'_>) -> Claim {
     if !record.is_completed()
         && request.token.is_some()
         && record.token() == request.token.map(|t| t.0)
