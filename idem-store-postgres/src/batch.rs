@@ -8,6 +8,12 @@
 //! batch is whatever queued while the previous statement was on the wire: nobody waits for a
 //! batch to fill.
 //!
+//! A driver that finds more queued when its statement returns puts the next statement on the
+//! wire first and answers the last one's callers right after, in the same poll: waking them
+//! (a system call when the other worker sleeps) no longer keeps its connection idle. Measured
+//! (BENCHMARKS.md, "Where the time goes"), fresh calls at 16 callers ran 1.06-1.17x, with
+//! fewer statements per call, and no point of the sweep lost.
+//!
 //! Drivers run in tasks of their own, so a caller that is cancelled never cancels a statement
 //! that carries other callers' requests. Every request is answered: with its own result, or
 //! with an error when the driver could not finish (its runtime shut down, or it panicked).
@@ -38,9 +44,9 @@
 //! worker.
 
 use std::collections::{HashSet, VecDeque};
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -346,20 +352,45 @@ async fn drive<O: Op>(store: PgStore, mut slot: Slot<O>) {
     // running, a driver's next batch is whatever queued while its statement was on the wire.
     BackOfRunQueue { yielded: false }.await;
     let mut may_split = on_one_worker();
+    let mut answered: Option<Answered<O>> = None;
     loop {
         let batch = slot.batcher.next_batch(&mut slot.retired, may_split);
         may_split = false;
         if batch.is_empty() {
+            answer::<O>(answered);
             return;
         }
         let (requests, answers): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|w| (w.request, w.answer)).unzip();
-        let results = run::<O>(&store, requests).await;
+        let mut statement = pin!(run::<O>(&store, requests));
+        // The next statement goes on the wire before the last one's callers are woken. Polling
+        // it once never suspends this task, so the last answers are sent within the poll that
+        // received them, as before: a driver dropped between two polls holds none back.
+        let sent = poll_fn(|cx| Poll::Ready(statement.as_mut().poll(cx))).await;
+        answer::<O>(answered.take());
+        let results = match sent {
+            Poll::Ready(results) => results,
+            Poll::Pending => statement.await,
+        };
         debug_assert_eq!(results.len(), answers.len());
-        for (answer, result) in answers.into_iter().zip(results) {
-            // A caller that gave up waiting has nobody to tell.
-            let _ = answer.send(result);
-        }
+        answered = Some((answers, results));
+    }
+}
+
+/// A batch's callers and their answers, not yet told.
+type Answered<O> = (
+    Vec<oneshot::Sender<Result<<O as Op>::Answer, StoreError>>>,
+    Vec<Result<<O as Op>::Answer, StoreError>>,
+);
+
+/// Tells each caller of a batch its answer.
+fn answer<O: Op>(answered: Option<Answered<O>>) {
+    let Some((answers, results)) = answered else {
+        return;
+    };
+    for (answer, result) in answers.into_iter().zip(results) {
+        // A caller that gave up waiting has nobody to tell.
+        let _ = answer.send(result);
     }
 }
 
