@@ -352,12 +352,12 @@ async fn drive<O: Op>(store: PgStore, mut slot: Slot<O>) {
     // running, a driver's next batch is whatever queued while its statement was on the wire.
     BackOfRunQueue { yielded: false }.await;
     let mut may_split = on_one_worker();
-    let mut answered: Option<Answered<O>> = None;
+    let mut answered = None;
     loop {
         let batch = slot.batcher.next_batch(&mut slot.retired, may_split);
         may_split = false;
         if batch.is_empty() {
-            answer::<O>(answered);
+            answer(answered);
             return;
         }
         let (requests, answers): (Vec<_>, Vec<_>) =
@@ -367,7 +367,7 @@ async fn drive<O: Op>(store: PgStore, mut slot: Slot<O>) {
         // it once never suspends this task, so the last answers are sent within the poll that
         // received them, as before: a driver dropped between two polls holds none back.
         let sent = poll_fn(|cx| Poll::Ready(statement.as_mut().poll(cx))).await;
-        answer::<O>(answered.take());
+        answer(answered.take());
         let results = match sent {
             Poll::Ready(results) => results,
             Poll::Pending => statement.await,
@@ -377,14 +377,8 @@ async fn drive<O: Op>(store: PgStore, mut slot: Slot<O>) {
     }
 }
 
-/// A batch's callers and their answers, not yet told.
-type Answered<O> = (
-    Vec<oneshot::Sender<Result<<O as Op>::Answer, StoreError>>>,
-    Vec<Result<<O as Op>::Answer, StoreError>>,
-);
-
-/// Tells each caller of a batch its answer.
-fn answer<O: Op>(answered: Option<Answered<O>>) {
+/// Tells each caller of a batch its answer, if there is a batch.
+fn answer<T>(answered: Option<(Vec<oneshot::Sender<T>>, Vec<T>)>) {
     let Some((answers, results)) = answered else {
         return;
     };
