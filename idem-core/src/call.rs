@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use crate::codec::{Codec, JsonReplay, NoReplay, Replayable};
-use crate::error::Error;
+use crate::error::{Error, StoreError};
 use crate::execute::{execute, Spec};
 use crate::fingerprint::Fingerprint;
 use crate::key::{InvalidKey, Key};
@@ -147,6 +147,111 @@ impl<'s, S: Store + ?Sized> Call<'s, S> {
         C: Codec<T>,
     {
         execute(self.store, self.spec, codec, work)
+    }
+
+    /// Runs `work` as [`run`](Call::run) does, detached from the caller: the call (its claim,
+    /// `work` and its completion) runs in a task of its own on the current Tokio runtime, and
+    /// the returned future only waits for its outcome. Dropping that future (a caller's
+    /// timeout, a client that went away, an aborted task) leaves the work running to its end
+    /// and its completion recorded, so the next delivery of the key finds it done (or in
+    /// progress, while it runs) instead of running it again.
+    ///
+    /// Without detaching, a dropped call stops its work at the `.await` it was at and frees the
+    /// key, so whatever the work did before that point is done again by the next delivery. Use
+    /// this for work whose effects must not be cut in half, whose inputs it owns (`'static`).
+    ///
+    /// ```
+    /// use idem_core::{Call, MemoryStore, Outcome};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let store = MemoryStore::new();
+    /// let (started, finish) = (tokio::sync::oneshot::channel::<()>(), tokio::sync::oneshot::channel::<()>());
+    /// let (started_tx, started_rx) = started;
+    /// let (finish_tx, finish_rx) = finish;
+    /// let call = Call::new(&store, "charge:7").run_detached(async move {
+    ///     let _ = started_tx.send(());
+    ///     finish_rx.await.ok(); // the work goes on after its caller gave up
+    ///     Ok::<_, std::io::Error>(())
+    /// });
+    /// // The caller gives up once the work has started...
+    /// let gave_up = tokio::select! {
+    ///     _ = call => false,
+    ///     _ = started_rx => true,
+    /// };
+    /// assert!(gave_up);
+    /// // ... and the work still finishes, once: the retry waits for it and finds it done.
+    /// finish_tx.send(()).unwrap();
+    /// let retry = Call::new(&store, "charge:7")
+    ///     .wait(Duration::from_secs(5))
+    ///     .run(async { Ok::<_, std::io::Error>(()) })
+    ///     .await
+    ///     .unwrap();
+    /// assert!(retry.is_duplicate());
+    /// # }
+    /// ```
+    ///
+    /// The cost is a task spawned per call. A panic in `work` resumes in the caller, as with
+    /// [`run`](Call::run).
+    ///
+    /// # Panics
+    ///
+    /// When polled outside a Tokio runtime.
+    pub fn run_detached<T, E, F>(
+        self,
+        work: F,
+    ) -> impl Future<Output = Result<Outcome<T>, Error<E>>> + Send + 'static
+    where
+        F: Future<Output = Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        self.run_detached_with(NoReplay, work)
+    }
+
+    /// [`run_detached`](Call::run_detached), storing the `Ok` value (as JSON) for duplicates
+    /// as [`run_replay`](Call::run_replay) does.
+    pub fn run_detached_replay<T, E, F>(
+        self,
+        work: F,
+    ) -> impl Future<Output = Result<Outcome<T>, Error<E>>> + Send + 'static
+    where
+        T: Replayable + Send + 'static,
+        E: Send + 'static,
+        F: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        self.run_detached_with(JsonReplay, work)
+    }
+
+    /// [`run_detached`](Call::run_detached), storing the `Ok` value with `codec`.
+    pub fn run_detached_with<T, E, F, C>(
+        self,
+        codec: C,
+        work: F,
+    ) -> impl Future<Output = Result<Outcome<T>, Error<E>>> + Send + 'static
+    where
+        F: Future<Output = Result<T, E>> + Send + 'static,
+        C: Codec<T> + Send + Sync + 'static,
+        T: Send + 'static,
+        E: Send + 'static,
+    {
+        // The task keeps the store through a handle of its own (the borrow ends here).
+        let store = self.store.shared();
+        let spec = self.spec;
+        async move {
+            let call = async move { execute(&*store, spec, codec, work).await };
+            let task = tokio::spawn(tracing::Instrument::in_current_span(call));
+            match task.await {
+                Ok(settled) => settled,
+                Err(e) => match e.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    Err(_) => Err(Error::Store(StoreError::msg(
+                        "the detached call's task was cancelled (its runtime shut down); the \
+                         work may or may not have finished",
+                    ))),
+                },
+            }
+        }
     }
 }
 

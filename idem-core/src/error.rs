@@ -40,6 +40,16 @@ pub enum Error<E> {
     },
     /// A value could not be encoded or decoded: a fingerprinted parameter or a `replay` output.
     Codec(CodecError),
+    /// A call's option is out of range: a `lease` or `keep` over [`MAX_DURATION`]. Nothing was
+    /// claimed: refused before the claim, not found out after the body ran.
+    ///
+    /// [`MAX_DURATION`]: crate::MAX_DURATION
+    InvalidOption {
+        /// The option (`"lease"`, `"keep"`).
+        option: &'static str,
+        /// What is wrong with it, and the range it must be in.
+        reason: String,
+    },
 }
 
 impl<E> Error<E> {
@@ -60,6 +70,7 @@ impl<E> Error<E> {
             Error::KeyReused { key } => Error::KeyReused { key },
             Error::LostClaim { key } => Error::LostClaim { key },
             Error::Codec(e) => Error::Codec(e),
+            Error::InvalidOption { option, reason } => Error::InvalidOption { option, reason },
         }
     }
 }
@@ -83,6 +94,9 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
                  handler can stall, and make its side effects tolerate one repeat"
             ),
             Error::Codec(e) => fmt::Display::fmt(e, f),
+            Error::InvalidOption { option, reason } => {
+                write!(f, "invalid `{option}`: {reason}; nothing was claimed")
+            }
         }
     }
 }
@@ -94,7 +108,7 @@ impl<E: StdError + 'static> StdError for Error<E> {
             Error::InvalidKey(e) => Some(e),
             Error::Store(e) => Some(e),
             Error::Codec(e) => Some(e),
-            Error::KeyReused { .. } | Error::LostClaim { .. } => None,
+            Error::KeyReused { .. } | Error::LostClaim { .. } | Error::InvalidOption { .. } => None,
         }
     }
 }

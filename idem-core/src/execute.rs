@@ -41,6 +41,11 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// How long a completed record is kept when no `keep` is given.
 pub const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The longest `lease` or `keep` a call takes: 100 years. Every store can count that far from
+/// now; a longer one is refused before the claim ([`Error::InvalidOption`]), rather than
+/// overflowing a store's arithmetic after the body ran.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
 pub(crate) fn record_outcome(kind: &'static str) {
     Span::current().record("outcome", kind);
 }
@@ -107,6 +112,15 @@ impl Prepared {
             span.record("outcome", "codec_error");
             Error::Codec(e)
         })?;
+        for (option, value) in [("lease", call.lease), ("keep", call.keep)] {
+            if value > MAX_DURATION {
+                span.record("outcome", "invalid_option");
+                return Err(Error::InvalidOption {
+                    option,
+                    reason: format!("{value:?} is longer than the most a store keeps ({MAX_DURATION:?}, 100 years)"),
+                });
+            }
+        }
         Ok(Prepared {
             key,
             token: ClaimToken::random_at(now),
@@ -234,18 +248,26 @@ where
             Err(invalid) => return Err(invalid),
         };
         let request = prepared.request();
-        // The acquiring attempt carries when it returned: the claim's end is the body's start.
-        // The first attempt starts when the call was made.
+        // The acquiring attempt carries its timing (see `Timing`). The first attempt starts
+        // when the call was made.
         let mut first = Some(made);
-        let (fence, started) = match prepared
+        let (fence, timing) = match prepared
             .claim(&codec, || {
                 let started = first.take();
                 async move {
                     let started = started.unwrap_or_else(Instant::now);
+                    let sent = Instant::now();
                     let claim = store.claim(request).await;
-                    let ended = Instant::now();
-                    handler.claim_took(ended - started);
-                    Ok((claim?, ended))
+                    let answered = Instant::now();
+                    handler.claim_took(answered - started);
+                    let (claim, lease_from) = with_lease_left(store, request, claim?, sent).await?;
+                    Ok((
+                        claim,
+                        Timing {
+                            lease_from,
+                            body_from: answered,
+                        },
+                    ))
                 }
             })
             .await?
@@ -265,9 +287,7 @@ where
             },
         };
         let keep = prepared.keep;
-        claimed
-            .run(&codec, keep, started, context.clone(), work)
-            .await
+        claimed.run(&codec, keep, timing, context.clone(), work).await
     };
     Traced {
         span,
@@ -320,12 +340,12 @@ struct Claimed<'a, S: ?Sized> {
 }
 
 impl<S: Store + ?Sized> Claimed<'_, S> {
-    /// Runs `work` in `context` (the call's), from `started`, and settles the claim.
+    /// Runs `work` in `context` (the call's) and settles the claim.
     async fn run<T, E, F, C>(
         self,
         codec: &C,
         keep: Duration,
-        started: Instant,
+        timing: Timing,
         context: CallContext,
         work: F,
     ) -> Result<Outcome<T>, Error<E>>
@@ -333,106 +353,312 @@ impl<S: Store + ?Sized> Claimed<'_, S> {
         F: Future<Output = Result<T, E>>,
         C: Codec<T>,
     {
-        // Until the claim is settled (completed or released), dropping this future abandons it.
-        let guard = AbandonGuard { claim: &self };
-        let lease = &self.lease;
-        let result = {
-            let _renewal = lease.renew_in_background(&context, started);
-            let result = CatchUnwind(context.scope(work)).await;
-            self.handler.body_took(started.elapsed());
-            result
+        let renewal = self.lease.renew_in_background(&context, timing.lease_from);
+        // Until the claim is settled, dropping this future leaves the claim to `Settling`.
+        let mut settling = Settling {
+            context,
+            renewal: Some(renewal),
+            stopping: None,
+            next: Next::Abandon,
         };
+        let result = CatchUnwind(settling.context.clone().scope(work)).await;
+        self.handler.body_took(timing.body_from.elapsed());
         let settled = match result {
             Err(panic) => {
+                settling.next = Next::Release;
+                settling.stop_renewal().await;
                 self.release().await;
-                std::mem::forget(guard);
+                settling.next = Next::Nothing;
                 record_outcome("panicked");
                 resume_unwind(panic);
             }
             Ok(Err(e)) => {
+                settling.next = Next::Release;
+                settling.stop_renewal().await;
                 self.release().await;
                 record_outcome("handler_error");
                 Err(Error::Handler(e))
             }
             Ok(Ok(value)) => match codec.encode(&value) {
                 Err(e) => {
+                    settling.next = Next::Release;
+                    settling.stop_renewal().await;
                     self.release().await;
                     record_outcome("codec_error");
                     Err(Error::Codec(e))
                 }
-                Ok(output) => self.complete(output.as_deref(), keep).await.map(|()| {
-                    record_outcome("executed");
-                    Outcome::Executed(value)
-                }),
+                Ok(output) => {
+                    // From here on the work is done: whatever happens to this future, the
+                    // completion goes through.
+                    settling.next = Next::Complete {
+                        output,
+                        keep,
+                    };
+                    settling.stop_renewal().await;
+                    let Next::Complete { output, .. } = &settling.next else {
+                        unreachable!("set above")
+                    };
+                    let completion = Completion {
+                        output: output.as_deref(),
+                        keep,
+                    };
+                    let completed = complete(&self.lease, completion).await;
+                    match completed {
+                        Ok(Fenced::Applied) => {
+                            record_outcome("executed");
+                            Ok(Outcome::Executed(value))
+                        }
+                        Ok(Fenced::Lost) => {
+                            record_outcome("lost_claim");
+                            tracing::warn!("completion refused: a newer run took the key over");
+                            Err(Error::LostClaim {
+                                key: self.lease.key.as_str().to_owned(),
+                            })
+                        }
+                        Err(e) => {
+                            record_outcome("store_error");
+                            tracing::error!(
+                                error = %e,
+                                "the handler ran but its completion could not be recorded"
+                            );
+                            Err(Error::Store(e.during(Operation::Complete)))
+                        }
+                    }
+                }
             },
         };
-        std::mem::forget(guard);
+        settling.next = Next::Nothing;
         settled
-    }
-
-    async fn complete<E>(&self, output: Option<&[u8]>, keep: Duration) -> Result<(), Error<E>> {
-        let completion = Completion { output, keep };
-        let mut retries = COMPLETE_RETRIES.iter();
-        loop {
-            let Lease {
-                store, key, fence, ..
-            } = &self.lease;
-            match store.complete(key, *fence, completion).await {
-                Ok(Fenced::Applied) => return Ok(()),
-                Ok(Fenced::Lost) => {
-                    record_outcome("lost_claim");
-                    tracing::warn!("completion refused: a newer run took the key over");
-                    return Err(Error::LostClaim {
-                        key: key.as_str().to_owned(),
-                    });
-                }
-                Err(e) => match retries.next() {
-                    Some(pause) => {
-                        tracing::warn!(error = %e, "recording completion failed; retrying");
-                        Box::pin(tokio::time::sleep(*pause)).await; // rare: boxed
-                    }
-                    None => {
-                        record_outcome("store_error");
-                        tracing::error!(
-                            error = %e,
-                            "the handler ran but its completion could not be recorded"
-                        );
-                        return Err(Error::Store(e.during(Operation::Complete)));
-                    }
-                },
-            }
-        }
     }
 
     /// Frees the key after a handler error or panic. A failure only delays the next run by one
     /// lease, so it is logged rather than returned in place of the handler's own error.
     async fn release(&self) {
-        match self
-            .lease
-            .store
-            .release(self.lease.key, self.lease.fence)
-            .await
-        {
-            Ok(Fenced::Applied) => {}
-            Ok(Fenced::Lost) => tracing::debug!("nothing to release: a newer run holds the key"),
-            Err(e) => tracing::warn!(
-                error = %e,
-                "releasing the claim failed; the key is free again when its lease lapses"
-            ),
+        log_release(
+            self.lease
+                .store
+                .release(self.lease.key, self.lease.fence)
+                .await,
+        );
+    }
+}
+
+fn log_release(released: Result<Fenced, StoreError>) {
+    match released {
+        Ok(Fenced::Applied) => {}
+        Ok(Fenced::Lost) => tracing::debug!("nothing to release: a newer run holds the key"),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "releasing the claim failed; the key is free again when its lease lapses"
+        ),
+    }
+}
+
+/// Records `completion` under the claim `lease` holds, retrying after store errors (a
+/// completion applies again under the same fence, so a retry is safe).
+async fn complete<S: Store + ?Sized>(
+    lease: &Lease<'_, S>,
+    completion: Completion<'_>,
+) -> Result<Fenced, StoreError> {
+    let mut retries = COMPLETE_RETRIES.iter();
+    loop {
+        match lease.store.complete(lease.key, lease.fence, completion).await {
+            Err(e) => match retries.next() {
+                Some(pause) => {
+                    tracing::warn!(error = %e, "recording completion failed; retrying");
+                    Box::pin(tokio::time::sleep(*pause)).await; // rare: boxed
+                }
+                None => return Err(e),
+            },
+            settled => return settled,
         }
     }
 }
 
-/// Abandons the claim if the call's future is dropped before the claim was settled.
-struct AbandonGuard<'a, 'b, S: Store + ?Sized> {
-    claim: &'a Claimed<'b, S>,
+/// When an acquiring claim's lease counts from, and when its body starts.
+struct Timing {
+    /// No earlier than the store started the lease: the claim's (or its re-check's) sending.
+    /// Renewals are timed from here, so they never fall due later than the store's lease needs.
+    lease_from: Instant,
+    /// When the claim's answer came.
+    body_from: Instant,
 }
 
-impl<S: Store + ?Sized> Drop for AbandonGuard<'_, '_, S> {
+/// Hands back `claim`, sent at `sent`, with the time its lease counts from. An acquired claim
+/// whose answer took a renewal interval or more (a batch that waited on a lock, a slow store)
+/// may have little lease left, or none: another process may have taken it over meanwhile. It
+/// is renewed before it is handed to the body; if a newer run took it over, the call is
+/// answered as the claim would have been had it come later: in progress.
+async fn with_lease_left<S: Store + ?Sized>(
+    store: &S,
+    request: ClaimRequest<'_>,
+    claim: Claim,
+    sent: Instant,
+) -> Result<(Claim, Instant), StoreError> {
+    let Claim::Acquired { fence, .. } = claim else {
+        return Ok((claim, sent));
+    };
+    if sent.elapsed() < crate::lease::renew_every(request.lease) {
+        return Ok((claim, sent));
+    }
+    // Held until settled here: dropped while the renewal is on the wire, the claim is abandoned.
+    let held = Unsettled {
+        store,
+        key: request.key,
+        fence,
+    };
+    let renewing = Instant::now();
+    let renewed = store.renew(request.key, fence, request.lease).await;
+    match renewed {
+        Ok(Fenced::Applied) => {
+            std::mem::forget(held);
+            tracing::info!("the claim's answer came late; renewed its lease before running");
+            let lease_expires_at = std::time::SystemTime::now()
+                .checked_add(request.lease)
+                .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+            Ok((
+                Claim::Acquired {
+                    fence,
+                    lease_expires_at,
+                    taken_over: matches!(claim, Claim::Acquired { taken_over: true, .. }),
+                },
+                renewing,
+            ))
+        }
+        Ok(Fenced::Lost) => {
+            std::mem::forget(held);
+            tracing::info!("the claim's answer came after its lease lapsed and another run took the key over");
+            let lease_expires_at = std::time::SystemTime::now()
+                .checked_add(request.lease)
+                .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+            Ok((Claim::InProgress { lease_expires_at }, renewing))
+        }
+        // The claim is abandoned as `held` drops: the body does not run without a lease.
+        Err(e) => Err(e.during(Operation::Renew)),
+    }
+}
+
+/// An acquired claim not yet handed to its body: abandoned if dropped.
+struct Unsettled<'a, S: Store + ?Sized> {
+    store: &'a S,
+    key: &'a Key,
+    fence: Fence,
+}
+
+impl<S: Store + ?Sized> Drop for Unsettled<'_, S> {
     fn drop(&mut self) {
-        let lease = &self.claim.lease;
-        tracing::info!(key = %lease.key, "call dropped mid-run; abandoning its claim");
-        lease.store.abandon(lease.key, lease.fence);
+        self.store.abandon(self.key, self.fence);
+    }
+}
+
+/// What settles the claim if the call's future is dropped before it did.
+enum Next {
+    /// The body has not ended: the store is told to [abandon](Store::abandon) the claim.
+    Abandon,
+    /// The body failed: the claim is released.
+    Release,
+    /// The body succeeded: its completion is recorded, whoever waits for it.
+    Complete {
+        output: Option<Vec<u8>>,
+        keep: Duration,
+    },
+    /// Settled.
+    Nothing,
+}
+
+/// A claim being settled: whatever [`Next`] says is done when this is dropped, in the
+/// background after a renewal on the wire was answered (see [`Renewal::stop`]).
+struct Settling {
+    context: CallContext,
+    renewal: Option<crate::lease::Renewal>,
+    /// A renewal's stop being awaited: a drop hands it to the background.
+    stopping: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    next: Next,
+}
+
+impl Settling {
+    /// Stops the renewal, waiting for one on the wire. Dropped meanwhile, the wait goes on in
+    /// the background before the claim is settled there.
+    async fn stop_renewal(&mut self) {
+        let Some(stopped) = self.renewal.take().and_then(crate::lease::Renewal::stop) else {
+            return;
+        };
+        let stopping = self.stopping.insert(Box::pin(stopped));
+        stopping.await;
+        self.stopping = None;
+    }
+
+    /// What a drop must wait for before settling.
+    fn take_stop(&mut self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        let stopped = self.renewal.take().and_then(crate::lease::Renewal::stop);
+        match stopped {
+            Some(stopped) => Some(Box::pin(stopped)),
+            None => self.stopping.take(),
+        }
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        let next = std::mem::replace(&mut self.next, Next::Nothing);
+        if matches!(next, Next::Nothing) {
+            return;
+        }
+        let context = self.context.clone();
+        let stopped = self.take_stop();
+        match (next, stopped) {
+            (Next::Abandon, None) => {
+                tracing::info!(key = %context.key(), "call dropped mid-run; abandoning its claim");
+                context.store().abandon(context.key(), context.fence());
+            }
+            (next, stopped) => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    tracing::error!(key = %context.key(), "call dropped outside a Tokio runtime; its claim is left to lapse");
+                    return;
+                };
+                runtime.spawn(settle_in_background(context, next, stopped));
+            }
+        }
+    }
+}
+
+/// Settles a claim whose call was dropped: after its renewal stopped, abandons or releases it,
+/// or records its completion (the body succeeded; its caller went away).
+async fn settle_in_background(
+    context: CallContext,
+    next: Next,
+    stopped: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+) {
+    if let Some(stopped) = stopped {
+        stopped.await;
+    }
+    let (store, key, fence) = (context.store(), context.key(), context.fence());
+    match next {
+        Next::Abandon => {
+            tracing::info!(%key, "call dropped mid-run; abandoning its claim");
+            store.abandon(key, fence);
+        }
+        Next::Release => log_release(store.release(key, fence).await),
+        Next::Complete { output, keep } => {
+            let lease = Lease {
+                store,
+                key,
+                fence,
+                lease: Duration::ZERO,
+            };
+            let completion = Completion {
+                output: output.as_deref(),
+                keep,
+            };
+            match complete(&lease, completion).await {
+                Ok(Fenced::Applied) => {
+                    tracing::info!(%key, "call dropped after its work was done; its completion was recorded")
+                }
+                Ok(Fenced::Lost) => tracing::warn!(%key, "call dropped after its work was done; its completion was refused: a newer run took the key over"),
+                Err(e) => tracing::error!(%key, error = %e, "call dropped after its work was done, and its completion could not be recorded"),
+            }
+        }
+        Next::Nothing => {}
     }
 }
 

@@ -127,7 +127,7 @@ pub mod __private_v1;
 pub use call::{BoxFuture, Call};
 pub use codec::{Codec, JsonReplay, NoReplay, Replayable};
 pub use error::{BoxError, CodecError, Error, Operation, StoreError};
-pub use execute::{DEFAULT_KEEP, DEFAULT_LEASE};
+pub use execute::{DEFAULT_KEEP, DEFAULT_LEASE, MAX_DURATION};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use holder::holder;
 pub use idem_macros::idempotent;

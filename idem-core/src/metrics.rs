@@ -211,6 +211,7 @@ impl CallMeter {
             Ok(outcome) => outcome.kind(),
             Err(Error::Handler(_)) => "handler_error",
             Err(Error::InvalidKey(_)) => "invalid_key",
+            Err(Error::InvalidOption { .. }) => "invalid_option",
             Err(Error::Store(e)) => {
                 metrics::counter!(
                     STORE_ERRORS,

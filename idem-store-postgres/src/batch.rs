@@ -55,7 +55,7 @@ use idem_core::{Operation, StoreError};
 use sqlx::PgConnection;
 use tokio::sync::oneshot;
 
-use crate::direct::on_conn;
+use crate::direct::{is_connection_lost, on_conn};
 use crate::error::{store_error, unreachable_copy};
 
 use crate::store::PgStore;
@@ -80,6 +80,11 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
     /// The step a failure is reported as.
     const OPERATION: Operation;
 
+    /// Whether a statement whose connection was lost may be sent again: not when a first
+    /// sending that was applied (its answer lost) and a second would both take effect (the
+    /// queue's completions, which also claim jobs).
+    const SEND_AGAIN: bool = true;
+
     /// Sends `batch` (two or more requests for distinct records) as one statement on `conn`,
     /// answering each request in order.
     fn many<'a>(
@@ -94,6 +99,15 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
         store: &PgStore,
         request: &Self::Request,
     ) -> impl Future<Output = Result<Self::Answer, StoreError>> + Send;
+
+    /// Undoes what `answer` holds for a caller that went away before hearing it (its future was
+    /// dropped while the request was on the wire): a claim acquired for nobody is released, a
+    /// job claimed for nobody goes back to the queue. Called without waiting (anything that
+    /// needs a statement is spawned). The default keeps the answer's effect: right for a write
+    /// that stands whether or not its caller hears of it (a completion).
+    fn orphaned(store: &PgStore, request: Self::Request, answer: Self::Answer) {
+        let _ = (store, request, answer);
+    }
 }
 
 /// Sends `batch` and answers each request, in order. A batch the database refuses is sent
@@ -101,11 +115,25 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
 /// cannot reach the database (no connection came in time, or the one opened for it failed) is
 /// not: each request would wait out the same timeout in turn, the last caller `size + 1` times
 /// over. Every request gets that error at once.
-async fn run<O: Op>(store: &PgStore, batch: Vec<O::Request>) -> Vec<Result<O::Answer, StoreError>> {
+async fn run<O: Op>(store: &PgStore, batch: &[O::Request]) -> Vec<Result<O::Answer, StoreError>> {
     if batch.len() > 1 {
-        let answers = on_conn!(indexed store, conn => O::many(store, conn, &batch));
+        let answers = if O::SEND_AGAIN {
+            on_conn!(indexed store, conn => O::many(store, conn, batch))
+        } else {
+            on_conn!(once indexed store, conn => O::many(store, conn, batch))
+        };
         match answers {
             Ok(answers) => return answers.into_iter().map(Ok).collect(),
+            // Lost with the connection: the batch may have been applied, so it is not sent
+            // again call by call either.
+            Err(e) if !O::SEND_AGAIN && is_connection_lost(&e) => {
+                let copies: Vec<_> = (1..batch.len())
+                    .map(|_| StoreError::msg(format!("{}: {e}", O::NAME)).during(O::OPERATION))
+                    .collect();
+                return std::iter::once(Err(store_error(e).during(O::OPERATION)))
+                    .chain(copies.into_iter().map(Err))
+                    .collect();
+            }
             Err(e) if unreachable_copy(&e).is_some() => {
                 tracing::debug!(
                     error = %e,
@@ -130,15 +158,19 @@ async fn run<O: Op>(store: &PgStore, batch: Vec<O::Request>) -> Vec<Result<O::An
         }
     }
     let mut answers = Vec::with_capacity(batch.len());
-    for request in &batch {
+    for request in batch {
         answers.push(O::one(store, request).await);
     }
     answers
 }
 
+/// What a caller is sent: its request back (so that an answer nobody hears can be undone, see
+/// [`Op::orphaned`]) and its answer.
+type Answered<O> = (<O as Op>::Request, Result<<O as Op>::Answer, StoreError>);
+
 struct Waiting<O: Op> {
     request: O::Request,
-    answer: oneshot::Sender<Result<O::Answer, StoreError>>,
+    answer: oneshot::Sender<Answered<O>>,
 }
 
 struct State<O: Op> {
@@ -237,6 +269,8 @@ impl<O: Op> Batcher<O> {
     /// empty (under the same lock a caller queues under, so no request is left without one).
     fn next_batch(&self, retired: &mut bool, may_split: bool) -> Vec<Waiting<O>> {
         let mut state = self.lock();
+        // A request whose caller went away is never sent: nobody would run what it claims.
+        state.queue.retain(|waiting| !waiting.answer.is_closed());
         let limit = self.limit(state.queue.len(), may_split);
         let Some(first) = state.queue.pop_front() else {
             self.count_driver(&mut state, false);
@@ -304,12 +338,40 @@ pub(crate) async fn submit<O: Op>(
             Err(_) => driver.await,
         }
     }
-    answered.await.unwrap_or_else(|_| {
-        Err(StoreError::msg(
+    let mut waiting = Awaiting::<O> {
+        store,
+        answered: Some(answered),
+    };
+    let answered = waiting.answered.as_mut().expect("set above");
+    let result = match answered.await {
+        Ok((_request, result)) => result,
+        Err(_) => Err(StoreError::msg(
             "the statement carrying this request was abandoned (its runtime shut down); it may \
              or may not have been applied",
-        ))
-    })
+        )),
+    };
+    waiting.answered = None;
+    result
+}
+
+/// A caller's wait for its answer. Dropped before the answer was taken (the caller went away),
+/// it closes the channel, so the driver skips the request if it is still queued or undoes its
+/// answer ([`Op::orphaned`]) if it comes later, and undoes an answer that came already.
+struct Awaiting<'a, O: Op> {
+    store: &'a PgStore,
+    answered: Option<oneshot::Receiver<Answered<O>>>,
+}
+
+impl<O: Op> Drop for Awaiting<'_, O> {
+    fn drop(&mut self) {
+        let Some(mut answered) = self.answered.take() else {
+            return;
+        };
+        answered.close();
+        if let Ok((request, Ok(answer))) = answered.try_recv() {
+            O::orphaned(self.store, request, answer);
+        }
+    }
 }
 
 /// Whether the calling task runs on a runtime with one worker thread, the only place where a
@@ -357,34 +419,50 @@ async fn drive<O: Op>(store: PgStore, mut slot: Slot<O>) {
         let batch = slot.batcher.next_batch(&mut slot.retired, may_split);
         may_split = false;
         if batch.is_empty() {
-            answer(answered);
+            answer::<O>(&store, answered);
             return;
         }
         let (requests, answers): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|w| (w.request, w.answer)).unzip();
-        let mut statement = pin!(run::<O>(&store, requests));
-        // The next statement goes on the wire before the last one's callers are woken. Polling
-        // it once never suspends this task, so the last answers are sent within the poll that
-        // received them, as before: a driver dropped between two polls holds none back.
-        let sent = poll_fn(|cx| Poll::Ready(statement.as_mut().poll(cx))).await;
-        answer(answered.take());
-        let results = match sent {
-            Poll::Ready(results) => results,
-            Poll::Pending => statement.await,
+        let results = {
+            let mut statement = pin!(run::<O>(&store, &requests));
+            // The next statement goes on the wire before the last one's callers are woken.
+            // Polling it once never suspends this task, so the last answers are sent within
+            // the poll that received them: a driver dropped between two polls holds none back.
+            let sent = poll_fn(|cx| Poll::Ready(statement.as_mut().poll(cx))).await;
+            answer::<O>(&store, answered.take());
+            match sent {
+                Poll::Ready(results) => results,
+                Poll::Pending => statement.await,
+            }
         };
         debug_assert_eq!(results.len(), answers.len());
-        answered = Some((answers, results));
+        answered = Some(Batch {
+            answers,
+            requests,
+            results,
+        });
     }
 }
 
-/// Tells each caller of a batch its answer, if there is a batch.
-fn answer<T>(answered: Option<(Vec<oneshot::Sender<T>>, Vec<T>)>) {
-    let Some((answers, results)) = answered else {
+/// A statement's callers, their requests and its results, in order.
+struct Batch<O: Op> {
+    answers: Vec<oneshot::Sender<Answered<O>>>,
+    requests: Vec<O::Request>,
+    results: Vec<Result<O::Answer, StoreError>>,
+}
+
+/// Tells each caller of a batch its answer, if there is a batch; undoes the answers of callers
+/// that went away meanwhile ([`Op::orphaned`]).
+fn answer<O: Op>(store: &PgStore, answered: Option<Batch<O>>) {
+    let Some(batch) = answered else {
         return;
     };
-    for (answer, result) in answers.into_iter().zip(results) {
-        // A caller that gave up waiting has nobody to tell.
-        let _ = answer.send(result);
+    let sends = batch.answers.into_iter().zip(batch.requests);
+    for ((answer, request), result) in sends.zip(batch.results) {
+        if let Err((request, Ok(orphan))) = answer.send((request, result)) {
+            O::orphaned(store, request, orphan);
+        }
     }
 }
 

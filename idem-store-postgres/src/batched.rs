@@ -96,6 +96,15 @@ impl Op for ClaimOp {
         on_conn!(indexed store, conn => store.claim_on(conn, claim.request()))
             .map_err(|e| store_error(e).during(Self::OPERATION))
     }
+
+    /// A claim acquired for a caller that went away would hold its key for nobody for a whole
+    /// lease (every retry in between told it is in progress): it is released at once.
+    fn orphaned(store: &PgStore, claim: OwnedClaim, answer: Claim) {
+        if let Claim::Acquired { fence, .. } = answer {
+            tracing::info!(key = %claim.key, "a claim's caller went away; releasing it");
+            idem_core::release_in_background(idem_core::Store::shared(store), &claim.key, fence);
+        }
+    }
 }
 
 /// Completions of concurrent calls, in one statement.

@@ -514,22 +514,36 @@ impl Direct {
 ///   0.32 running. (The queue's claims pick their jobs as an array for this: see
 ///   `queue/sql.rs`.)
 ///
-/// [`Tuning::Default`] resets both, for transactions, where the caller's own SQL runs with the
+/// - `lock_timeout = '2s'`: a store statement waits on a row lock only while another
+///   transaction holds the same record (a transactional handler of the same key and scope, or
+///   a transaction of the application's own on idem's tables). Unbounded, such a wait holds
+///   up every call batched with it, and deadlocks the process when that transaction itself
+///   waits for one of them (a transactional body that makes a lease-mode call through the
+///   same store). Bounded, the statement fails with SQLSTATE 55P03, a batch is sent again
+///   call by call, and the call whose record is held fails with a store error that says so.
+///
+/// [`Tuning::Default`] resets them, for transactions, where the caller's own SQL runs with the
 /// server's settings. The settings stay on the connection only: a held one is closed, never
 /// given back to the pool with them. A server that lacks a setting (`plan_cache_mode` before
 /// PostgreSQL 12) plans as before.
 async fn tune(conn: &mut PgConnection, tuning: Tuning) -> Result<(), sqlx::Error> {
     let (both, settings) = match tuning {
         Tuning::Indexed => (
-            "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan",
+            "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; \
+             SET lock_timeout = '2s'",
             [
                 "SET enable_seqscan = off",
                 "SET plan_cache_mode = force_generic_plan",
+                "SET lock_timeout = '2s'",
             ],
         ),
         Tuning::Default => (
-            "RESET enable_seqscan; RESET plan_cache_mode",
-            ["RESET enable_seqscan", "RESET plan_cache_mode"],
+            "RESET enable_seqscan; RESET plan_cache_mode; RESET lock_timeout",
+            [
+                "RESET enable_seqscan",
+                "RESET plan_cache_mode",
+                "RESET lock_timeout",
+            ],
         ),
     };
     // A `&str` with no arguments goes out as a simple query, so both settings take one round
@@ -596,9 +610,9 @@ impl Conn<'_> {
     /// connection was lost and had been used before (an idle connection the server dropped, as
     /// a restart or failover drops all of them), while `retries` last. A connection opened for
     /// this operation that fails means the server is unreachable: the error stands (fail
-    /// closed). Every store statement is safe to send again: a claim whose answer was lost is
-    /// found held (and the call reports it in progress), a completion applies again under the
-    /// same fence, a release or renewal is fenced.
+    /// closed). The records' statements are safe to send again: a claim whose answer was lost
+    /// is recognised by its token, a completion applies again under the same fence, a release
+    /// or renewal is fenced. The queue's claims are not, and are sent with no `retries`.
     pub fn settle<R>(self, result: &Result<R, sqlx::Error>, retries: &mut usize) -> bool {
         let lost = matches!(result, Err(e) if is_connection_lost(e));
         let retry = |retries: &mut usize| {
@@ -630,15 +644,24 @@ impl Conn<'_> {
 /// `Result<_, sqlx::Error>`. `on_conn!(indexed store, ..)` runs it on a connection set up for
 /// the store's own statements ([`Tuning::Indexed`]); without `indexed`, on one with the
 /// server's defaults (what takes turns with transactions).
+///
+/// `on_conn!(once indexed store, ..)` never sends `$body` again: for a statement that is not
+/// safe to repeat once it may have been applied (the queue's claims, which take whatever jobs
+/// are free: a second sending would claim a second set while the first sits claimed).
 macro_rules! on_conn {
+    (once indexed $store:expr, $conn:ident => $body:expr) => {
+        $crate::direct::on_conn!(@run $crate::direct::Tuning::Indexed, 0, $store, $conn => $body)
+    };
     (indexed $store:expr, $conn:ident => $body:expr) => {
-        $crate::direct::on_conn!(@run $crate::direct::Tuning::Indexed, $store, $conn => $body)
+        $crate::direct::on_conn!(@run $crate::direct::Tuning::Indexed,
+            $crate::direct::retry_budget($store.direct(), $store.pool()), $store, $conn => $body)
     };
     ($store:expr, $conn:ident => $body:expr) => {
-        $crate::direct::on_conn!(@run $crate::direct::Tuning::Default, $store, $conn => $body)
+        $crate::direct::on_conn!(@run $crate::direct::Tuning::Default,
+            $crate::direct::retry_budget($store.direct(), $store.pool()), $store, $conn => $body)
     };
-    (@run $tuning:expr, $store:expr, $conn:ident => $body:expr) => {{
-        let mut retries = $crate::direct::retry_budget($store.direct(), $store.pool());
+    (@run $tuning:expr, $retries:expr, $store:expr, $conn:ident => $body:expr) => {{
+        let mut retries: usize = $retries;
         loop {
             let mut checkout = match $crate::direct::Direct::checkout_or_pool(
                 $store.direct(),

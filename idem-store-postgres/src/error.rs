@@ -6,6 +6,8 @@ use idem_core::StoreError;
 const UNDEFINED_TABLE: &str = "42P01";
 /// SQLSTATE: the schema does not exist.
 const INVALID_SCHEMA_NAME: &str = "3F000";
+/// SQLSTATE: a lock wait ran past `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// The SQLSTATE code of a database error, if it is one.
 pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
@@ -20,6 +22,11 @@ pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
     let message = match sqlstate(&error).as_deref() {
         Some(UNDEFINED_TABLE) | Some(INVALID_SCHEMA_NAME) => {
             "the idem table does not exist; run `PgStore::migrate()` once at start-up"
+        }
+        Some(LOCK_NOT_AVAILABLE) => {
+            "the record is locked by another transaction that holds the same key (a \
+             transactional handler of the same key and scope, or a transaction of your own on \
+             idem's table) and the wait was cut at the store's lock timeout; nothing was claimed"
         }
         Some(code) if code.starts_with("08") => "lost the connection to PostgreSQL",
         Some(code) if code.starts_with("57") => "PostgreSQL is shutting down or unavailable",

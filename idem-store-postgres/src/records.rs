@@ -35,6 +35,10 @@ pub(crate) struct RecordsSql {
     pub claim_many: String,
     pub takeover: String,
     pub complete: String,
+    /// `complete` inside a transaction: `keep` counts from this statement, not from the
+    /// transaction's start (`now()`), so a body that ran long does not commit a record whose
+    /// `keep` has run out.
+    pub complete_in_transaction: String,
     pub complete_many: String,
     pub release: String,
     pub renew: String,
@@ -196,6 +200,15 @@ impl RecordsSql {
                      expires_at = coalesce(completed_at, now()) + $4 * interval '1 microsecond',
                      purge_at = least(purge_at,
                                       coalesce(completed_at, now()) + $4 * interval '1 microsecond'),
+                     output = $3
+                 WHERE key = $1 AND fence = $2"
+            ),
+            complete_in_transaction: format!(
+                "UPDATE {t}
+                 SET completed_at = statement_timestamp(),
+                     expires_at = statement_timestamp() + $4 * interval '1 microsecond',
+                     purge_at = greatest(purge_at,
+                                         statement_timestamp() + $4 * interval '1 microsecond'),
                      output = $3
                  WHERE key = $1 AND fence = $2"
             ),

@@ -21,7 +21,7 @@
 //! The first renewal is timed by the system's monotonic clock (`std::time::Instant`), later ones
 //! by Tokio's timer.
 
-use std::convert::Infallible;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use crate::context::CallContext;
@@ -53,35 +53,53 @@ impl<S: Store + ?Sized> Lease<'_, S> {
     /// as a handle another task can keep) until the returned guard is dropped.
     pub fn renew_in_background(&self, context: &CallContext, claimed_at: Instant) -> Renewal {
         Renewal {
-            _watched: watch::start(context, self.lease, claimed_at),
+            watched: watch::start(context, self.lease, claimed_at),
         }
     }
 }
 
-/// Renewal of a running claim; stops when dropped (taking the claim off the watch).
+/// Renewal of a running claim. [`stop`](Renewal::stop) ends it once no renewal is on the
+/// wire, as a claim must be before it is settled; dropped, it stops at once (a renewal on the
+/// wire is cut on this side only).
 #[derive(Debug)]
 pub(crate) struct Renewal {
-    _watched: watch::Watched,
+    watched: watch::Watched,
 }
 
-/// Renews the claim at once, then every [`renew_every`], for as long as it is polled. When a
-/// newer run took the key over it stops renewing (the run's completion will be refused);
-/// store errors are logged and the next renewal tries again.
-async fn keep_renewed(context: &CallContext, lease: Duration) -> Infallible {
+impl Renewal {
+    /// Stops the renewal: takes the claim off the watch and, when its renewal task runs, waits
+    /// until no renewal is on the wire. Returns `None` when there is nothing to wait for (the
+    /// claim was never renewed: most are not), so the caller need not wait at all.
+    pub fn stop(self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        self.watched.take().map(watch::Renewing::stop)
+    }
+}
+
+/// Renews the claim at once, then every [`renew_every`], until a newer run took the key over
+/// (its completion will then be refused) or `stopped` says so. Each renewal is sent holding
+/// `stopped`'s lock, so a stop waits for it. Store errors are logged and the next renewal tries
+/// again.
+async fn keep_renewed(context: &CallContext, lease: Duration, stopped: &tokio::sync::Mutex<bool>) {
     let every = renew_every(lease);
     let (store, key, fence) = (context.store(), context.key(), context.fence());
     loop {
-        match store.renew(key, fence, lease).await {
-            Ok(Fenced::Applied) => tracing::trace!(%key, "lease renewed"),
-            Ok(Fenced::Lost) => {
-                tracing::warn!(
-                    %key,
-                    "claim lost while the handler runs (a newer run took the key over); its \
-                     completion will be refused"
-                );
-                return std::future::pending().await;
+        {
+            let stopped = stopped.lock().await;
+            if *stopped {
+                return;
             }
-            Err(e) => tracing::warn!(%key, error = %e, "lease renewal failed; will retry"),
+            match store.renew(key, fence, lease).await {
+                Ok(Fenced::Applied) => tracing::trace!(%key, "lease renewed"),
+                Ok(Fenced::Lost) => {
+                    tracing::warn!(
+                        %key,
+                        "claim lost while the handler runs (a newer run took the key over); \
+                         its completion will be refused"
+                    );
+                    return;
+                }
+                Err(e) => tracing::warn!(%key, error = %e, "lease renewal failed; will retry"),
+            }
         }
         tokio::time::sleep(every).await;
     }

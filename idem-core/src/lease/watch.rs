@@ -13,7 +13,7 @@
 //! it, and a task it spawns goes to the runtime's shared queue, which any free worker takes.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -70,7 +70,35 @@ enum Slot {
         lease: Duration,
     },
     /// A claim whose renewal task runs.
-    Renewing(AbortHandle),
+    Renewing(Renewing),
+}
+
+/// A renewal task, and the lock it holds while a renewal is on the wire.
+pub(crate) struct Renewing {
+    task: AbortHandle,
+    /// Held by the task for each renewal it sends; `true` once the renewal is stopped, so the
+    /// task sends no more.
+    wire: Arc<tokio::sync::Mutex<bool>>,
+}
+
+impl Renewing {
+    /// Stops the renewal, waiting for one on the wire to be answered first: a renewal that
+    /// reached the store after the claim was settled could write to a settled key (a job's
+    /// renewal writes the call's record when it has none).
+    pub async fn stop(self) {
+        let Renewing { task, wire } = self;
+        // Cut while waiting, the task is still stopped, without the wait.
+        let _abort = AbortOnDrop(task);
+        *wire.lock().await = true;
+    }
+}
+
+struct AbortOnDrop(AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 fn watch() -> &'static Watch {
@@ -170,11 +198,15 @@ impl Watch {
                 };
                 // From outside the runtime: the task goes to its shared queue, so any free
                 // worker starts it. On a runtime that has shut down it is dropped at once.
+                let wire = Arc::new(tokio::sync::Mutex::new(false));
+                let stopped = wire.clone();
                 let task = runtime.spawn(async move {
-                    let never = super::keep_renewed(&context, lease).await;
-                    match never {}
+                    super::keep_renewed(&context, lease, &stopped).await;
                 });
-                *slot = Slot::Renewing(task.abort_handle());
+                *slot = Slot::Renewing(Renewing {
+                    task: task.abort_handle(),
+                    wire,
+                });
             }
         }
         next
@@ -196,7 +228,8 @@ impl Watch {
 #[derive(Debug)]
 pub(crate) struct Watched {
     table: usize,
-    slot: usize,
+    /// `None` once taken off.
+    slot: Option<usize>,
 }
 
 /// Puts the claim of the call `context`, made at `claimed_at`, on the watch: renewed every
@@ -232,19 +265,34 @@ pub(crate) fn start(context: &CallContext, lease: Duration, claimed_at: Instant)
     watch.report(due);
     Watched {
         table: table_index,
-        slot,
+        slot: Some(slot),
+    }
+}
+
+impl Watched {
+    /// Takes the claim off the watch; returns its renewal task, if it was started.
+    pub fn take(mut self) -> Option<Renewing> {
+        self.take_slot()
+    }
+
+    fn take_slot(&mut self) -> Option<Renewing> {
+        let slot = self.slot.take()?;
+        let mut table = lock(&watch().tables[self.table]);
+        let taken = std::mem::replace(&mut table.slots[slot], Slot::Free);
+        table.free.push(slot);
+        drop(table);
+        // Outside the lock: the call's context (and what it holds) is dropped here too.
+        match taken {
+            Slot::Renewing(renewing) => Some(renewing),
+            _ => None,
+        }
     }
 }
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        let mut table = lock(&watch().tables[self.table]);
-        let slot = std::mem::replace(&mut table.slots[self.slot], Slot::Free);
-        table.free.push(self.slot);
-        drop(table);
-        // Outside the lock: the call's context (and what it holds) is dropped here too.
-        if let Slot::Renewing(task) = slot {
-            task.abort();
+        if let Some(renewing) = self.take_slot() {
+            renewing.task.abort();
         }
     }
 }

@@ -76,9 +76,22 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
         attempt: job.attempt.unsigned_abs(),
         max_attempts: job.max_attempts.unsigned_abs(),
     });
+    // The timeout cuts the handler only, never the call around it: a call cut while its
+    // completion is on the wire would leave a finished job to run again, and one cut while
+    // its completion claims the next job would leave that job claimed and unrun. A handler
+    // that times out is a failed attempt; the call releases its claim, so the retry can take it.
+    let limit = shared.timeout;
+    let work = async move {
+        match limit {
+            None => work.await,
+            Some(limit) => tokio::time::timeout(limit, work)
+                .await
+                .unwrap_or_else(|_| Err(format!("timed out after {limit:?}"))),
+        }
+    };
     // A panicking handler (which the call resumes once it has released its claim) ends the
     // call with the panic, caught here: the call runs in this task, not one of its own.
-    let call = AssertUnwindSafe(
+    let joined = AssertUnwindSafe(
         Call::new(store, job.key.as_str())
             .scope(super::QUEUE_SCOPE)
             .name("idem::queue::run")
@@ -86,15 +99,8 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
             .keep(super::JOB_KEEP)
             .run(work),
     )
-    .catch_unwind();
-    let joined = match shared.timeout {
-        None => call.await,
-        Some(limit) => match tokio::time::timeout(limit, call).await {
-            Ok(joined) => joined,
-            // The call was dropped, which abandons its claim, so the retry can take it.
-            Err(_) => return Some(failure(shared, job, format!("timed out after {limit:?}"))),
-        },
-    };
+    .catch_unwind()
+    .await;
     Some(match joined {
         // The completion marked the job done in the same statement, unless the job's claim
         // was taken over meanwhile; then the newer claim finds the call completed.

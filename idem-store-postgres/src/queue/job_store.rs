@@ -30,6 +30,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
 use super::builder::Shared;
+use super::completer::{settle, Settle};
 use super::producer::Claimed;
 use super::sql::QueueSql;
 use super::Queue;
@@ -64,6 +65,8 @@ struct JobState {
     /// module docs), until a renewal writes it.
     written: AtomicBool,
     marked_done: AtomicBool,
+    /// Whether a completion failed (see [`Store::complete`]'s use of it).
+    completion_failed: AtomicBool,
     /// The workers whose slot this job holds, for the completion to claim the next job for.
     workers: Option<Arc<Shared>>,
     /// The job the completion claimed for this slot.
@@ -86,6 +89,7 @@ impl JobStore {
                 written: AtomicBool::new(claimed.is_none()),
                 claimed: Mutex::new(claimed),
                 marked_done: AtomicBool::new(false),
+                completion_failed: AtomicBool::new(false),
                 workers,
                 next: Mutex::new(None),
             }),
@@ -140,17 +144,21 @@ impl Store for JobStore {
             output: completion.output.map(<[u8]>::to_vec),
             keep: duration_micros(completion.keep),
             attempt: self.attempt,
-            next: self
-                .state
-                .workers
-                .clone()
-                .filter(|workers| !workers.stopping.load(Ordering::SeqCst)),
+            // A completion sent again after a failure claims nothing: the first may have
+            // claimed a job whose answer was lost, and a second claim would take another.
+            next: self.state.workers.clone().filter(|workers| {
+                !workers.stopping.load(Ordering::SeqCst)
+                    && !self.state.completion_failed.load(Ordering::SeqCst)
+            }),
         };
         let store = self.inner();
-        let (completed, done, next) = match &self.queue.completions {
-            Some(batcher) => batch::submit(store, batcher, request).await?,
-            None => JobCompleteOp::one(store, &request).await?,
+        let answer = match &self.queue.completions {
+            Some(batcher) => batch::submit(store, batcher, request).await,
+            None => JobCompleteOp::one(store, &request).await,
         };
+        let (completed, done, next) = answer.inspect_err(|_| {
+            self.state.completion_failed.store(true, Ordering::SeqCst);
+        })?;
         self.state.marked_done.store(done, Ordering::SeqCst);
         if let Some(next) = next {
             *self.state.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
@@ -327,6 +335,7 @@ impl Op for JobCompleteOp {
 
     const NAME: &'static str = "job completion";
     const OPERATION: Operation = Operation::Complete;
+    const SEND_AGAIN: bool = false;
 
     async fn many(
         _store: &PgStore,
@@ -373,8 +382,25 @@ impl Op for JobCompleteOp {
     }
 
     async fn one(store: &PgStore, c: &JobCompletion) -> Result<Self::Answer, StoreError> {
-        on_conn!(indexed store, conn => JobCompleteOp::single(conn, c))
+        on_conn!(once indexed store, conn => JobCompleteOp::single(conn, c))
             .map_err(|e| store_error(e).during(Self::OPERATION))
+    }
+
+    /// A job claimed for the slot of a job whose task went away would sit `running` for a
+    /// whole lease, unrun, with an attempt counted: it goes back to the queue at once, its
+    /// attempt not counted.
+    fn orphaned(_store: &PgStore, completion: JobCompletion, answer: Self::Answer) {
+        let (Some(job), Some(workers)) = (answer.2, completion.next) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime to send it on: the job returns when its lease lapses
+        };
+        tracing::info!(key = %job.key, "the job claimed for a slot whose task went away goes back to the queue");
+        runtime.spawn(async move {
+            settle(&workers, &job, Settle::Release { delay: Duration::ZERO }).await;
+            workers.held.forget(&job.key, job.attempt);
+        });
     }
 }
 

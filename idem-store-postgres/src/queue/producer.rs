@@ -157,7 +157,9 @@ fn log_join(joined: Result<(), JoinError>) {
 /// Claims up to `limit` jobs in one statement, which also reserves the idempotency record's
 /// fence of each job whose key has none, and notes them as held.
 async fn claim(shared: &Shared, limit: usize) -> Result<Vec<Claimed>, sqlx::Error> {
-    let rows = on_conn!(indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.claim)
+    // Never sent again: a claim applied but unanswered would leave its jobs claimed while a
+    // second claim took others; unanswered, they return to the queue when their lease lapses.
+    let rows = on_conn!(once indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.claim)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .bind(duration_micros(shared.lease))
         .bind(&shared.worker)
