@@ -12,6 +12,8 @@ use idem_core::{
     Fingerprint, Key, Outcome, RecordState, Store,
 };
 
+use tokio::sync::Semaphore;
+
 use crate::Harness;
 
 const LONG_LEASE: Duration = Duration::from_secs(600);
@@ -719,6 +721,47 @@ crate::declare_cases! { $ __store_cases:
         panic!("an abandoned claim must be freed promptly, not after its {LONG_LEASE:?} lease");
     }
 
+    /// A call whose body succeeded is dropped (its task aborted, as a caller's timeout or a
+    /// client that went away drops it) while its completion is on its way: the completion
+    /// still goes through, so the next delivery is a duplicate and the work ran once.
+    pub async fn a_call_dropped_during_its_completion_still_completes(h: &impl Harness) {
+        let gated = GatedCompletions::new(h.store());
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let call = {
+            let (store, runs) = (gated.clone(), runs.clone());
+            tokio::spawn(async move {
+                Call::new(&store, key("dropped-completing").as_str())
+                    .run(async move {
+                        runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok::<_, std::io::Error>(())
+                    })
+                    .await
+            })
+        };
+        gated.entered.notified().await; // the body returned; its completion waits at the gate
+        call.abort();
+        assert!(call.await.unwrap_err().is_cancelled());
+        gated.open.add_permits(Semaphore::MAX_PERMITS / 2);
+        let k = key("dropped-completing");
+        let mut completed = false;
+        for _ in 0..500 {
+            if let Some(record) = gated.inner.get(&k).await.unwrap() {
+                if matches!(record.state, RecordState::Completed { .. }) {
+                    completed = true;
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(completed, "the dropped call's completion must still be recorded");
+        let again = Call::new(&gated, k.as_str())
+            .run(async { Ok::<_, std::io::Error>(()) })
+            .await
+            .unwrap();
+        assert!(again.is_duplicate(), "the next delivery is a duplicate: {again:?}");
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
     /// 64 concurrent claims of one key: exactly one acquires, the rest see it in progress.
     pub async fn concurrent_claims_acquire_exactly_once(h: &impl Harness) {
         let store: Arc<dyn Store> = h.store();
@@ -941,5 +984,67 @@ crate::declare_cases! { $ __store_cases:
         h.advance(past(keep)).await;
         assert_eq!(store.effect(&k, "send").await.unwrap(), None, "expired");
         assert!(store.purge_expired(100).await.unwrap() >= 1);
+    }
+}
+
+/// A store whose completions wait at a gate (`open`) after saying so (`entered`): a test can
+/// drop a call while its completion is on its way.
+#[derive(Debug, Clone)]
+struct GatedCompletions {
+    inner: Arc<dyn idem_core::Purge>,
+    entered: Arc<tokio::sync::Notify>,
+    open: Arc<Semaphore>,
+}
+
+impl GatedCompletions {
+    fn new(inner: Arc<dyn idem_core::Purge>) -> GatedCompletions {
+        GatedCompletions {
+            inner,
+            entered: Arc::new(tokio::sync::Notify::new()),
+            open: Arc::new(Semaphore::new(0)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for GatedCompletions {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, idem_core::StoreError> {
+        self.inner.claim(request).await
+    }
+
+    async fn complete(
+        &self,
+        key: &Key,
+        fence: Fence,
+        completion: Completion<'_>,
+    ) -> Result<Fenced, idem_core::StoreError> {
+        self.entered.notify_one();
+        let _open = self.open.acquire().await.expect("never closed");
+        self.inner.complete(key, fence, completion).await
+    }
+
+    async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, idem_core::StoreError> {
+        self.inner.release(key, fence).await
+    }
+
+    async fn renew(
+        &self,
+        key: &Key,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<Fenced, idem_core::StoreError> {
+        self.inner.renew(key, fence, lease).await
+    }
+
+    async fn get(&self, key: &Key) -> Result<Option<idem_core::Record>, idem_core::StoreError> {
+        self.inner.get(key).await
+    }
+
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::new(self.clone())
+    }
+
+    fn abandon(&self, key: &Key, fence: Fence) {
+        self.inner.abandon(key, fence)
     }
 }

@@ -528,14 +528,19 @@ mod tests {
         }
     }
 
-    /// Queues `n` requests on `batcher` as callers do, counting in the driver the first starts.
-    fn queue(batcher: &Batcher<Numbers>, n: u32) {
+    /// Queues `n` requests on `batcher` as callers do, counting in the driver the first starts;
+    /// returns the callers' ends (a request whose caller is gone is never taken).
+    #[must_use]
+    fn queue(batcher: &Batcher<Numbers>, n: u32) -> Vec<oneshot::Receiver<Answered<Numbers>>> {
         let mut state = batcher.lock();
+        let mut callers = Vec::new();
         for request in 0..n {
-            let (answer, _) = oneshot::channel();
+            let (answer, caller) = oneshot::channel();
             state.queue.push_back(Waiting { request, answer });
+            callers.push(caller);
         }
         batcher.count_driver(&mut state, true);
+        callers
     }
 
     fn sizes(batcher: &Batcher<Numbers>, may_split: bool) -> usize {
@@ -566,7 +571,7 @@ mod tests {
     #[test]
     fn a_new_driver_sends_half_first_while_its_partner_has_no_driver() {
         let (claims, completions) = Batcher::<Numbers>::pair::<Numbers>(1);
-        queue(&claims, 21);
+        let _callers1 = queue(&claims, 21);
         assert_eq!(sizes(&claims, true), 11, "half of 21, rounded up");
         assert_eq!(
             sizes(&claims, false),
@@ -575,8 +580,8 @@ mod tests {
         );
 
         // The partner has a driver running (its statement on the wire): no split.
-        queue(&completions, 4);
-        queue(&claims, 20);
+        let _callers2 = queue(&completions, 4);
+        let _callers3 = queue(&claims, 20);
         assert_eq!(sizes(&claims, true), 20);
 
         // Its driver retires: the next new driver splits again.
@@ -591,25 +596,40 @@ mod tests {
             "queue empty: the driver retires"
         );
         assert_eq!(completions.running.load(Ordering::Relaxed), 0);
-        queue(&claims, 6);
+        let _callers4 = queue(&claims, 6);
         assert_eq!(sizes(&claims, true), 3);
+    }
+
+    #[test]
+    fn a_request_whose_caller_is_gone_is_never_taken() {
+        let alone = Batcher::<Numbers>::new(1);
+        let mut callers = queue(&alone, 5);
+        callers.remove(3);
+        callers.remove(1);
+        let mut retired = false;
+        let taken: Vec<u32> = alone
+            .next_batch(&mut retired, false)
+            .into_iter()
+            .map(|waiting| waiting.request)
+            .collect();
+        assert_eq!(taken, [0, 2, 4]);
     }
 
     #[test]
     fn a_batcher_without_a_partner_never_splits() {
         let alone = Batcher::<Numbers>::new(1);
-        queue(&alone, 40);
+        let _callers5 = queue(&alone, 40);
         assert_eq!(sizes(&alone, true), 40);
-        queue(&alone, 300);
+        let _callers6 = queue(&alone, 300);
         assert_eq!(sizes(&alone, true), MAX_BATCH, "at most MAX_BATCH");
     }
 
     #[test]
     fn a_split_never_goes_over_max_batch_nor_under_one() {
         let (claims, _completions) = Batcher::<Numbers>::pair::<Numbers>(1);
-        queue(&claims, 1);
+        let _callers7 = queue(&claims, 1);
         assert_eq!(sizes(&claims, true), 1, "a lone request goes at once");
-        queue(&claims, 2 * MAX_BATCH as u32 + 2);
+        let _callers8 = queue(&claims, 2 * MAX_BATCH as u32 + 2);
         assert_eq!(sizes(&claims, true), MAX_BATCH);
     }
 }

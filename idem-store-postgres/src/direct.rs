@@ -514,7 +514,7 @@ impl Direct {
 ///   0.32 running. (The queue's claims pick their jobs as an array for this: see
 ///   `queue/sql.rs`.)
 ///
-/// - `lock_timeout = '2s'`: a store statement waits on a row lock only while another
+/// - `lock_timeout = '5s'`: a store statement waits on a row lock only while another
 ///   transaction holds the same record (a transactional handler of the same key and scope, or
 ///   a transaction of the application's own on idem's tables). Unbounded, such a wait holds
 ///   up every call batched with it, and deadlocks the process when that transaction itself
@@ -530,11 +530,11 @@ async fn tune(conn: &mut PgConnection, tuning: Tuning) -> Result<(), sqlx::Error
     let (both, settings) = match tuning {
         Tuning::Indexed => (
             "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; \
-             SET lock_timeout = '2s'",
+             SET lock_timeout = '5s'",
             [
                 "SET enable_seqscan = off",
                 "SET plan_cache_mode = force_generic_plan",
-                "SET lock_timeout = '2s'",
+                "SET lock_timeout = '5s'",
             ],
         ),
         Tuning::Default => (
