@@ -14,6 +14,17 @@
 //! curl -s localhost:5001/charges/stats    # {"charges":1}
 //! ```
 //!
+//! A client that gives up early is still charged, once: the layer runs each request to its end
+//! when its client goes away (`IdempotencyLayer::finish_when_client_leaves`, on by default), so
+//! the retry gets 409 while the charge runs and then its answer, never a second charge.
+//!
+//! ```text
+//! curl -s --max-time 1 localhost:5001/charges -H 'authorization: Bearer tok_1' \
+//!     -H 'idempotency-key: k-slow' -d '{"customer":"c1","amount":100,"delay_ms":3000}'
+//! # curl: (28) Operation timed out; the charge goes on. The same again at once: 409; after
+//! # 3 s: 201, idempotent-replayed: true, and /charges/stats says {"charges":1}
+//! ```
+//!
 //! The body may add `"delay_ms": N` (the provider takes N ms) and `"fail_times": N` (the
 //! provider answers 503 to the first N attempts for this key, which release the key). Other
 //! flags: `--schema S` (PostgreSQL, default `public`), `--lease-ms MS` (default 30000),

@@ -1,6 +1,7 @@
 //! `examples/http_api.rs` as processes, against its contract: real servers on real ports, a real
 //! HTTP client. One process on the embedded store for the rules of the layer; two processes on
-//! one PostgreSQL database sharing a key; a server killed with SIGKILL mid-request.
+//! one PostgreSQL database sharing a key; a client that gives up mid-request; a server killed
+//! with SIGKILL mid-request.
 
 mod example_process;
 
@@ -332,33 +333,7 @@ async fn a_server_killed_mid_request_is_taken_over_by_the_retry_after_its_lease(
         );
 
     // Wait until the first server holds the key, as its record in the database says.
-    let store = idem_store_postgres::PgStore::builder(idem_testdb::pool(2).await)
-        .schema(schema.clone())
-        .build()
-        .unwrap();
-    let (parts, ()) = axum::http::Request::post("/charges")
-        .header("authorization", "Bearer tok_1")
-        .body(())
-        .unwrap()
-        .into_parts();
-    let scope = format!("http:{}", idem_http::scope::bearer_token(&parts).unwrap());
-    let key = idem_core::Key::new("POST /charges k-kill")
-        .unwrap()
-        .with_scope(scope)
-        .unwrap();
-    let mut held = false;
-    for _ in 0..200 {
-        if let Ok(Some(record)) = idem_core::Store::get(&store, &key).await {
-            assert!(matches!(
-                record.state,
-                idem_core::RecordState::InProgress { .. }
-            ));
-            held = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(held, "the first server never claimed the key");
+    wait_until_claimed(&schema, "k-kill").await;
     first.child.kill().unwrap(); // SIGKILL, mid-request
     first.child.wait().unwrap();
     assert_eq!(
@@ -389,6 +364,78 @@ async fn a_server_killed_mid_request_is_taken_over_by_the_retry_after_its_lease(
     assert_eq!(second.charges().await, 1);
     drop(second);
     drop_schema(&schema).await;
+}
+
+#[tokio::test]
+async fn a_client_that_gives_up_early_is_charged_once_and_its_retry_gets_the_charge() {
+    let schema = idem_testdb::unique_schema("idem_t_http_gone");
+    let server = Server::on_postgres(&schema, &[]);
+    // The provider takes 3 s; the client gives up as soon as the server holds its key.
+    let slow = r#"{"customer":"c1","amount":100,"delay_ms":3000}"#;
+    tokio::select! {
+        status = post_for(&server.base, b"k-gone", slow, Duration::from_secs(30)) => {
+            panic!("answered {status:?} before the client gave up")
+        }
+        () = wait_until_claimed(&schema, "k-gone") => {}
+    }
+    // The client's request is dropped: its connection closes. The charge goes on.
+    let early = post(&server.base, Some("tok_1"), Some(b"k-gone"), slow).await;
+    assert_eq!(
+        early.status, 409,
+        "the charge of the client that left still runs"
+    );
+    let started = std::time::Instant::now();
+    let retry = loop {
+        let answer = post(&server.base, Some("tok_1"), Some(b"k-gone"), slow).await;
+        if answer.status != 409 {
+            break answer;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(retry.status, 201);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.json()["amount"], 100);
+    assert_eq!(
+        server.charges().await,
+        1,
+        "charged once, for the client that left"
+    );
+    drop(server);
+    drop_schema(&schema).await;
+}
+
+/// Waits until a server on `schema` holds `client_key` (sent as `tok_1` to `POST /charges`), as
+/// its record in the database says.
+async fn wait_until_claimed(schema: &str, client_key: &str) {
+    let store = idem_store_postgres::PgStore::builder(idem_testdb::pool(2).await)
+        .schema(schema.to_owned())
+        .build()
+        .unwrap();
+    let (parts, ()) = axum::http::Request::post("/charges")
+        .header("authorization", "Bearer tok_1")
+        .body(())
+        .unwrap()
+        .into_parts();
+    let scope = format!("http:{}", idem_http::scope::bearer_token(&parts).unwrap());
+    let key = idem_core::Key::new(format!("POST /charges {client_key}"))
+        .unwrap()
+        .with_scope(scope)
+        .unwrap();
+    for _ in 0..200 {
+        if let Ok(Some(record)) = idem_core::Store::get(&store, &key).await {
+            assert!(matches!(
+                record.state,
+                idem_core::RecordState::InProgress { .. }
+            ));
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the server never claimed {client_key}");
 }
 
 /// Posts as `tok_1` and returns the status, or `None` when no answer came within `timeout`

@@ -57,6 +57,7 @@ pub(crate) struct Config {
     pub replay_headers: Vec<HeaderName>,
     pub problem_base: Cow<'static, str>,
     pub retry_after: Duration,
+    pub finish_when_client_leaves: bool,
 }
 
 impl IdempotencyLayer {
@@ -79,6 +80,7 @@ impl IdempotencyLayer {
                 replay_headers: Vec::new(),
                 problem_base: Cow::Borrowed(DEFAULT_PROBLEM_BASE),
                 retry_after: DEFAULT_RETRY_AFTER,
+                finish_when_client_leaves: true,
             }),
         }
     }
@@ -173,6 +175,38 @@ impl IdempotencyLayer {
         self.with(|c| c.retry_after = after)
     }
 
+    /// Whether a request whose client goes away (hyper drops the request's future) still runs
+    /// to its end (default `true`).
+    ///
+    /// With `true`, the layer runs each request it handles (claim, inner service, recording the
+    /// answer) on a task of its own, spawned on the current Tokio runtime, and the response
+    /// future only awaits that task. A client that gives up does not cut the inner service
+    /// short: it finishes, its answer is recorded, and the client's retry with the same key gets
+    /// 409 while it runs and the recorded answer (`Idempotent-Replayed: true`) after. So the
+    /// work is done once, whenever the client leaves. A panic in the inner service still reaches
+    /// the server's connection as a panic. The cost is one task spawn per request the layer
+    /// handles; requests it passes through (other methods, no key with `require_key(false)`)
+    /// and requests it refuses before claiming (400, 401, 413) are not spawned. Outside a Tokio
+    /// runtime requests run inline, as with `false`. A server's graceful shutdown waits for its
+    /// connections, not for these tasks: a run whose client left is dropped when the runtime
+    /// stops, and its claim abandoned as with `false`.
+    ///
+    /// With `false`, the request runs inside the response future: when the client goes away the
+    /// inner service is dropped wherever it was, and its claim is abandoned (the store frees the
+    /// key at once if it can, or when the lease lapses). A retry then runs the request again, so
+    /// whatever the inner service did before it was cut is done twice unless it is idempotent
+    /// itself.
+    ///
+    /// ```
+    /// # use idem_core::MemoryStore;
+    /// # use idem_http::IdempotencyLayer;
+    /// // The inner service must tolerate being cut short: a retry runs it again.
+    /// let layer = IdempotencyLayer::new(MemoryStore::new()).finish_when_client_leaves(false);
+    /// ```
+    pub fn finish_when_client_leaves(self, finish: bool) -> IdempotencyLayer {
+        self.with(|c| c.finish_when_client_leaves = finish)
+    }
+
     /// Where the `type` links of the layer's problem answers point (default
     /// [`DEFAULT_PROBLEM_BASE`](crate::DEFAULT_PROBLEM_BASE)); each adds `#` and an anchor
     /// naming the rule, such as `#idempotency-key-reused`.
@@ -196,6 +230,7 @@ impl fmt::Debug for IdempotencyLayer {
             .field("max_request_body", &c.max_request_body)
             .field("max_response_body", &c.max_response_body)
             .field("replay_headers", &c.replay_headers)
+            .field("finish_when_client_leaves", &c.finish_when_client_leaves)
             .finish_non_exhaustive()
     }
 }

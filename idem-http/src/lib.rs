@@ -31,6 +31,7 @@
 //! | a completed key, same request | the recorded status, headers and body, plus `Idempotent-Replayed: true` |
 //! | a completed or running key, other method, path, query or body | 422 |
 //! | a key whose first request is still running | 409 with `Retry-After` (or, with `wait(d)`, the first answer once it is there) |
+//! | the client goes away before the answer | the request runs to its end and its answer is recorded for the retry (with `finish_when_client_leaves(false)`: it stops where it was and the key is freed) |
 //! | the store cannot be reached | 503 with `Retry-After`; nothing runs (fail closed) |
 //!
 //! **What is kept.** 2xx, 3xx and 4xx answers except 408, 409, 425 and 429 are recorded and
@@ -46,10 +47,21 @@
 //! [`scope::bearer_token`] refuses requests without a bearer token (401); a function of your
 //! own can read your authentication's result.
 //!
+//! **When the client goes away.** A client that gives up before the answer (a timeout, a
+//! closed connection: hyper drops the request's future) does not cut its request short: the
+//! layer runs each request it handles on a Tokio task of its own, which goes on to the end. The
+//! inner service finishes, its answer is recorded (if kept), and the client's retry with the
+//! same key gets 409 while it runs and then that answer with `Idempotent-Replayed: true`. The
+//! work happens once. This costs one task spawn per handled request; see
+//! [`finish_when_client_leaves`](IdempotencyLayer::finish_when_client_leaves). With
+//! `finish_when_client_leaves(false)` the inner service is dropped wherever it was when the
+//! client left and the key is freed at once: the retry runs it again, and whatever it did
+//! before the cut is done again.
+//!
 //! **Leases.** The claim's lease (default 30 s) is renewed while the inner service runs. If the
-//! client goes away (the request's future is dropped) or the service panics, the key is freed
-//! at once; if the server dies, a retry runs again once the lease lapses. Recorded answers are
-//! replayed for [`keep`](IdempotencyLayer::keep) (default 24 h).
+//! service panics, the key is freed at once (and the panic goes on to the server, as without
+//! the layer); if the server dies, a retry runs again once the lease lapses. Recorded answers
+//! are replayed for [`keep`](IdempotencyLayer::keep) (default 24 h).
 //!
 //! Every answer the layer makes itself is `application/problem+json` (RFC 9457) whose `type`
 //! links to the README's entry for the rule broken.
@@ -60,6 +72,7 @@
 
 #![warn(missing_docs)]
 
+mod detached;
 mod header;
 mod layer;
 mod problem;

@@ -1,19 +1,22 @@
 //! The service the layer wraps around another: one request through the idem runtime. In order:
 //! refuse what cannot be served (no caller 401, bad key 400, body too large 413) before
 //! anything is claimed; claim the record; run the inner service while the lease is renewed;
-//! record its response (or release the key); answer duplicates from the record.
+//! record its response (or release the key); answer duplicates from the record. From the claim
+//! on, the request runs on a task of its own (unless the layer is told otherwise), so a client
+//! that goes away does not cut it short.
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt, Either, Full, Limited};
-use idem_core::{Call, Error, Operation, Outcome};
+use idem_core::{Call, Error, Fingerprint, Key, Operation, Outcome};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tower_service::Service;
 
+use crate::detached::finish_detached;
 use crate::header::client_key;
 use crate::layer::Config;
 use crate::problem::Problem;
@@ -77,7 +80,7 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // The clone is not ready; the ready one goes with this request (tower's usual swap).
         let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let inner = std::mem::replace(&mut self.inner, clone);
         let config = self.config.clone();
         if !config.methods.contains(request.method()) {
             return Box::pin(pass_through(inner, request));
@@ -104,75 +107,105 @@ where
             let key = record_key(&parts, &caller, &client_key);
             let fingerprint = fingerprint(&parts, &body, &config.fingerprint_headers);
             let request = Request::from_parts(parts, Either::Left(Full::new(body)));
-
-            // The answer as the inner service gave it, every header included (the record
-            // leaves some out): for this client, also when recording it failed.
-            let live: Mutex<Option<Response<Full<Bytes>>>> = Mutex::new(None);
-            let work = async {
-                let response = inner.call(request).await.map_err(NotKept::Service)?;
-                let (stored, response) = record(&config, response).await?;
-                *live.lock().unwrap_or_else(|e| e.into_inner()) = Some(response);
-                Ok(stored)
-            };
-            let live = || live.lock().unwrap_or_else(|e| e.into_inner()).take();
-            let mut call = Call::new(&*config.store, key)
-                .name("idem_http")
-                .fingerprint(fingerprint)
-                .lease(config.lease)
-                .keep(config.keep);
-            if let Some(wait) = config.wait {
-                call = call.wait(wait);
+            let handled = handle(inner, config.clone(), request, key, fingerprint);
+            if !config.finish_when_client_leaves {
+                return handled.await;
             }
-            let retry_after = config.retry_after.as_secs_f64().ceil() as u64;
-            match call.run_with(ResponseCodec, work).await {
-                Ok(Outcome::Executed(stored)) => {
-                    let response = live().unwrap_or_else(|| stored.to_response(false));
-                    Ok(response.map(Either::Left))
-                }
-                Ok(Outcome::Duplicate {
-                    value: Some(stored),
-                    ..
-                }) => Ok(stored.to_response(true).map(Either::Left)),
-                Ok(Outcome::Duplicate { value: None, .. }) => problem(Problem::ReplayUnreadable),
-                Ok(Outcome::InProgress { .. }) => problem(Problem::InProgress { retry_after }),
-                Err(Error::Handler(NotKept::Response(response))) => Ok(response.map(Either::Right)),
-                Err(Error::Handler(NotKept::Service(e))) => Err(e),
-                Err(Error::Handler(NotKept::BodyFailed)) => problem(Problem::ResponseFailed),
-                Err(Error::KeyReused { .. }) => problem(Problem::KeyReused),
-                Err(Error::Store(e)) if e.operation() == Some(Operation::Claim) => {
-                    problem(Problem::StoreUnavailable { retry_after })
-                }
-                // The inner service ran and answered, but the answer was not recorded (the
-                // store failed, or a newer run took the key over after this one stalled past
-                // its lease): the client still gets it. Both were logged by the runtime.
-                Err(e @ (Error::Store(_) | Error::LostClaim { .. })) => match live() {
-                    Some(response) => {
-                        let e = e.map_handler(|_| "response");
-                        tracing::warn!(error = %e, "answering with a response that was not recorded");
-                        Ok(response.map(Either::Left))
-                    }
-                    None => problem(Problem::StoreUnavailable { retry_after }),
-                },
-                // Encoding this run's answer failed (it ran: the client gets it, unrecorded, and
-                // the key was released), or a recorded answer could not be read back.
-                Err(Error::Codec(e)) => match live() {
-                    Some(response) => {
-                        tracing::error!(error = %e, "the answer could not be recorded; sent unrecorded");
-                        Ok(response.map(Either::Left))
-                    }
-                    None => {
-                        tracing::error!(error = %e, "a recorded answer could not be read back");
-                        problem(Problem::ReplayUnreadable)
-                    }
-                },
-                // Not expected: record keys are valid by construction, and `Error` may grow.
-                Err(e) => {
-                    let e = e.map_handler(|_| "response");
-                    tracing::error!(error = %e, "unexpected idem error");
+            match finish_detached(handled).await {
+                Some(answer) => answer,
+                None => {
+                    tracing::error!(
+                        "the request's task was cancelled before it answered (the runtime is \
+                         shutting down); its claim was abandoned"
+                    );
                     problem(Problem::Unexpected)
                 }
             }
         })
+    }
+}
+
+/// One request the layer handles, from the claim on: runs the inner service under the claim,
+/// records its answer (or releases the key), or answers from the record.
+async fn handle<S, ReqBody, ResBody>(
+    mut inner: S,
+    config: Arc<Config>,
+    request: Request<RequestBody<ReqBody>>,
+    key: Key,
+    fingerprint: Fingerprint,
+) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+where
+    S: Service<Request<RequestBody<ReqBody>>, Response = Response<ResBody>>,
+    ResBody: Body<Data = Bytes>,
+    ResBody::Error: Into<BoxError>,
+{
+    let problem = |p: Problem| Ok(p.to_response(&config.problem_base).map(Either::Left));
+    // The answer as the inner service gave it, every header included (the record leaves some
+    // out): for this client, also when recording it failed.
+    let live: Mutex<Option<Response<Full<Bytes>>>> = Mutex::new(None);
+    let work = async {
+        let response = inner.call(request).await.map_err(NotKept::Service)?;
+        let (stored, response) = record(&config, response).await?;
+        *live.lock().unwrap_or_else(|e| e.into_inner()) = Some(response);
+        Ok(stored)
+    };
+    let live = || live.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let mut call = Call::new(&*config.store, key)
+        .name("idem_http")
+        .fingerprint(fingerprint)
+        .lease(config.lease)
+        .keep(config.keep);
+    if let Some(wait) = config.wait {
+        call = call.wait(wait);
+    }
+    let retry_after = config.retry_after.as_secs_f64().ceil() as u64;
+    match call.run_with(ResponseCodec, work).await {
+        Ok(Outcome::Executed(stored)) => {
+            let response = live().unwrap_or_else(|| stored.to_response(false));
+            Ok(response.map(Either::Left))
+        }
+        Ok(Outcome::Duplicate {
+            value: Some(stored),
+            ..
+        }) => Ok(stored.to_response(true).map(Either::Left)),
+        Ok(Outcome::Duplicate { value: None, .. }) => problem(Problem::ReplayUnreadable),
+        Ok(Outcome::InProgress { .. }) => problem(Problem::InProgress { retry_after }),
+        Err(Error::Handler(NotKept::Response(response))) => Ok(response.map(Either::Right)),
+        Err(Error::Handler(NotKept::Service(e))) => Err(e),
+        Err(Error::Handler(NotKept::BodyFailed)) => problem(Problem::ResponseFailed),
+        Err(Error::KeyReused { .. }) => problem(Problem::KeyReused),
+        Err(Error::Store(e)) if e.operation() == Some(Operation::Claim) => {
+            problem(Problem::StoreUnavailable { retry_after })
+        }
+        // The inner service ran and answered, but the answer was not recorded (the store
+        // failed, or a newer run took the key over after this one stalled past its lease): the
+        // client still gets it. Both were logged by the runtime.
+        Err(e @ (Error::Store(_) | Error::LostClaim { .. })) => match live() {
+            Some(response) => {
+                let e = e.map_handler(|_| "response");
+                tracing::warn!(error = %e, "answering with a response that was not recorded");
+                Ok(response.map(Either::Left))
+            }
+            None => problem(Problem::StoreUnavailable { retry_after }),
+        },
+        // Encoding this run's answer failed (it ran: the client gets it, unrecorded, and the
+        // key was released), or a recorded answer could not be read back.
+        Err(Error::Codec(e)) => match live() {
+            Some(response) => {
+                tracing::error!(error = %e, "the answer could not be recorded; sent unrecorded");
+                Ok(response.map(Either::Left))
+            }
+            None => {
+                tracing::error!(error = %e, "a recorded answer could not be read back");
+                problem(Problem::ReplayUnreadable)
+            }
+        },
+        // Not expected: record keys are valid by construction, and `Error` may grow.
+        Err(e) => {
+            let e = e.map_handler(|_| "response");
+            tracing::error!(error = %e, "unexpected idem error");
+            problem(Problem::Unexpected)
+        }
     }
 }
 
