@@ -287,7 +287,9 @@ where
             },
         };
         let keep = prepared.keep;
-        claimed.run(&codec, keep, timing, context.clone(), work).await
+        claimed
+            .run(&codec, keep, timing, context.clone(), work)
+            .await
     };
     Traced {
         span,
@@ -390,10 +392,7 @@ impl<S: Store + ?Sized> Claimed<'_, S> {
                 Ok(output) => {
                     // From here on the work is done: whatever happens to this future, the
                     // completion goes through.
-                    settling.next = Next::Complete {
-                        output,
-                        keep,
-                    };
+                    settling.next = Next::Complete { output, keep };
                     settling.stop_renewal().await;
                     let Next::Complete { output, .. } = &settling.next else {
                         unreachable!("set above")
@@ -462,7 +461,11 @@ async fn complete<S: Store + ?Sized>(
 ) -> Result<Fenced, StoreError> {
     let mut retries = COMPLETE_RETRIES.iter();
     loop {
-        match lease.store.complete(lease.key, lease.fence, completion).await {
+        match lease
+            .store
+            .complete(lease.key, lease.fence, completion)
+            .await
+        {
             Err(e) => match retries.next() {
                 Some(pause) => {
                     tracing::warn!(error = %e, "recording completion failed; retrying");
@@ -520,14 +523,22 @@ async fn with_lease_left<S: Store + ?Sized>(
                 Claim::Acquired {
                     fence,
                     lease_expires_at,
-                    taken_over: matches!(claim, Claim::Acquired { taken_over: true, .. }),
+                    taken_over: matches!(
+                        claim,
+                        Claim::Acquired {
+                            taken_over: true,
+                            ..
+                        }
+                    ),
                 },
                 renewing,
             ))
         }
         Ok(Fenced::Lost) => {
             std::mem::forget(held);
-            tracing::info!("the claim's answer came after its lease lapsed and another run took the key over");
+            tracing::info!(
+                "the claim's answer came after its lease lapsed and another run took the key over"
+            );
             let lease_expires_at = std::time::SystemTime::now()
                 .checked_add(request.lease)
                 .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
@@ -654,8 +665,12 @@ async fn settle_in_background(
                 Ok(Fenced::Applied) => {
                     tracing::info!(%key, "call dropped after its work was done; its completion was recorded")
                 }
-                Ok(Fenced::Lost) => tracing::warn!(%key, "call dropped after its work was done; its completion was refused: a newer run took the key over"),
-                Err(e) => tracing::error!(%key, error = %e, "call dropped after its work was done, and its completion could not be recorded"),
+                Ok(Fenced::Lost) => {
+                    tracing::warn!(%key, "call dropped after its work was done; its completion was refused: a newer run took the key over")
+                }
+                Err(e) => {
+                    tracing::error!(%key, error = %e, "call dropped after its work was done, and its completion could not be recorded")
+                }
             }
         }
         Next::Nothing => {}

@@ -418,3 +418,48 @@ async fn a_call_dropped_on_a_pooled_connection_it_began_leaves_no_transaction_be
     assert_eq!(again, Outcome::Executed(9));
     assert_eq!(credits(store, &accounts).await, 9);
 }
+
+/// A transactional body that runs longer than its `keep` still commits a record that counts
+/// for `keep` from its completion: counted from the transaction's start, it would commit
+/// already expired, and the next delivery would run the work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_counts_from_the_completion_not_the_transactions_start() {
+    for claim_with_begin in [false, true] {
+        let test = TestStore::new("tx_keep", 4).await;
+        let store = PgStore::builder(test.store.pool().clone())
+            .schema(test.schema.clone())
+            .claim_with_begin(claim_with_begin)
+            .build()
+            .unwrap();
+        let keep = Duration::from_secs(1);
+        let outcome = idem_core::Call::new(&store, "slow")
+            .keep(keep)
+            .run_in_transaction(move |_tx| {
+                Box::pin(async move {
+                    // The scenario itself: a body that runs past its `keep`.
+                    tokio::time::sleep(keep + Duration::from_millis(500)).await;
+                    Ok::<_, std::io::Error>(())
+                })
+            })
+            .await
+            .unwrap();
+        assert!(outcome.is_executed());
+        let record = store
+            .get(&Key::new("slow").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let idem_core::RecordState::Completed { expires_at, .. } = record.state else {
+            panic!("completed: {record:?}")
+        };
+        assert!(
+            expires_at > std::time::SystemTime::now(),
+            "the record counts after its commit (claim with begin: {claim_with_begin})"
+        );
+        let again = idem_core::Call::new(&store, "slow")
+            .run_in_transaction(|_tx| Box::pin(async { Ok::<_, std::io::Error>(()) }))
+            .await
+            .unwrap();
+        assert!(again.is_duplicate(), "{again:?}");
+    }
+}

@@ -398,7 +398,14 @@ impl Op for JobCompleteOp {
         };
         tracing::info!(key = %job.key, "the job claimed for a slot whose task went away goes back to the queue");
         runtime.spawn(async move {
-            settle(&workers, &job, Settle::Release { delay: Duration::ZERO }).await;
+            settle(
+                &workers,
+                &job,
+                Settle::Release {
+                    delay: Duration::ZERO,
+                },
+            )
+            .await;
             workers.held.forget(&job.key, job.attempt);
         });
     }
@@ -605,6 +612,90 @@ mod tests {
                 ("running-a".to_owned(), "done".to_owned())
             ]
         );
+        crate::test_store::drop_schema(&pool, &schema).await;
+    }
+
+    /// A job's task goes away (aborted) while its completion, which claims the next job for
+    /// its slot, is on the wire: the job it claimed for nobody goes back to the queue at once,
+    /// its attempt not counted, instead of sitting claimed and unrun for a lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_claimed_for_a_task_that_went_away_goes_back_to_the_queue() {
+        let (pool, schema, store, queue) = setup("job_orphan_next").await;
+        let fence = running(&store, &schema, "running-a", 1).await;
+        let job = super::super::NewJob::new("queued-0", &0).unwrap();
+        let _ = queue.enqueue(job).await.unwrap();
+        let workers = workers(&queue);
+        // Hold the finishing job's row, so its completion waits on the wire.
+        let mut lock = pool.begin().await.unwrap();
+        sqlx::query(&format!(
+            "SELECT 1 FROM {schema}.idem_records_queue WHERE key = 'running-a' FOR UPDATE"
+        ))
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+        let completion = JobCompletion {
+            sql: queue.sql.clone(),
+            key: "running-a".to_owned(),
+            fence: fence_param(fence),
+            output: None,
+            keep: 60_000_000,
+            attempt: 1,
+            next: Some(Arc::clone(&workers)),
+        };
+        let task = {
+            let (store, queue) = (store.clone(), queue.clone());
+            tokio::spawn(async move {
+                let batcher = queue.completions.as_ref().expect("batched");
+                batch::submit(&store, batcher, completion).await
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records_queue%'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the completion never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        lock.rollback().await.unwrap();
+
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (state, attempts, finished): (String, i32, String) = sqlx::query_as(&format!(
+                "SELECT q.state, q.attempts, a.state FROM {schema}.idem_records_queue q,
+                        {schema}.idem_records_queue a
+                 WHERE q.key = 'queued-0' AND a.key = 'running-a'"
+            ))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            // The completion committed (and with it the claim of the next job); the job it
+            // claimed was given back, and is no longer held once its release returned.
+            if finished == "done"
+                && state == "queued"
+                && attempts == 0
+                && workers.held.snapshot().is_empty()
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the orphaned job stays {state} with {attempts} attempts"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         crate::test_store::drop_schema(&pool, &schema).await;
     }
 
