@@ -699,6 +699,93 @@ mod tests {
         crate::test_store::drop_schema(&pool, &schema).await;
     }
 
+    /// A completion that claims the next job, cut off with its connection while on the wire, is
+    /// not sent again: had the server applied it before the cut, a second sending would claim a
+    /// second job while the first sat claimed for nobody. The caller hears the error (the
+    /// runtime then completes the call again without claiming).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_completion_that_claims_is_never_sent_again_after_its_connection_died() {
+        let (pool, schema, store, queue) = setup("job_no_resend").await;
+        let fence = running(&store, &schema, "running-a", 1).await;
+        let job = super::super::NewJob::new("queued-0", &0).unwrap();
+        let _ = queue.enqueue(job).await.unwrap();
+        let workers = workers(&queue);
+        let mut lock = pool.begin().await.unwrap();
+        sqlx::query(&format!(
+            "SELECT 1 FROM {schema}.idem_records_queue WHERE key = 'running-a' FOR UPDATE"
+        ))
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+        let completion = JobCompletion {
+            sql: queue.sql.clone(),
+            key: "running-a".to_owned(),
+            fence: fence_param(fence),
+            output: None,
+            keep: 60_000_000,
+            attempt: 1,
+            next: Some(Arc::clone(&workers)),
+        };
+        let mut task = {
+            let store = store.clone();
+            tokio::spawn(async move { JobCompleteOp::one(&store, &completion).await })
+        };
+        let waiting = "SELECT pid FROM pg_stat_activity
+                       WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records_queue%'";
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let pid: i32 = loop {
+            if let Some(pid) = sqlx::query_scalar(waiting)
+                .fetch_optional(&pool)
+                .await
+                .unwrap()
+            {
+                break pid;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the completion never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .execute(&pool)
+            .await
+            .unwrap();
+        // Either the caller hears of the cut, or the statement is sent again (and waits again).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let answered = loop {
+            tokio::select! {
+                answered = &mut task => break Some(answered.unwrap()),
+                () = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+            let again: Option<i32> = sqlx::query_scalar(waiting)
+                .fetch_optional(&pool)
+                .await
+                .unwrap();
+            if again.is_some_and(|again| again != pid) {
+                break None;
+            }
+            assert!(std::time::Instant::now() < deadline, "never answered");
+        };
+        lock.rollback().await.unwrap();
+        let answered = answered.expect("the completion was sent again on another connection");
+        assert!(
+            answered.is_err(),
+            "the caller hears of the cut: {answered:?}"
+        );
+        let states = states(&pool, &schema).await;
+        assert_eq!(
+            states,
+            [
+                ("queued-0".to_owned(), "queued".to_owned()),
+                ("running-a".to_owned(), "running".to_owned())
+            ],
+            "nothing applied, nothing claimed"
+        );
+        crate::test_store::drop_schema(&pool, &schema).await;
+    }
+
     /// Completions that each free a slot claim one job per slot in the same statement: each a
     /// queued job (never one of the completing ones), held for its workers before it is
     /// answered, and the completions answered as without the claim.
