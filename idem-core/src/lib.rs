@@ -86,9 +86,16 @@
 //!    [`Outcome::Executed`]; if a newer run took the key over meanwhile, the completion is
 //!    refused and the call returns [`Error::LostClaim`]. `Err(e)` releases the claim (a retry
 //!    runs again) and returns [`Error::Handler`]. A panic releases the claim, then continues.
-//!    If the call's future is dropped (a caller's timeout), the claim is never completed: the
-//!    store is told to [abandon](Store::abandon) it, which frees it at once for
-//!    [`MemoryStore`] and the PostgreSQL store, and at the latest when its lease lapses.
+//!    If the call's future is dropped (a caller's timeout, a client gone) while the body runs,
+//!    the body stops at its `.await` and the store is told to [abandon](Store::abandon) the
+//!    claim, which frees it at once for [`MemoryStore`] and the PostgreSQL store, and at the
+//!    latest when its lease lapses: the next delivery runs the body again. Once the body has
+//!    returned `Ok`, a dropped call's completion is recorded anyway, in the background: done
+//!    work is never undone. [`Call::run_detached`] runs the whole call in a task of its own, so
+//!    a caller that goes away does not stop the work at all. A claim whose answer came after a
+//!    third of its lease is renewed before the body starts, so no body runs on a lease another
+//!    process could already take over. A `lease` or `keep` over [`MAX_DURATION`] is refused
+//!    before the claim ([`Error::InvalidOption`]).
 //! 4. Completed before: [`Outcome::Duplicate`], with the stored value under `replay`.
 //! 5. Held by a live run: [`Outcome::InProgress`], or with `wait` the other run's outcome.
 //! 6. Same key, other fingerprint: [`Error::KeyReused`].

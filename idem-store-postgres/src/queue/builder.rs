@@ -115,9 +115,11 @@ impl WorkerBuilder {
         self
     }
 
-    /// Stops a job that runs longer than `limit` and counts it as a failed attempt (retried
-    /// after a backoff, dead-lettered after the last), with the error `timed out after ..`.
-    /// Without it (the default) a job runs as long as it takes, its lease renewed meanwhile.
+    /// Stops a job's handler that runs longer than `limit` and counts it as a failed attempt
+    /// (retried after a backoff, dead-lettered after the last), with the error `timed out after
+    /// ..`. The limit cuts the handler only, never the recording of a job that finished: a job
+    /// done just at its limit is done. Without it (the default) a job runs as long as it takes,
+    /// its lease renewed meanwhile.
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.timeout = Some(limit);
         self
