@@ -725,7 +725,7 @@ crate::declare_cases! { $ __store_cases:
     /// client that went away drops it) while its completion is on its way: the completion
     /// still goes through, so the next delivery is a duplicate and the work ran once.
     pub async fn a_call_dropped_during_its_completion_still_completes(h: &impl Harness) {
-        let gated = GatedCompletions::new(h.store());
+        let gated = Gated::new(h.store(), Step::Complete);
         let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let call = {
             let (store, runs) = (gated.clone(), runs.clone());
@@ -760,6 +760,46 @@ crate::declare_cases! { $ __store_cases:
             .unwrap();
         assert!(again.is_duplicate(), "the next delivery is a duplicate: {again:?}");
         assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A call is dropped while its claim's answer is on its way back (the store applied it):
+    /// the claim is undone, so the next delivery runs at once instead of finding the key held
+    /// for nobody until the lease lapses.
+    pub async fn a_call_dropped_while_its_claim_is_answered_holds_no_key(h: &impl Harness) {
+        let gated = Gated::new(h.store(), Step::Claim);
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let call = {
+            let (store, runs) = (gated.clone(), runs.clone());
+            tokio::spawn(async move {
+                Call::new(&store, key("dropped-claiming").as_str())
+                    .lease(LONG_LEASE)
+                    .run(async move {
+                        runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok::<_, std::io::Error>(())
+                    })
+                    .await
+            })
+        };
+        gated.entered.notified().await; // claimed in the store; the answer waits at the gate
+        call.abort();
+        assert!(call.await.unwrap_err().is_cancelled());
+        gated.open.add_permits(Semaphore::MAX_PERMITS / 2);
+        let k = key("dropped-claiming");
+        let mut freed = false;
+        for _ in 0..500 {
+            if gated.inner.get(&k).await.unwrap().is_none() {
+                freed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(freed, "a claim whose caller went away must be undone, not held for a lease");
+        let again = Call::new(&gated, k.as_str())
+            .run(async { Ok::<_, std::io::Error>(()) })
+            .await
+            .unwrap();
+        assert_eq!(again, Outcome::Executed(()));
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 
     /// 64 concurrent claims of one key: exactly one acquires, the rest see it in progress.
@@ -987,29 +1027,56 @@ crate::declare_cases! { $ __store_cases:
     }
 }
 
-/// A store whose completions wait at a gate (`open`) after saying so (`entered`): a test can
-/// drop a call while its completion is on its way.
+/// The step a [`Gated`] store holds at its gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The first claim, after the store applied it (its answer on its way back).
+    Claim,
+    /// Every completion, before the store applies it.
+    Complete,
+}
+
+/// A store that holds one step at a gate (`open`) after saying so (`entered`): a test can drop
+/// a call at that step.
 #[derive(Debug, Clone)]
-struct GatedCompletions {
+struct Gated {
     inner: Arc<dyn idem_core::Purge>,
+    step: Step,
+    /// Whether the gate still holds a claim (only the first is held).
+    claim_armed: Arc<std::sync::atomic::AtomicBool>,
     entered: Arc<tokio::sync::Notify>,
     open: Arc<Semaphore>,
 }
 
-impl GatedCompletions {
-    fn new(inner: Arc<dyn idem_core::Purge>) -> GatedCompletions {
-        GatedCompletions {
+impl Gated {
+    fn new(inner: Arc<dyn idem_core::Purge>, step: Step) -> Gated {
+        Gated {
             inner,
+            step,
+            claim_armed: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             entered: Arc::new(tokio::sync::Notify::new()),
             open: Arc::new(Semaphore::new(0)),
         }
     }
+
+    async fn pass(&self) {
+        self.entered.notify_one();
+        let _open = self.open.acquire().await.expect("never closed");
+    }
 }
 
 #[async_trait::async_trait]
-impl Store for GatedCompletions {
+impl Store for Gated {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, idem_core::StoreError> {
-        self.inner.claim(request).await
+        let claim = self.inner.claim(request).await;
+        let armed = self.step == Step::Claim
+            && self
+                .claim_armed
+                .swap(false, std::sync::atomic::Ordering::SeqCst);
+        if armed {
+            self.pass().await;
+        }
+        claim
     }
 
     async fn complete(
@@ -1018,8 +1085,9 @@ impl Store for GatedCompletions {
         fence: Fence,
         completion: Completion<'_>,
     ) -> Result<Fenced, idem_core::StoreError> {
-        self.entered.notify_one();
-        let _open = self.open.acquire().await.expect("never closed");
+        if self.step == Step::Complete {
+            self.pass().await;
+        }
         self.inner.complete(key, fence, completion).await
     }
 

@@ -257,7 +257,9 @@ where
                 async move {
                     let started = started.unwrap_or_else(Instant::now);
                     let sent = Instant::now();
+                    let in_flight = ClaimInFlight { store, request };
                     let claim = store.claim(request).await;
+                    std::mem::forget(in_flight);
                     let answered = Instant::now();
                     handler.claim_took(answered - started);
                     let (claim, lease_from) = with_lease_left(store, request, claim?, sent).await?;
@@ -546,6 +548,20 @@ async fn with_lease_left<S: Store + ?Sized>(
         }
         // The claim is abandoned as `held` drops: the body does not run without a lease.
         Err(e) => Err(e.during(Operation::Renew)),
+    }
+}
+
+/// A claim on its way to the store. Dropped before its answer came (the caller went away), it
+/// may still be applied, holding the key for nobody until its lease lapses: the store is told
+/// to undo it ([`Store::abandon_claim`]).
+struct ClaimInFlight<'a, S: Store + ?Sized> {
+    store: &'a S,
+    request: ClaimRequest<'a>,
+}
+
+impl<S: Store + ?Sized> Drop for ClaimInFlight<'_, S> {
+    fn drop(&mut self) {
+        self.store.abandon_claim(self.request);
     }
 }
 

@@ -43,6 +43,7 @@
 //!     fingerprint(amount, currency),    // inputs that must match when the key is reused
 //!     replay,                           // store the Ok value and hand it to duplicates
 //!     wait = "10s",                     // on an in-flight duplicate, wait for its outcome
+//!     detach,                           // run in a task of its own: the work finishes even if the caller goes away
 //!     transaction = tx,                 // claim, body and completion in one transaction
 //!     clients(mailer, payments),        // inside the body, these are keyed by the call
 //!     crate = "my_idem",                // path to a renamed idem-core dependency
@@ -55,6 +56,16 @@
 //! - `clients(..)` names parameters whose types implement [`keyed::KeyedClient`]; inside the
 //!   body each is rebound to its keyed view, which hands the call's key (a sub-key per effect)
 //!   to the provider as its idempotency key.
+//! - `detach` runs the call (claim, body, completion) in a task of its own on the current Tokio
+//!   runtime, and the function's future waits for its outcome. When a caller goes away mid-body
+//!   (a timeout, a client that disconnects, an aborted task), a body without `detach` stops at
+//!   the `.await` it was at: its claim is abandoned and the next delivery runs it again from the
+//!   start, redoing what it had done (except effects recorded in the [`journal`]). With
+//!   `detach` the body runs to its end and its completion is recorded, so the next delivery
+//!   finds it done (or in progress, while it runs). Such a body outlives its caller, so it must
+//!   be `Send + 'static`: the function takes owned parameters (an `Arc<App>`, a `String`; a
+//!   method `self: Arc<Self>` or `self`), not references. It does not combine with
+//!   `transaction`, whose claim, body and completion commit together or not at all.
 //!
 //! The annotated function must be `async` and return `Result<T, E>`; it then returns
 //! [`Idempotent<T, E>`], that is `Result<Outcome<T>, Error<E>>`. Placeholders are `{param}` or
@@ -142,8 +153,9 @@ pub use key::{InvalidKey, InvalidKeyReason, Key, DEFAULT_SCOPE, MAX_KEY_LEN, MAX
 pub use memory::MemoryStore;
 pub use outcome::Outcome;
 pub use store::{
-    release_in_background, Claim, ClaimRequest, ClaimToken, Completion, EffectEntry, EffectRecord,
-    EffectState, Fence, Fenced, Purge, Record, RecordState, Store,
+    reclaim_and_release_in_background, release_in_background, Claim, ClaimRequest, ClaimToken,
+    Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced, Purge, Record, RecordState,
+    Store,
 };
 pub use transactional::{TransactionalStore, TxClaim};
 

@@ -271,6 +271,18 @@ pub trait Store: fmt::Debug + Send + Sync {
         let _ = (key, fence);
     }
 
+    /// Called, without waiting, when a claim's caller went away before the claim was answered:
+    /// the store may have applied it (or may still), holding the key for nobody until its lease
+    /// lapses. A store should undo such a claim if it can. The default sends the claim again
+    /// with its token on a task of the current runtime and releases it if acquired
+    /// ([`reclaim_and_release_in_background`]): right for a store that applies one caller's
+    /// requests in the order they were sent. A store that knows better (PostgreSQL's batches
+    /// skip a claim whose caller left before it was sent, and release one acquired after)
+    /// overrides it.
+    fn abandon_claim(&self, request: ClaimRequest<'_>) {
+        reclaim_and_release_in_background(self.shared(), request);
+    }
+
     /// Reads the journal entry of `effect` under `key`, unless it expired. The default says the
     /// store keeps no journal.
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
@@ -304,6 +316,42 @@ pub fn release_in_background(store: Arc<dyn Store>, key: &Key, fence: Fence) {
     runtime.spawn(async move {
         if let Err(e) = store.release(&key, fence).await {
             tracing::warn!(%key, error = %e, "releasing an abandoned claim failed; it lapses with its lease");
+        }
+    });
+}
+
+/// Undoes a claim whose caller went away before its answer (see [`Store::abandon_claim`]): on a
+/// task of the current Tokio runtime, sends `request` again (a live claim with the request's
+/// token is answered as the caller's own) and releases it if acquired. Outside a runtime it
+/// does nothing (the key is free when its lease lapses); a failure is logged.
+pub fn reclaim_and_release_in_background(store: Arc<dyn Store>, request: ClaimRequest<'_>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let key = request.key.clone();
+    let fingerprint = request.fingerprint.cloned();
+    let (lease, token) = (request.lease, request.token);
+    runtime.spawn(async move {
+        let request = ClaimRequest {
+            key: &key,
+            fingerprint: fingerprint.as_ref(),
+            lease,
+            token,
+        };
+        match store.claim(request).await {
+            Ok(Claim::Acquired { fence, .. }) => {
+                tracing::info!(%key, "a claim's caller went away; releasing it");
+                if let Err(e) = store.release(&key, fence).await {
+                    tracing::warn!(%key, error = %e, "releasing an abandoned claim failed; it lapses with its lease");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                %key,
+                error = %e,
+                "a claim's caller went away and it could not be undone; the key is free again \
+                 when its lease lapses"
+            ),
         }
     });
 }
@@ -426,6 +474,9 @@ macro_rules! delegate_store {
             }
             fn abandon(&self, key: &Key, fence: Fence) {
                 (**self).abandon(key, fence)
+            }
+            fn abandon_claim(&self, request: ClaimRequest<'_>) {
+                (**self).abandon_claim(request)
             }
             fn effect<'a, 'b, 'c, 'f>(
                 &'a self,

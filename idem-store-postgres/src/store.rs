@@ -825,6 +825,15 @@ impl Store for PgStore {
             }
         });
     }
+
+    /// With batching, nothing to do here: the batch skips a claim whose caller left before it
+    /// was sent and releases one acquired for a caller that left (`batch.rs`,
+    /// `Op::orphaned`). Without it, the claim is sent again with its token and released.
+    fn abandon_claim(&self, request: ClaimRequest<'_>) {
+        if self.batches().is_none() {
+            idem_core::reclaim_and_release_in_background(self.shared(), request);
+        }
+    }
 }
 
 /// Where a drain's previous purge batch ended: the latest `purge_at` of the records and

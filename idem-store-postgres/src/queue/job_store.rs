@@ -213,6 +213,10 @@ impl Store for JobStore {
         self.inner().abandon(key, fence)
     }
 
+    fn abandon_claim(&self, request: ClaimRequest<'_>) {
+        self.inner().abandon_claim(request)
+    }
+
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
         self.inner().effect(key, effect).await
     }
