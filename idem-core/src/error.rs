@@ -40,12 +40,12 @@ pub enum Error<E> {
     },
     /// A value could not be encoded or decoded: a fingerprinted parameter or a `replay` output.
     Codec(CodecError),
-    /// A call's option is out of range: a `lease` or `keep` over [`MAX_DURATION`]. Nothing was
-    /// claimed: refused before the claim, not found out after the body ran.
+    /// A call's option is out of range: a `lease`, `keep` or `wait` over [`MAX_DURATION`].
+    /// Nothing was claimed: refused before the claim, not found out after the body ran.
     ///
     /// [`MAX_DURATION`]: crate::MAX_DURATION
     InvalidOption {
-        /// The option (`"lease"`, `"keep"`).
+        /// The option (`"lease"`, `"keep"`, `"wait"`).
         option: &'static str,
         /// What is wrong with it, and the range it must be in.
         reason: String,

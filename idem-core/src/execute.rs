@@ -41,7 +41,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// How long a completed record is kept when no `keep` is given.
 pub const DEFAULT_KEEP: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// The longest `lease` or `keep` a call takes: 100 years. Every store can count that far from
+/// The longest `lease`, `keep` or `wait` a call takes: 100 years. Every store can count that far from
 /// now; a longer one is refused before the claim ([`Error::InvalidOption`]), rather than
 /// overflowing a store's arithmetic after the body ran.
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
@@ -112,7 +112,8 @@ impl Prepared {
             span.record("outcome", "codec_error");
             Error::Codec(e)
         })?;
-        for (option, value) in [("lease", call.lease), ("keep", call.keep)] {
+        let wait = call.wait.unwrap_or_default();
+        for (option, value) in [("lease", call.lease), ("keep", call.keep), ("wait", wait)] {
             if value > MAX_DURATION {
                 span.record("outcome", "invalid_option");
                 return Err(Error::InvalidOption {
@@ -638,13 +639,19 @@ impl Drop for Settling {
                 tracing::info!(key = %context.key(), "call dropped mid-run; abandoning its claim");
                 context.store().abandon(context.key(), context.fence());
             }
-            (next, stopped) => {
-                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                    tracing::error!(key = %context.key(), "call dropped outside a Tokio runtime; its claim is left to lapse");
-                    return;
-                };
-                runtime.spawn(settle_in_background(context, next, stopped));
-            }
+            (next, stopped) => match tokio::runtime::Handle::try_current() {
+                // A runtime that is shutting down drops the task unrun: the claim then lapses
+                // with its lease (a finished body's completion is lost, and it runs again).
+                Ok(runtime) => {
+                    runtime.spawn(settle_in_background(context, next, stopped));
+                }
+                Err(_) => {
+                    // No runtime to wait or write on: free the key as well as can be done
+                    // without one.
+                    tracing::warn!(key = %context.key(), "call dropped outside a Tokio runtime; abandoning its claim");
+                    context.store().abandon(context.key(), context.fence());
+                }
+            },
         }
     }
 }

@@ -15,6 +15,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgConnection};
 use sqlx::{PgPool, Postgres};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 /// Where the store's own connections come from.
@@ -118,6 +119,8 @@ pub(crate) struct Direct {
     /// `pool.close().await` does not wait for a store that is still alive); it ends when this
     /// is dropped, with the store.
     watching: Mutex<Option<oneshot::Sender<()>>>,
+    /// The longest a store statement waits on a row lock (see [`tune`]).
+    lock_timeout: Duration,
 }
 
 /// Where a checkout's connection comes from.
@@ -213,7 +216,12 @@ pub(crate) fn is_connection_lost(error: &sqlx::Error) -> bool {
 impl Direct {
     /// Up to `connections` connections from `source`, of which all but `reserved` may be lent
     /// to open transactions.
-    pub fn new(source: Source, connections: usize, reserved: usize) -> Direct {
+    pub fn new(
+        source: Source,
+        connections: usize,
+        reserved: usize,
+        lock_timeout: Duration,
+    ) -> Direct {
         let connections = connections.max(1);
         let lendable = connections.saturating_sub(reserved);
         Direct {
@@ -225,6 +233,7 @@ impl Direct {
             lendable: (lendable > 0).then(|| Arc::new(Semaphore::new(lendable))),
             opened: Notify::new(),
             watching: Mutex::new(None),
+            lock_timeout,
         }
     }
 
@@ -440,7 +449,7 @@ impl Direct {
             let set_up = match (reused, retune) {
                 (true, false) => Ok(()),
                 (false, _) if tuning == Tuning::Default => Ok(()),
-                _ => tune(conn.get(), tuning).await,
+                _ => tune(conn.get(), tuning, self.lock_timeout).await,
             };
             match set_up {
                 Ok(()) => return Ok(Some((conn, reused))),
@@ -514,7 +523,8 @@ impl Direct {
 ///   0.32 running. (The queue's claims pick their jobs as an array for this: see
 ///   `queue/sql.rs`.)
 ///
-/// - `lock_timeout = '5s'`: a store statement waits on a row lock only while another
+/// - `lock_timeout` ([`PgStoreBuilder::lock_timeout`](crate::PgStoreBuilder::lock_timeout),
+///   5 s by default): a store statement waits on a row lock only while another
 ///   transaction holds the same record (a transactional handler of the same key and scope, or
 ///   a transaction of the application's own on idem's tables). Unbounded, such a wait holds
 ///   up every call batched with it, and deadlocks the process when that transaction itself
@@ -526,35 +536,44 @@ impl Direct {
 /// server's settings. The settings stay on the connection only: a held one is closed, never
 /// given back to the pool with them. A server that lacks a setting (`plan_cache_mode` before
 /// PostgreSQL 12) plans as before.
-async fn tune(conn: &mut PgConnection, tuning: Tuning) -> Result<(), sqlx::Error> {
+async fn tune(
+    conn: &mut PgConnection,
+    tuning: Tuning,
+    lock_timeout: Duration,
+) -> Result<(), sqlx::Error> {
+    let lock_timeout = format!(
+        "SET lock_timeout = '{}ms'",
+        lock_timeout.as_millis().clamp(1, i32::MAX as u128)
+    );
     let (both, settings) = match tuning {
         Tuning::Indexed => (
-            "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; \
-             SET lock_timeout = '5s'",
+            format!(
+                "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; {lock_timeout}"
+            ),
             [
-                "SET enable_seqscan = off",
-                "SET plan_cache_mode = force_generic_plan",
-                "SET lock_timeout = '5s'",
+                "SET enable_seqscan = off".to_owned(),
+                "SET plan_cache_mode = force_generic_plan".to_owned(),
+                lock_timeout,
             ],
         ),
         Tuning::Default => (
-            "RESET enable_seqscan; RESET plan_cache_mode; RESET lock_timeout",
+            "RESET enable_seqscan; RESET plan_cache_mode; RESET lock_timeout".to_owned(),
             [
-                "RESET enable_seqscan",
-                "RESET plan_cache_mode",
-                "RESET lock_timeout",
+                "RESET enable_seqscan".to_owned(),
+                "RESET plan_cache_mode".to_owned(),
+                "RESET lock_timeout".to_owned(),
             ],
         ),
     };
     // A `&str` with no arguments goes out as a simple query, so both settings take one round
     // trip. They run as one implicit transaction: a server that lacks a setting refuses both,
     // and then each goes alone, the missing one left out.
-    match sqlx::Executor::execute(&mut *conn, both).await {
+    match sqlx::Executor::execute(&mut *conn, both.as_str()).await {
         Err(e) if crate::error::sqlstate(&e).as_deref() == Some(UNDEFINED_SETTING) => {}
         other => return other.map(drop),
     }
-    for setting in settings {
-        match sqlx::Executor::execute(&mut *conn, setting).await {
+    for setting in &settings {
+        match sqlx::Executor::execute(&mut *conn, setting.as_str()).await {
             Err(e) if crate::error::sqlstate(&e).as_deref() == Some(UNDEFINED_SETTING) => {}
             other => other.map(drop)?,
         }

@@ -26,7 +26,8 @@ pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
         Some(LOCK_NOT_AVAILABLE) => {
             "the record is locked by another transaction that holds the same key (a \
              transactional handler of the same key and scope, or a transaction of your own on \
-             idem's table) and the wait was cut at the store's lock timeout; nothing was claimed"
+             idem's table) and the wait was cut at the store's lock timeout; the statement was \
+             not applied"
         }
         Some(code) if code.starts_with("08") => "lost the connection to PostgreSQL",
         Some(code) if code.starts_with("57") => "PostgreSQL is shutting down or unavailable",

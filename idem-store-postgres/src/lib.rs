@@ -40,6 +40,7 @@ mod unseen;
 pub use ident::MAX_IDENT_LEN;
 pub use sqlx;
 pub use store::{
-    PgStore, PgStoreBuilder, DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_SCHEMA, DEFAULT_TABLE,
+    PgStore, PgStoreBuilder, DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_LOCK_TIMEOUT, DEFAULT_SCHEMA,
+    DEFAULT_TABLE,
 };
 pub use transaction::PgTransaction;

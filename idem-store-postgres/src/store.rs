@@ -125,7 +125,12 @@ pub struct PgStoreBuilder {
     batching: bool,
     in_flight: usize,
     claim_with_begin: bool,
+    lock_timeout: Duration,
 }
+
+/// The longest the store's statements wait on a row lock, unless set: see
+/// [`PgStoreBuilder::lock_timeout`].
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How many batched statements of one kind (claims, completions) may be on the wire at once,
 /// unless set: see [`PgStoreBuilder::max_batches_in_flight`].
@@ -186,6 +191,21 @@ impl PgStoreBuilder {
         self
     }
 
+    /// The longest one of the store's own statements waits on a row lock (default
+    /// [`DEFAULT_LOCK_TIMEOUT`], 5 s; the server's `lock_timeout`, set on the store's
+    /// connections). A store statement waits on a lock only while another transaction holds
+    /// the same record: a transactional handler given the same key and scope as a lease-mode
+    /// one, or a transaction of your own on idem's table. Unbounded, such a wait holds up every
+    /// call batched with it, and deadlocks the process when that transaction itself waits for
+    /// one of them (a transactional body that makes a lease-mode call through the same store).
+    /// Past it, the statement is refused: a batch is sent again call by call, and the call whose
+    /// record is held fails with a store error that says so. A store checking connections out
+    /// of the pool ([`through_pool`](Self::through_pool)) leaves the pool's settings as they are.
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
     /// How many batched statements of one kind (claims, completions) may be on the wire at once
     /// (default [`DEFAULT_BATCHES_IN_FLIGHT`], one; never more than the store's connections). A
     /// call that finds them busy joins the next batch, which goes out as soon as one returns. One
@@ -239,12 +259,22 @@ impl PgStoreBuilder {
             Connections::HeldFromPool => {
                 match held_connections(self.pool.options().get_max_connections()) {
                     0 => None,
-                    n => Some(Direct::new(Source::Pool(self.pool.clone()), n, reserved)),
+                    n => Some(Direct::new(
+                        Source::Pool(self.pool.clone()),
+                        n,
+                        reserved,
+                        self.lock_timeout,
+                    )),
                 }
             }
             Connections::Dedicated(n) => {
                 let options = (*self.pool.connect_options()).clone();
-                Some(Direct::new(Source::Options(Box::new(options)), n, reserved))
+                Some(Direct::new(
+                    Source::Options(Box::new(options)),
+                    n,
+                    reserved,
+                    self.lock_timeout,
+                ))
             }
             Connections::Pooled => None,
         }
@@ -355,6 +385,7 @@ impl PgStore {
             batching: true,
             in_flight: DEFAULT_BATCHES_IN_FLIGHT,
             claim_with_begin: false,
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
     }
 

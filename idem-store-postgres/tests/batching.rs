@@ -35,24 +35,22 @@ fn key(name: &str) -> Key {
 async fn one_connection_store(
     test: &TestStore,
     app: &str,
-    lock_timeout: Option<&str>,
+    lock_timeout: Option<Duration>,
 ) -> (PgStore, CountingProxy) {
     let options = PgConnectOptions::from_str(&support::database_url()).unwrap();
     let proxy = CountingProxy::start(options.get_host().to_owned(), options.get_port()).await;
-    let mut options = options
+    let options = options
         .host("127.0.0.1")
         .port(proxy.port)
         .ssl_mode(PgSslMode::Disable)
         .application_name(app);
-    if let Some(timeout) = lock_timeout {
-        options = options.options([("lock_timeout", timeout)]);
-    }
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .connect_lazy_with(options);
     let store = PgStore::builder(pool)
         .schema(test.schema.clone())
         .dedicated_connections(1)
+        .lock_timeout(lock_timeout.unwrap_or(Duration::from_secs(60)))
         .build()
         .unwrap();
     (store, proxy)
@@ -561,7 +559,7 @@ async fn a_batch_whose_connection_dies_is_sent_again() {
 async fn a_refused_batch_is_retried_call_by_call() {
     let test = TestStore::new("batch_refused", 4).await;
     let app = format!("{}-counted", test.schema);
-    let (store, _proxy) = one_connection_store(&test, &app, Some("1s")).await;
+    let (store, _proxy) = one_connection_store(&test, &app, Some(Duration::from_secs(1))).await;
     let mix = prepare_mix(&store, "r").await;
     let stuck = key("r-stuck");
     let stuck_insert = hold_insert(&test, stuck.as_str()).await;

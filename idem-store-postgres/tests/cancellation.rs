@@ -345,7 +345,11 @@ async fn a_claim_answered_after_its_lease_lapsed_does_not_run_beside_the_takeove
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_wait_behind_a_transactional_body_is_bounded() {
     let test = TestStore::new("cancel_lockwait", 4).await;
-    let store = &test.store;
+    let store = &PgStore::builder(test.store.pool().clone())
+        .schema(test.schema.clone())
+        .lock_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let (started, started_rx) = tokio::sync::oneshot::channel::<()>();
     let go = Arc::new(tokio::sync::Notify::new());
     let transactional = {

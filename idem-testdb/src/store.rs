@@ -59,7 +59,11 @@ enum Via {
 
 async fn pg_store_via(schema: &str, connections: u32, via: Via) -> PgStore {
     let pool = named_pool(connections, schema).await;
-    let builder = PgStore::builder(pool).schema(schema.to_owned());
+    // Tests hold row locks on purpose while they line calls up behind them; on a loaded
+    // machine that can take longer than a store's default lock timeout.
+    let builder = PgStore::builder(pool)
+        .schema(schema.to_owned())
+        .lock_timeout(std::time::Duration::from_secs(60));
     let builder = match via {
         Via::Default => builder,
         Via::Dedicated(n) => builder.dedicated_connections(n),

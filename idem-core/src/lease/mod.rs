@@ -54,6 +54,7 @@ impl<S: Store + ?Sized> Lease<'_, S> {
     pub fn renew_in_background(&self, context: &CallContext, claimed_at: Instant) -> Renewal {
         Renewal {
             watched: watch::start(context, self.lease, claimed_at),
+            lease: self.lease,
         }
     }
 }
@@ -64,6 +65,8 @@ impl<S: Store + ?Sized> Lease<'_, S> {
 #[derive(Debug)]
 pub(crate) struct Renewal {
     watched: watch::Watched,
+    /// The lease it renews: the longest a stop waits for a renewal on the wire.
+    lease: Duration,
 }
 
 impl Renewal {
@@ -71,7 +74,8 @@ impl Renewal {
     /// until no renewal is on the wire. Returns `None` when there is nothing to wait for (the
     /// claim was never renewed: most are not), so the caller need not wait at all.
     pub fn stop(self) -> Option<impl Future<Output = ()> + Send + 'static> {
-        self.watched.take().map(watch::Renewing::stop)
+        let lease = self.lease;
+        self.watched.take().map(|renewing| renewing.stop(lease))
     }
 }
 

@@ -82,14 +82,18 @@ pub(crate) struct Renewing {
 }
 
 impl Renewing {
-    /// Stops the renewal, waiting for one on the wire to be answered first: a renewal that
-    /// reached the store after the claim was settled could write to a settled key (a job's
-    /// renewal writes the call's record when it has none).
-    pub async fn stop(self) {
+    /// Stops the renewal, waiting (for at most `bound`) for one on the wire to be answered
+    /// first: a renewal that reached the store after the claim was settled could write to a
+    /// settled key (a job's renewal writes the call's record when it has none). A renewal
+    /// unanswered past the bound is cut on this side: by then the lease it renews has lapsed.
+    pub async fn stop(self, bound: Duration) {
         let Renewing { task, wire } = self;
-        // Cut while waiting, the task is still stopped, without the wait.
+        // Cut while waiting, or past the bound, the task is stopped all the same.
         let _abort = AbortOnDrop(task);
-        *wire.lock().await = true;
+        let stopped = tokio::time::timeout(bound, wire.lock()).await;
+        if let Ok(mut stopped) = stopped {
+            *stopped = true;
+        }
     }
 }
 

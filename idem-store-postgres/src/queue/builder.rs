@@ -141,6 +141,8 @@ impl WorkerBuilder {
             worker,
             queue: self.queue,
             stopping: std::sync::atomic::AtomicBool::new(false),
+            cut: tokio::sync::watch::Sender::new(false),
+            cut_released: std::sync::atomic::AtomicUsize::new(0),
         });
         let config = ProducerConfig {
             concurrency: self.concurrency,
@@ -165,4 +167,9 @@ pub(crate) struct Shared {
     pub worker: String,
     /// Set once the workers stop: completions then claim no next job.
     pub stopping: std::sync::atomic::AtomicBool,
+    /// Set at the shutdown's deadline: running handlers are cut there, and their calls settle
+    /// (a job whose handler had finished is recorded as done, never cut and run again).
+    pub cut: tokio::sync::watch::Sender<bool>,
+    /// Jobs whose handlers were cut at the deadline and given back to the queue.
+    pub cut_released: std::sync::atomic::AtomicUsize,
 }

@@ -4,6 +4,7 @@
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
@@ -20,6 +21,9 @@ use crate::time::from_micros;
 
 /// The longest error text kept with a job.
 const MAX_ERROR_LEN: usize = 2000;
+
+/// A handler cut at the shutdown's deadline ends with this error.
+const CUT: &str = "the workers stopped before the job finished";
 
 /// Runs a claimed job and settles its claim, then each job that its completion claimed for
 /// the slot (see `job_store`), each in a span of its own.
@@ -80,13 +84,26 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
     // completion is on the wire would leave a finished job to run again, and one cut while
     // its completion claims the next job would leave that job claimed and unrun. A handler
     // that times out is a failed attempt; the call releases its claim, so the retry can take it.
+    // The shutdown's deadline cuts the handler the same way.
     let limit = shared.timeout;
+    let mut cut = shared.cut.subscribe();
     let work = async move {
-        match limit {
-            None => work.await,
-            Some(limit) => tokio::time::timeout(limit, work)
-                .await
-                .unwrap_or_else(|_| Err(format!("timed out after {limit:?}"))),
+        let limited = async {
+            match limit {
+                None => work.await,
+                Some(limit) => tokio::time::timeout(limit, work)
+                    .await
+                    .unwrap_or_else(|_| Err(format!("timed out after {limit:?}"))),
+            }
+        };
+        tokio::select! {
+            biased;
+            done = limited => done,
+            () = async {
+                if cut.wait_for(|cut| *cut).await.is_err() {
+                    std::future::pending::<()>().await; // the workers are gone: never cut
+                }
+            } => Err(CUT.to_owned()),
         }
     };
     // A panicking handler (which the call resumes once it has released its claim) ends the
@@ -123,6 +140,13 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
                 "another run holds the job's key; trying again after its lease"
             );
             Settle::Release { delay }
+        }
+        // Cut at the shutdown's deadline: back to the queue, the attempt not counted.
+        Ok(Err(Error::Handler(error))) if error == CUT && *shared.cut.borrow() => {
+            shared.cut_released.fetch_add(1, Ordering::SeqCst);
+            Settle::Release {
+                delay: std::time::Duration::ZERO,
+            }
         }
         Ok(Err(Error::Handler(error))) => failure(shared, job, error),
         Err(panic) => failure(shared, job, format!("panicked: {}", panic_message(&*panic))),

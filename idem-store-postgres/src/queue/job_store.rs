@@ -65,8 +65,8 @@ struct JobState {
     /// module docs), until a renewal writes it.
     written: AtomicBool,
     marked_done: AtomicBool,
-    /// Whether a completion failed (see [`Store::complete`]'s use of it).
-    completion_failed: AtomicBool,
+    /// Whether a completion was sent (only the first claims the next job).
+    completion_sent: AtomicBool,
     /// The workers whose slot this job holds, for the completion to claim the next job for.
     workers: Option<Arc<Shared>>,
     /// The job the completion claimed for this slot.
@@ -89,7 +89,7 @@ impl JobStore {
                 written: AtomicBool::new(claimed.is_none()),
                 claimed: Mutex::new(claimed),
                 marked_done: AtomicBool::new(false),
-                completion_failed: AtomicBool::new(false),
+                completion_sent: AtomicBool::new(false),
                 workers,
                 next: Mutex::new(None),
             }),
@@ -144,21 +144,19 @@ impl Store for JobStore {
             output: completion.output.map(<[u8]>::to_vec),
             keep: duration_micros(completion.keep),
             attempt: self.attempt,
-            // A completion sent again after a failure claims nothing: the first may have
-            // claimed a job whose answer was lost, and a second claim would take another.
+            // Only the first completion claims: one sent again (the first failed, or its
+            // caller went away) may follow a first that claimed a job whose answer was lost,
+            // and a second claim would take another.
             next: self.state.workers.clone().filter(|workers| {
                 !workers.stopping.load(Ordering::SeqCst)
-                    && !self.state.completion_failed.load(Ordering::SeqCst)
+                    && !self.state.completion_sent.swap(true, Ordering::SeqCst)
             }),
         };
         let store = self.inner();
-        let answer = match &self.queue.completions {
-            Some(batcher) => batch::submit(store, batcher, request).await,
-            None => JobCompleteOp::one(store, &request).await,
+        let (completed, done, next) = match &self.queue.completions {
+            Some(batcher) => batch::submit(store, batcher, request).await?,
+            None => JobCompleteOp::one(store, &request).await?,
         };
-        let (completed, done, next) = answer.inspect_err(|_| {
-            self.state.completion_failed.store(true, Ordering::SeqCst);
-        })?;
         self.state.marked_done.store(done, Ordering::SeqCst);
         if let Some(next) = next {
             *self.state.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
@@ -573,6 +571,8 @@ mod tests {
             held: Default::default(),
             worker: "test-worker".to_owned(),
             stopping: Default::default(),
+            cut: tokio::sync::watch::Sender::new(false),
+            cut_released: Default::default(),
         })
     }
 

@@ -22,6 +22,9 @@ use super::workers::ShutdownReport;
 use crate::direct::on_conn;
 use crate::time::duration_micros;
 
+/// How long calls cut at the shutdown's deadline get to settle before their tasks are aborted.
+const SETTLE_AFTER_CUT: Duration = Duration::from_secs(5);
+
 pub(crate) struct ProducerConfig {
     pub concurrency: usize,
     pub batch_size: usize,
@@ -130,9 +133,20 @@ pub(crate) async fn produce(
     })
     .await;
     let finished = running - tasks.len();
+    // Cut the handlers still running, and let their calls settle: a job whose handler just
+    // finished is recorded as done, the others go back to the queue. Aborting the tasks
+    // instead could cut a finished job's completion and run it again. A call that cannot
+    // settle in time (its store unreachable) is aborted; its job returns with its lease.
+    shared.cut.send_replace(true);
+    let _ = tokio::time::timeout(SETTLE_AFTER_CUT, async {
+        while let Some(joined) = tasks.join_next().await {
+            log_join(joined);
+        }
+    })
+    .await;
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
-    let released = release_held(&shared).await;
+    let released = release_held(&shared).await + shared.cut_released.load(Ordering::SeqCst);
     tracing::info!(finished, released, "idem queue workers stopped");
     ShutdownReport { finished, released }
 }

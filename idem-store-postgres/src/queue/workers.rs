@@ -57,7 +57,10 @@ impl Workers {
     }
 
     /// Stops claiming, lets running jobs finish for up to `deadline`, then stops the rest and
-    /// gives them back to the queue, to run again elsewhere at once.
+    /// gives them back to the queue, to run again elsewhere at once. The rest are stopped by
+    /// cutting their handlers, never their calls: a job whose handler finished just before is
+    /// recorded as done, not given back (its calls get a few seconds more to settle; one that
+    /// cannot, its store unreachable, is dropped, and its job returns when its lease lapses).
     pub async fn shutdown(mut self, deadline: Duration) -> ShutdownReport {
         let _ = self.stop.send(Some(Instant::now() + deadline));
         match self.producer.take() {
