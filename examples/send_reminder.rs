@@ -57,8 +57,20 @@ const WAIT: Duration = Duration::from_secs(3);
 /// key says which work this is; `fingerprint(user_id)` checks what the key does not say, so a
 /// key reused for another user is refused instead of answered as a duplicate (that user would
 /// never get the email).
-#[idempotent(key = "{job_key}", store = app.store, wait = "3s", fingerprint(user_id))]
-async fn send_reminder(app: &App, job_key: &str, user_id: u64) -> Result<(), MailError> {
+///
+/// `detach`: when the scheduler's timeout cuts the request (it closes the connection and the
+/// server drops the handler), the send goes on to its end and is recorded, so the reminder
+/// still goes out once and the scheduler's retry is a duplicate. Without it the send would stop
+/// wherever it was, unrecorded, and the retry would send again. The body outlives the request,
+/// so it owns its inputs: an `Arc<App>` and the key as a `String`.
+#[idempotent(
+    key = "{job_key}",
+    store = app.store,
+    wait = "3s",
+    fingerprint(user_id),
+    detach
+)]
+async fn send_reminder(app: Arc<App>, job_key: String, user_id: u64) -> Result<(), MailError> {
     tokio::time::sleep(Duration::from_millis(50)).await; // the email API call, to `user_id`
     app.emails_sent.fetch_add(1, Ordering::SeqCst);
     Ok(())
@@ -89,7 +101,7 @@ async fn send_reminder_endpoint(
             json!({ "error": "`job_key` must not be empty: it names the work, e.g. \"reminder:user42:2026-11-01\"" }),
         );
     }
-    match send_reminder(&app, &job.job_key, job.user_id).await {
+    match send_reminder(app, job.job_key.clone(), job.user_id).await {
         Ok(Outcome::Executed(())) => answer(StatusCode::OK, json!({ "status": "sent" })),
         // A 2xx for duplicates, or the caller retries again.
         Ok(Outcome::Duplicate { .. }) => {

@@ -307,6 +307,60 @@ async fn cancellation_frees_the_key() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
+#[idempotent(key = "detached:{id}", store = app.store, wait = "10s", detach)]
+async fn detached_send(app: Arc<App>, id: u32, first: Arc<Gate>) -> Result<(), MailError> {
+    first.pass().await;
+    app.emails_sent.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// With `detach`, a caller that goes away mid-body does not cut the body: it finishes, its
+/// completion is recorded, and the next delivery (which waits for the run it finds in progress)
+/// is a duplicate. The body ran once.
+#[tokio::test]
+async fn a_detached_body_finishes_after_its_caller_went_away() {
+    let (app, gate) = (Arc::new(App::default()), Arc::new(Gate::default()));
+    let caller = tokio::spawn(detached_send(app.clone(), 1, gate.clone()));
+    gate.entered().await; // the body runs and holds the key
+    caller.abort();
+    assert!(
+        caller.await.unwrap_err().is_cancelled(),
+        "the caller went away"
+    );
+    gate.open();
+    let retry = detached_send(app.clone(), 1, gate.clone()).await.unwrap();
+    assert!(retry.is_duplicate(), "{retry:?}");
+    assert_eq!(gate.passes(), 1, "the body ran once");
+    assert_eq!(app.emails_sent.load(Ordering::SeqCst), 1);
+}
+
+#[idempotent(key = "detached-receipt:{order}", store = store, replay, detach)]
+async fn detached_receipt(store: Arc<MemoryStore>, order: u32) -> Result<String, MailError> {
+    if order == 0 {
+        return Err(MailError("no order 0"));
+    }
+    Ok(format!("receipt-{order}"))
+}
+
+/// A detached call that its caller waits for answers as any call does: the value, the stored
+/// value for a duplicate under `replay`, and the body's error.
+#[tokio::test]
+async fn a_detached_call_returns_its_outcome() {
+    let store = Arc::new(MemoryStore::new());
+    assert_eq!(
+        detached_receipt(store.clone(), 3).await.unwrap(),
+        Outcome::Executed("receipt-3".to_owned())
+    );
+    match detached_receipt(store.clone(), 3).await.unwrap() {
+        Outcome::Duplicate { value, .. } => assert_eq!(value.as_deref(), Some("receipt-3")),
+        other => panic!("expected a duplicate with the stored value, got {other:?}"),
+    }
+    match detached_receipt(store, 0).await {
+        Err(Error::Handler(MailError(message))) => assert_eq!(message, "no order 0"),
+        other => panic!("expected the body's error, got {other:?}"),
+    }
+}
+
 #[idempotent(key = "receipt:{order}", store = store, replay, wait = "5s")]
 async fn make_receipt(store: &FlakyStore, order: u32, first: &Gate) -> Result<String, MailError> {
     first.pass().await;

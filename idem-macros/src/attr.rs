@@ -17,6 +17,7 @@ mod kw {
     syn::custom_keyword!(fingerprint);
     syn::custom_keyword!(replay);
     syn::custom_keyword!(wait);
+    syn::custom_keyword!(detach);
     syn::custom_keyword!(transaction);
     syn::custom_keyword!(clients);
 }
@@ -32,6 +33,7 @@ pub(crate) const OPTIONS: &[&str] = &[
     "fingerprint(..)",
     "replay",
     "wait",
+    "detach",
     "transaction",
     "clients(..)",
     "crate",
@@ -56,6 +58,7 @@ pub(crate) struct Args {
     pub fingerprint: Option<ParamList>,
     pub clients: Option<ParamList>,
     pub replay: Option<Span>,
+    pub detach: Option<Span>,
     pub transaction: Option<Ident>,
     pub krate: Option<syn::Path>,
 }
@@ -75,6 +78,17 @@ fn set_once<T>(slot: &mut Option<T>, value: T, name: &str, span: Span) -> syn::R
         ));
     }
     *slot = Some(value);
+    Ok(())
+}
+
+/// A flag (`replay`, `detach`): the keyword alone, no value.
+fn flag(input: ParseStream, name: &str) -> syn::Result<()> {
+    if input.peek(Token![=]) {
+        return Err(syn::Error::new(
+            input.span(),
+            format!("`{name}` is a flag and takes no value: write `{name}`"),
+        ));
+    }
     Ok(())
 }
 
@@ -147,13 +161,12 @@ impl Parse for Args {
                 set_once(&mut args.clients, list, "clients", span)?;
             } else if lookahead.peek(kw::replay) {
                 input.parse::<kw::replay>()?;
-                if input.peek(Token![=]) {
-                    return Err(syn::Error::new(
-                        input.span(),
-                        "`replay` is a flag and takes no value: write `replay`",
-                    ));
-                }
+                flag(input, "replay")?;
                 set_once(&mut args.replay, span, "replay", span)?;
+            } else if lookahead.peek(kw::detach) {
+                input.parse::<kw::detach>()?;
+                flag(input, "detach")?;
+                set_once(&mut args.detach, span, "detach", span)?;
             } else if lookahead.peek(kw::transaction) {
                 input.parse::<kw::transaction>()?;
                 input.parse::<Token![=]>()?;
@@ -250,7 +263,7 @@ mod tests {
                 "lease" | "keep" | "wait" => format!("{option} = \"1s\""),
                 "fingerprint(..)" => "fingerprint(id)".to_owned(),
                 "clients(..)" => "clients(mailer)".to_owned(),
-                "replay" => "replay".to_owned(),
+                "replay" | "detach" => (*option).to_owned(),
                 "transaction" => "transaction = tx".to_owned(),
                 "crate" => "crate = \"my_idem\"".to_owned(),
                 other => panic!("the test does not know how to write `{other}`"),

@@ -94,6 +94,7 @@ fn expand(v: Validated) -> TokenStream {
         fingerprint,
         clients,
         replay,
+        detach,
         transaction,
         krate,
         ok_ty,
@@ -146,9 +147,19 @@ fn expand(v: Validated) -> TokenStream {
     } else {
         quote_spanned!(store_span=> #private::as_store(__idem_store_ref))
     };
-    let store = quote_spanned! {store_span=>
-        let __idem_store_ref = &(#store);
-        let __idem_store = #as_store;
+    let store = if detach.is_some() {
+        // A detached call keeps a handle of its own to the store (the runtime takes another
+        // for its task): the borrow of the store expression (`app.store`) ends with this
+        // statement, before the body takes the parameters along.
+        quote_spanned! {store_span=>
+            let __idem_shared = #private::Store::shared(#private::as_store(&(#store)));
+            let __idem_store = &*__idem_shared;
+        }
+    } else {
+        quote_spanned! {store_span=>
+            let __idem_store_ref = &(#store);
+            let __idem_store = #as_store;
+        }
     };
 
     let millis = |arg: &Option<crate::duration::DurationArg>, method: &str| {
@@ -209,14 +220,21 @@ fn expand(v: Validated) -> TokenStream {
     };
     // The body, as an async block that borrows the parameters; the runtime runs it only once the
     // key is claimed.
-    let run = match &transaction {
-        None => quote! {
+    let run = match (&transaction, detach) {
+        (None, None) => quote! {
             #private::run(__idem_call, #codec, async { #fake_return #body }).await
+        },
+        // Detached, the body takes its parameters along into the call's task. Spanned on
+        // `detach`: a body that is not `Send + 'static` is reported there (the compiler's note
+        // points at the value in the body that makes it so).
+        (None, Some(detach)) => quote_spanned! {detach=>
+            let __idem_body = async move { #fake_return #body };
+            __idem_call.run_detached_with(#codec, __idem_body).await
         },
         // Spanned on the store: a store without transactions is reported there, once (the
         // compiler folds every use of it in this expansion into that error). The body keeps
         // its own spans.
-        Some(tx) => quote_spanned! {store_span=>
+        (Some(tx), _) => quote_spanned! {store_span=>
             // The runtime claims in a new transaction and hands it over; the body gives it back
             // with its result, to be committed with the completion or rolled back.
             let (__idem_tx_in, __idem_tx_out) = #private::handoff();

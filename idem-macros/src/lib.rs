@@ -18,6 +18,16 @@ use proc_macro::TokenStream;
 /// #[idempotent(key = "reminder:{user_id}:{day}", store = app.store)]
 /// async fn send_reminder(app: &App, user_id: u64, day: Date) -> Result<(), MailError> { .. }
 /// ```
+///
+/// With `detach`, the call runs in a task of its own: a caller that goes away (a timeout, an
+/// aborted task) no longer stops the body, which runs to its end and is recorded once. The body
+/// then outlives its caller, so the parameters are owned (references are refused, with an error
+/// on the parameter):
+///
+/// ```text
+/// #[idempotent(key = "reminder:{user_id}:{day}", store = app.store, detach)]
+/// async fn send_reminder(app: Arc<App>, user_id: u64, day: Date) -> Result<(), MailError> { .. }
+/// ```
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::idempotent(args.into(), item.into()).into()

@@ -1,8 +1,12 @@
 //! Checks that need the whole picture: the arguments against the function they annotate.
 
 use proc_macro2::Span;
+use quote::ToTokens;
 use syn::spanned::Spanned;
-use syn::{Expr, FnArg, GenericArgument, Ident, ItemFn, Pat, PathArguments, ReturnType, Type};
+use syn::{
+    Expr, FnArg, GenericArgument, Ident, ItemFn, Lifetime, Pat, PathArguments, ReturnType, Type,
+    TypeParamBound,
+};
 
 use crate::attr::Args;
 use crate::duration::DurationArg;
@@ -21,6 +25,8 @@ pub(crate) struct Validated {
     pub fingerprint: Vec<Ident>,
     pub clients: Vec<Ident>,
     pub replay: bool,
+    /// `detach`: the span of the flag, which the body's `Send + 'static` errors point at.
+    pub detach: Option<Span>,
     pub transaction: Option<Ident>,
     pub krate: Option<syn::Path>,
     /// `T` and `E` of the function's `Result<T, E>`, and the span of the return type.
@@ -138,6 +144,25 @@ pub(crate) fn validate(args: Args, func: ItemFn) -> syn::Result<Validated> {
         }
     }
 
+    if let Some(detach) = args.detach {
+        if let Some(tx) = &args.transaction {
+            errors.push(syn::Error::new(
+                detach,
+                format!(
+                    "`detach` and `transaction = {tx}` do not combine: a transactional call's \
+                     claim, body and completion commit together or not at all, so a caller that \
+                     goes away leaves nothing half done; remove `detach` (or remove \
+                     `transaction` to run the body detached, in lease mode)"
+                ),
+            ));
+        }
+        for input in &func.sig.inputs {
+            if let Some(error) = borrowed_input(input) {
+                errors.push(error);
+            }
+        }
+    }
+
     for (name, arg) in [
         ("lease", &args.lease),
         ("keep", &args.keep),
@@ -165,6 +190,7 @@ pub(crate) fn validate(args: Args, func: ItemFn) -> syn::Result<Validated> {
         fingerprint,
         clients,
         replay: args.replay.is_some(),
+        detach: args.detach,
         transaction: args.transaction,
         krate: args.krate,
         ok_ty,
@@ -221,6 +247,145 @@ fn parameters(func: &ItemFn) -> Vec<String> {
             },
         })
         .collect()
+}
+
+/// Under `detach`, the error for a parameter the detached body could not own: a reference, or a
+/// type with a lifetime other than `'static`. It covers the whole parameter.
+fn borrowed_input(input: &FnArg) -> Option<syn::Error> {
+    const CLONE: &str = " (clone it before the call if the caller keeps using it)";
+    let (written, borrow, fix) = match input {
+        FnArg::Receiver(receiver) => (
+            tokens_text(receiver),
+            borrow_in(&receiver.ty)?,
+            "take `self: Arc<Self>` (calling the method on a clone of the `Arc`) or `self` by \
+             value"
+                .to_owned(),
+        ),
+        FnArg::Typed(typed) => {
+            let (pattern, ty) = (tokens_text(&typed.pat), &*typed.ty);
+            let borrow = borrow_in(ty)?;
+            let fix = match (ty, &borrow) {
+                (Type::Reference(reference), Borrow::Reference) => {
+                    let elem = &*reference.elem;
+                    let text = tokens_text(elem);
+                    match elem {
+                        _ if reference.mutability.is_some() => format!(
+                            "take `{pattern}: {text}` by value, or share it as \
+                             `{pattern}: Arc<Mutex<{text}>>`"
+                        ),
+                        Type::Path(path) if path.qself.is_none() && path.path.is_ident("str") => {
+                            format!("take `{pattern}: String` or `{pattern}: Arc<str>`{CLONE}")
+                        }
+                        Type::Slice(slice) => format!(
+                            "take `{pattern}: Vec<{}>` or `{pattern}: Arc<{text}>`{CLONE}",
+                            tokens_text(&*slice.elem)
+                        ),
+                        Type::TraitObject(_) => format!("take `{pattern}: Arc<{text}>`{CLONE}"),
+                        _ => format!("take `{pattern}: Arc<{text}>` or `{pattern}: {text}`{CLONE}"),
+                    }
+                }
+                (_, Borrow::Reference) => {
+                    format!("take an owned value in place of the reference, or an `Arc<..>`{CLONE}")
+                }
+                (_, Borrow::Lifetime(lifetime)) => format!(
+                    "take an owned value (`'static` in place of `{lifetime}`) or an \
+                     `Arc<..>`{CLONE}"
+                ),
+            };
+            (format!("{pattern}: {}", tokens_text(ty)), borrow, fix)
+        }
+    };
+    let borrows = match borrow {
+        Borrow::Reference => "borrows from the caller".to_owned(),
+        Borrow::Lifetime(lifetime) => format!("borrows from the caller for `{lifetime}`"),
+    };
+    Some(syn::Error::new_spanned(
+        input,
+        format!(
+            "`detach` needs owned parameters: a detached call's body can outlive its caller, \
+             and `{written}` {borrows}; {fix}"
+        ),
+    ))
+}
+
+/// What a `'static` task cannot hold.
+enum Borrow {
+    /// A reference without `'static`.
+    Reference,
+    /// A lifetime other than `'static`, such as the `'a` of `Cow<'a, str>`.
+    Lifetime(String),
+}
+
+/// The first borrow in `ty`, if any. Function pointer types and `Fn(..)` bounds are skipped: the
+/// references in their arguments are bound by the type itself (`fn(&str)` is `'static`).
+fn borrow_in(ty: &Type) -> Option<Borrow> {
+    match ty {
+        Type::Reference(reference) => match &reference.lifetime {
+            Some(lifetime) if lifetime.ident == "static" => borrow_in(&reference.elem),
+            _ => Some(Borrow::Reference),
+        },
+        Type::Array(array) => borrow_in(&array.elem),
+        Type::Slice(slice) => borrow_in(&slice.elem),
+        Type::Paren(paren) => borrow_in(&paren.elem),
+        Type::Group(group) => borrow_in(&group.elem),
+        Type::Ptr(pointer) => borrow_in(&pointer.elem),
+        Type::Tuple(tuple) => tuple.elems.iter().find_map(borrow_in),
+        Type::Path(path) => {
+            let qself = path.qself.as_ref().and_then(|qself| borrow_in(&qself.ty));
+            qself.or_else(|| borrow_in_path(&path.path))
+        }
+        Type::TraitObject(object) => borrow_in_bounds(object.bounds.iter()),
+        Type::ImplTrait(bounds) => borrow_in_bounds(bounds.bounds.iter()),
+        _ => None,
+    }
+}
+
+fn borrow_in_path(path: &syn::Path) -> Option<Borrow> {
+    path.segments
+        .iter()
+        .find_map(|segment| match &segment.arguments {
+            PathArguments::AngleBracketed(generics) => {
+                generics.args.iter().find_map(|argument| match argument {
+                    GenericArgument::Lifetime(lifetime) => non_static(lifetime),
+                    GenericArgument::Type(ty) => borrow_in(ty),
+                    GenericArgument::AssocType(assoc) => borrow_in(&assoc.ty),
+                    GenericArgument::Constraint(constraint) => {
+                        borrow_in_bounds(constraint.bounds.iter())
+                    }
+                    _ => None,
+                })
+            }
+            _ => None,
+        })
+}
+
+fn borrow_in_bounds<'a>(mut bounds: impl Iterator<Item = &'a TypeParamBound>) -> Option<Borrow> {
+    bounds.find_map(|bound| match bound {
+        TypeParamBound::Lifetime(lifetime) => non_static(lifetime),
+        // `for<'a> Trait<'a>` binds its own lifetimes.
+        TypeParamBound::Trait(bound) if bound.lifetimes.is_none() => borrow_in_path(&bound.path),
+        _ => None,
+    })
+}
+
+fn non_static(lifetime: &Lifetime) -> Option<Borrow> {
+    (lifetime.ident != "static").then(|| Borrow::Lifetime(lifetime.to_string()))
+}
+
+/// Tokens as a reader would write them: `Cow<'a, str>`, not `Cow < 'a , str >`.
+fn tokens_text(tokens: &impl ToTokens) -> String {
+    let spaced = tokens.to_token_stream().to_string();
+    let mut text = String::with_capacity(spaced.len());
+    for piece in spaced.split(' ').filter(|piece| !piece.is_empty()) {
+        let glued_after = text.ends_with(['<', '(', '[', '&']) || text.ends_with("::");
+        let glued_before = piece.starts_with(['<', '>', ',', ')', ']', ';', ':'])
+            || (piece.starts_with('(') && text.ends_with(|c: char| c.is_alphanumeric()));
+        if !text.is_empty() && !glued_after && !glued_before {
+            text.push(' ');
+        }
+        text.push_str(piece);
+    }
+    text
 }
 
 fn unknown_param_message(what: &str, name: &str, params: &[String]) -> String {

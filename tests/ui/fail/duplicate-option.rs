@@ -12,4 +12,9 @@ async fn flag_twice(store: &MemoryStore, id: u32) -> Result<(), std::io::Error> 
     Ok(())
 }
 
+#[idempotent(key = "job:{id}", store = store, detach, detach)]
+async fn detached_twice(store: std::sync::Arc<MemoryStore>, id: u32) -> Result<(), std::io::Error> {
+    Ok(())
+}
+
 fn main() {}
