@@ -164,7 +164,7 @@ async fn a_renewal_on_the_wire_is_answered_before_the_completion() {
         let (store, entered) = (store.clone(), store.entered.clone());
         tokio::spawn(async move {
             Call::new(&store, "renewed")
-                .lease(Duration::from_millis(30)) // renewed every 10 ms
+                .lease(Duration::from_secs(3)) // renewed every second
                 .run(async move {
                     entered.notified().await; // a renewal is on the wire
                     Ok::<_, std::io::Error>(())
@@ -173,7 +173,7 @@ async fn a_renewal_on_the_wire_is_answered_before_the_completion() {
         })
     };
     // The body returns once the renewal is on the wire; give the call time to (wrongly)
-    // complete before the renewal is answered.
+    // complete before the renewal is answered (well within the lease the wait is bounded by).
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -185,4 +185,29 @@ async fn a_renewal_on_the_wire_is_answered_before_the_completion() {
         ["renewal sent", "renewal answered", "complete"],
         "the completion waits for the renewal on the wire"
     );
+}
+
+/// A renewal that never comes back does not hold the completion up for longer than a lease:
+/// past it the lease has lapsed anyway, and waiting longer would only let another run take
+/// the key over while the finished work goes unrecorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_never_returns_holds_the_completion_for_a_lease_at_most() {
+    let store = GatedRenewals {
+        inner: Arc::new(MemoryStore::new()),
+        log: Arc::default(),
+        entered: Arc::default(),
+        open: Arc::new(Semaphore::new(0)), // never opened
+    };
+    let entered = store.entered.clone();
+    let outcome = Call::new(&store, "stuck-renewal")
+        .lease(Duration::from_millis(300))
+        .run(async move {
+            entered.notified().await; // a renewal is on the wire, and stays there
+            Ok::<_, std::io::Error>(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Executed(()));
+    let log = store.log.lock().unwrap().clone();
+    assert_eq!(log, ["renewal sent", "complete"]);
 }
