@@ -13,8 +13,8 @@ mod support;
 use idem_core::{
     Claim, ClaimRequest, Completion, Fence, Fenced, Key, Operation, Store, StoreError,
 };
+use idem_store_postgres::sqlx;
 use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
-use idem_store_postgres::sqlx::{self, Postgres, Transaction};
 use idem_store_postgres::PgStore;
 use std::future::Future;
 use std::str::FromStr;
@@ -79,20 +79,6 @@ async fn complete(store: &PgStore, key: &Key, fence: Fence, output: &[u8]) -> Fe
         )
         .await
         .unwrap()
-}
-
-/// Inserts `key`'s record in a transaction left open: a claim of `key` waits for it.
-async fn hold_insert(test: &TestStore, key: &str) -> Transaction<'static, Postgres> {
-    let mut tx = test.store.pool().begin().await.unwrap();
-    sqlx::query(&format!(
-        "INSERT INTO {} (key, scope, fence, expires_at) VALUES ($1, 'default', -1, now())",
-        test.store.table()
-    ))
-    .bind(key)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx
 }
 
 /// Waits until a backend named `app` waits for a lock: its statement is on the wire, held.
@@ -229,7 +215,7 @@ async fn behind_a_held_claim<T>(
     queued: usize,
     queue: impl FnOnce() -> T,
 ) -> (T, Fence) {
-    let held = hold_insert(test, blocker).await;
+    let held = support::hold_insert(test, blocker).await;
     let first = {
         let (store, blocker) = (store.clone(), key(blocker));
         tokio::spawn(async move { claim(&store, &blocker).await })
@@ -529,7 +515,7 @@ async fn a_batch_whose_connection_dies_is_sent_again() {
     // The batch itself waits: one of its fresh keys is held by an uncommitted insert.
     let in_batch = key("k-fresh-in-batch");
     mix.fresh.push(in_batch.clone());
-    let second = hold_insert(&test, in_batch.as_str()).await;
+    let second = support::hold_insert(&test, in_batch.as_str()).await;
     let (tasks, _) = behind_a_held_claim(&test, &store, &app, "k-blocker", 31, || {
         claim_all(&store, &mix)
     })
@@ -562,7 +548,7 @@ async fn a_refused_batch_is_retried_call_by_call() {
     let (store, _proxy) = one_connection_store(&test, &app, Some(Duration::from_secs(1))).await;
     let mix = prepare_mix(&store, "r").await;
     let stuck = key("r-stuck");
-    let stuck_insert = hold_insert(&test, stuck.as_str()).await;
+    let stuck_insert = support::hold_insert(&test, stuck.as_str()).await;
     let ((tasks, stuck_call), _) =
         behind_a_held_claim(&test, &store, &app, "r-blocker", 31, || {
             let tasks = claim_all(&store, &mix);

@@ -35,18 +35,20 @@ async fn claim(store: &PgStore, key: &Key, lease: Duration) -> Claim {
         .unwrap()
 }
 
-/// Inserts `key`'s record in a transaction left open: a claim of `key` waits for it.
-async fn hold_insert(test: &TestStore, key: &str) -> Transaction<'static, Postgres> {
-    let mut tx = test.store.pool().begin().await.unwrap();
-    sqlx::query(&format!(
-        "INSERT INTO {} (key, scope, fence, expires_at) VALUES ($1, 'default', -1, now())",
-        test.store.table()
-    ))
-    .bind(key)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx
+/// A claim of `name` that waits on the wire for a record another transaction inserted and has
+/// not committed; the returned transaction ends the wait, and the task gives the claim's answer.
+async fn claim_held_by(
+    test: &TestStore,
+    name: &str,
+) -> (
+    Transaction<'static, Postgres>,
+    tokio::task::JoinHandle<Claim>,
+) {
+    let holder = support::hold_insert(test, name).await;
+    let store = test.store.clone();
+    let name = key(name);
+    let claim = tokio::spawn(async move { claim(&store, &name, LONG).await });
+    (holder, claim)
 }
 
 /// Waits until at least `n` backends of `test`'s store wait for a lock: its statements are on
@@ -173,11 +175,7 @@ async fn a_call_dropped_while_its_completion_waits_still_completes() {
 async fn a_claim_whose_caller_left_while_queued_is_never_sent() {
     let test = TestStore::new("cancel_queued", 4).await;
     let store = &test.store;
-    let blocker = hold_insert(&test, "blocker").await;
-    let held = {
-        let store = store.clone();
-        tokio::spawn(async move { claim(&store, &key("blocker"), LONG).await })
-    };
+    let (blocker, held) = claim_held_by(&test, "blocker").await;
     until_lock_waits(&test, 1).await;
 
     let runs = Arc::new(AtomicUsize::new(0));
@@ -205,19 +203,11 @@ async fn a_claim_acquired_for_a_caller_that_left_is_released() {
     let store = &test.store;
     // First a statement on the wire, so the next batch forms behind it: the call's claim and
     // a claim that will wait on `second`'s uncommitted record.
-    let first = hold_insert(&test, "first").await;
-    let held = {
-        let store = store.clone();
-        tokio::spawn(async move { claim(&store, &key("first"), LONG).await })
-    };
+    let (first, held) = claim_held_by(&test, "first").await;
     until_lock_waits(&test, 1).await;
-    let second = hold_insert(&test, "second").await;
+    let (second, waits) = claim_held_by(&test, "second").await;
     let runs = Arc::new(AtomicUsize::new(0));
     let call = tokio::spawn(counted_call(store, "charge", &runs));
-    let waits = {
-        let store = store.clone();
-        tokio::spawn(async move { claim(&store, &key("second"), LONG).await })
-    };
     until_queued(store, (2, 0)).await;
     first.rollback().await.unwrap();
     held.await.unwrap();
@@ -254,13 +244,9 @@ async fn a_claim_answered_after_its_lease_lapsed_does_not_run_beside_the_takeove
     let other = idem_testdb::named_pool(2, &test.schema).await;
     let lease = Duration::from_millis(300);
 
-    let first = hold_insert(&test, "first").await;
-    let held = {
-        let store = store.clone();
-        tokio::spawn(async move { claim(&store, &key("first"), LONG).await })
-    };
+    let (first, held) = claim_held_by(&test, "first").await;
     until_lock_waits(&test, 1).await;
-    let second = hold_insert(&test, "second").await;
+    let (second, waits) = claim_held_by(&test, "second").await;
     let runs = Arc::new(AtomicUsize::new(0));
     let late = {
         let (store, runs) = (store.clone(), runs.clone());
@@ -273,10 +259,6 @@ async fn a_claim_answered_after_its_lease_lapsed_does_not_run_beside_the_takeove
                 })
                 .await
         })
-    };
-    let waits = {
-        let store = store.clone();
-        tokio::spawn(async move { claim(&store, &key("second"), LONG).await })
     };
     until_queued(store, (2, 0)).await;
     first.rollback().await.unwrap();

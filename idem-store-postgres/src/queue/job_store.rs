@@ -619,17 +619,46 @@ mod tests {
         crate::test_store::drop_schema(&pool, &schema).await;
     }
 
-    /// A job's task goes away (aborted) while its completion, which claims the next job for
-    /// its slot, is on the wire: the job it claimed for nobody goes back to the queue at once,
-    /// its attempt not counted, instead of sitting claimed and unrun for a lease.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_job_claimed_for_a_task_that_went_away_goes_back_to_the_queue() {
-        let (pool, schema, store, queue) = setup("job_orphan_next").await;
-        let fence = running(&store, &schema, "running-a", 1).await;
+    /// A job's statement waiting on a lock (the completion held behind a locked row).
+    const WAITING: &str = "SELECT pid FROM pg_stat_activity
+                           WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records_queue%'";
+
+    /// Waits until a job's statement waits on a lock; returns its backend's pid.
+    async fn until_waiting(pool: &sqlx::PgPool) -> i32 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(pid) = sqlx::query_scalar(WAITING)
+                .fetch_optional(pool)
+                .await
+                .unwrap()
+            {
+                return pid;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the completion never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A running job `running-a` and a queued `queued-0`; the running job's row locked by the
+    /// returned transaction, and its completion, which claims the next job for the returned
+    /// workers' slot (it waits on the lock once sent).
+    async fn completion_behind_a_lock(
+        pool: &sqlx::PgPool,
+        schema: &str,
+        store: &PgStore,
+        queue: &Queue,
+    ) -> (
+        Arc<Shared>,
+        sqlx::Transaction<'static, sqlx::Postgres>,
+        JobCompletion,
+    ) {
+        let fence = running(store, schema, "running-a", 1).await;
         let job = super::super::NewJob::new("queued-0", &0).unwrap();
         let _ = queue.enqueue(job).await.unwrap();
-        let workers = workers(&queue);
-        // Hold the finishing job's row, so its completion waits on the wire.
+        let workers = workers(queue);
         let mut lock = pool.begin().await.unwrap();
         sqlx::query(&format!(
             "SELECT 1 FROM {schema}.idem_records_queue WHERE key = 'running-a' FOR UPDATE"
@@ -646,6 +675,17 @@ mod tests {
             attempt: 1,
             next: Some(Arc::clone(&workers)),
         };
+        (workers, lock, completion)
+    }
+
+    /// A job's task goes away (aborted) while its completion, which claims the next job for
+    /// its slot, is on the wire: the job it claimed for nobody goes back to the queue at once,
+    /// its attempt not counted, instead of sitting claimed and unrun for a lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_claimed_for_a_task_that_went_away_goes_back_to_the_queue() {
+        let (pool, schema, store, queue) = setup("job_orphan_next").await;
+        let (workers, lock, completion) =
+            completion_behind_a_lock(&pool, &schema, &store, &queue).await;
         let task = {
             let (store, queue) = (store.clone(), queue.clone());
             tokio::spawn(async move {
@@ -653,24 +693,7 @@ mod tests {
                 batch::submit(&store, batcher, completion).await
             })
         };
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records_queue%'",
-            )
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            if waiting > 0 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the completion never waited"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_waiting(&pool).await;
         task.abort();
         assert!(task.await.unwrap_err().is_cancelled());
         lock.rollback().await.unwrap();
@@ -710,47 +733,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_completion_that_claims_is_never_sent_again_after_its_connection_died() {
         let (pool, schema, store, queue) = setup("job_no_resend").await;
-        let fence = running(&store, &schema, "running-a", 1).await;
-        let job = super::super::NewJob::new("queued-0", &0).unwrap();
-        let _ = queue.enqueue(job).await.unwrap();
-        let workers = workers(&queue);
-        let mut lock = pool.begin().await.unwrap();
-        sqlx::query(&format!(
-            "SELECT 1 FROM {schema}.idem_records_queue WHERE key = 'running-a' FOR UPDATE"
-        ))
-        .execute(&mut *lock)
-        .await
-        .unwrap();
-        let completion = JobCompletion {
-            sql: queue.sql.clone(),
-            key: "running-a".to_owned(),
-            fence: fence_param(fence),
-            output: None,
-            keep: 60_000_000,
-            attempt: 1,
-            next: Some(Arc::clone(&workers)),
-        };
+        let (_workers, lock, completion) =
+            completion_behind_a_lock(&pool, &schema, &store, &queue).await;
         let mut task = {
             let store = store.clone();
             tokio::spawn(async move { JobCompleteOp::one(&store, &completion).await })
         };
-        let waiting = "SELECT pid FROM pg_stat_activity
-                       WHERE wait_event_type = 'Lock' AND query LIKE '%idem_records_queue%'";
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        let pid: i32 = loop {
-            if let Some(pid) = sqlx::query_scalar(waiting)
-                .fetch_optional(&pool)
-                .await
-                .unwrap()
-            {
-                break pid;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the completion never waited"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        };
+        let pid = until_waiting(&pool).await;
         sqlx::query("SELECT pg_terminate_backend($1)")
             .bind(pid)
             .execute(&pool)
@@ -763,7 +752,7 @@ mod tests {
                 answered = &mut task => break Some(answered.unwrap()),
                 () = tokio::time::sleep(Duration::from_millis(5)) => {}
             }
-            let again: Option<i32> = sqlx::query_scalar(waiting)
+            let again: Option<i32> = sqlx::query_scalar(WAITING)
                 .fetch_optional(&pool)
                 .await
                 .unwrap();

@@ -38,6 +38,24 @@ pub async fn lock_row(
     holder
 }
 
+/// Inserts `key`'s record (scope `default`) in a transaction of `test`'s pool left open: a
+/// claim of `key` waits for it until the transaction ends.
+pub async fn hold_insert(
+    test: &TestStore,
+    key: &str,
+) -> idem_store_postgres::sqlx::Transaction<'static, idem_store_postgres::sqlx::Postgres> {
+    let mut tx = test.store.pool().begin().await.unwrap();
+    idem_store_postgres::sqlx::query(&format!(
+        "INSERT INTO {} (key, scope, fence, expires_at) VALUES ($1, 'default', -1, now())",
+        test.store.table()
+    ))
+    .bind(key)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx
+}
+
 /// Account 42's credits.
 pub async fn credits(store: &idem_store_postgres::PgStore, accounts: &str) -> i64 {
     idem_store_postgres::sqlx::query_scalar(&format!(
