@@ -5,9 +5,9 @@
 //! [`crate::transactional`] in a transaction.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
+use crate::boxed::BoxFuture;
 use crate::codec::{Codec, JsonReplay, NoReplay, Replayable};
 use crate::error::{Error, StoreError};
 use crate::execute::{execute, Spec};
@@ -16,9 +16,6 @@ use crate::key::{InvalidKey, Key};
 use crate::outcome::Outcome;
 use crate::store::Store;
 use crate::transactional::{execute_in_transaction, handoff, TransactionalStore};
-
-/// A boxed, `Send` future borrowing for `'a`, as transactional work returns it.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// One idempotent call, built step by step and then [`run`](Call::run).
 ///

@@ -118,6 +118,7 @@
 
 #![warn(missing_docs)]
 
+mod boxed;
 mod call;
 pub mod clock;
 mod codec;
@@ -142,7 +143,8 @@ mod transactional;
 #[path = "private.rs"]
 pub mod __private_v1;
 
-pub use call::{BoxFuture, Call};
+pub use boxed::BoxFuture;
+pub use call::Call;
 pub use codec::{Codec, JsonReplay, NoReplay, Replayable};
 pub use error::{BoxError, CodecError, Error, Operation, StoreError};
 pub use execute::{DEFAULT_KEEP, DEFAULT_LEASE, MAX_DURATION};

@@ -524,6 +524,6 @@ macro_rules! delegate_store {
 }
 
 /// The future of one [`Store`] step, as `async-trait` boxes it.
-type StepFuture<'f, T> = crate::call::BoxFuture<'f, Result<T, StoreError>>;
+type StepFuture<'f, T> = crate::boxed::BoxFuture<'f, Result<T, StoreError>>;
 
 delegate_store!(&S, Arc<S>, Box<S>);
