@@ -3,33 +3,15 @@
 
 use http::header::HeaderName;
 use http::{Method, StatusCode};
-use idem_core::{Store, DEFAULT_KEEP, DEFAULT_LEASE};
+use idem_core::Store;
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 use tower_layer::Layer;
 
-use crate::problem::DEFAULT_PROBLEM_BASE;
-use crate::scope::ScopeFn;
+use crate::config::Config;
 use crate::service::Idempotency;
-
-/// The largest request body the layer reads by default (1 MiB); larger ones get 413.
-pub const DEFAULT_MAX_REQUEST_BODY: usize = 1024 * 1024;
-
-/// The largest response body recorded by default (1 MiB); larger responses are sent but not
-/// recorded, and their key is released.
-pub const DEFAULT_MAX_RESPONSE_BODY: usize = 1024 * 1024;
-
-/// The `Retry-After` of a 409 (in progress) or 503 (store unavailable) answer by default.
-pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// Which statuses are recorded and replayed by default: every 2xx, 3xx and 4xx except 408
-/// (Request Timeout), 409 (Conflict), 425 (Too Early) and 429 (Too Many Requests), which say
-/// "try again", as do all 5xx. Those release the key, so a retry runs again.
-pub fn default_records(status: StatusCode) -> bool {
-    (200..500).contains(&status.as_u16()) && !matches!(status.as_u16(), 408 | 409 | 425 | 429)
-}
 
 /// A tower [`Layer`] that makes the requests it wraps idempotent per the `Idempotency-Key`
 /// header (IETF httpapi draft "The Idempotency-Key HTTP Header Field"), on any idem [`Store`].
@@ -41,47 +23,12 @@ pub struct IdempotencyLayer {
     pub(crate) config: Arc<Config>,
 }
 
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub store: Arc<dyn Store>,
-    pub methods: Vec<Method>,
-    pub require_key: bool,
-    pub scope: ScopeFn,
-    pub fingerprint_headers: Vec<HeaderName>,
-    pub wait: Option<Duration>,
-    pub lease: Duration,
-    pub keep: Duration,
-    pub max_request_body: usize,
-    pub max_response_body: usize,
-    pub records: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
-    pub replay_headers: Vec<HeaderName>,
-    pub problem_base: Cow<'static, str>,
-    pub retry_after: Duration,
-    pub finish_when_client_leaves: bool,
-}
-
 impl IdempotencyLayer {
     /// A layer recording requests in `store` (a `MemoryStore`, a `PgStore`, an
     /// `Arc<dyn Store>`: any idem store), with every option at its default.
     pub fn new<S: Store + 'static>(store: S) -> IdempotencyLayer {
         IdempotencyLayer {
-            config: Arc::new(Config {
-                store: Arc::new(store),
-                methods: vec![Method::POST, Method::PATCH],
-                require_key: true,
-                scope: Arc::new(crate::scope::authorization_header),
-                fingerprint_headers: Vec::new(),
-                wait: None,
-                lease: DEFAULT_LEASE,
-                keep: DEFAULT_KEEP,
-                max_request_body: DEFAULT_MAX_REQUEST_BODY,
-                max_response_body: DEFAULT_MAX_RESPONSE_BODY,
-                records: Arc::new(default_records),
-                replay_headers: Vec::new(),
-                problem_base: Cow::Borrowed(DEFAULT_PROBLEM_BASE),
-                retry_after: DEFAULT_RETRY_AFTER,
-                finish_when_client_leaves: true,
-            }),
+            config: Arc::new(Config::new(Arc::new(store))),
         }
     }
 
@@ -155,7 +102,7 @@ impl IdempotencyLayer {
         self.with(|c| c.max_response_body = bytes)
     }
 
-    /// Which statuses are recorded and replayed (default [`default_records`]). A status it
+    /// Which statuses are recorded and replayed (default [`default_records`](crate::default_records)). A status it
     /// refuses releases the key, so a retry runs the request again.
     pub fn records<F>(self, records: F) -> IdempotencyLayer
     where
@@ -242,27 +189,6 @@ impl<S> Layer<S> for IdempotencyLayer {
         Idempotency {
             inner,
             config: self.config.clone(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_records_final_answers_and_releases_try_again_answers() {
-        for kept in [200, 201, 204, 301, 303, 400, 401, 404, 410, 422] {
-            assert!(
-                default_records(StatusCode::from_u16(kept).unwrap()),
-                "{kept}"
-            );
-        }
-        for released in [408, 409, 425, 429, 500, 502, 503, 504] {
-            assert!(
-                !default_records(StatusCode::from_u16(released).unwrap()),
-                "{released}"
-            );
         }
     }
 }

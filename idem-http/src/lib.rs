@@ -72,6 +72,7 @@
 
 #![warn(missing_docs)]
 
+mod config;
 mod detached;
 mod header;
 mod layer;
@@ -81,11 +82,11 @@ pub mod scope;
 mod service;
 mod stored;
 
-pub use header::{BadKey, IDEMPOTENCY_KEY, MAX_CLIENT_KEY_LEN};
-pub use layer::{
-    default_records, IdempotencyLayer, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY,
-    DEFAULT_RETRY_AFTER,
+pub use config::{
+    default_records, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY, DEFAULT_RETRY_AFTER,
 };
+pub use header::{BadKey, IDEMPOTENCY_KEY, MAX_CLIENT_KEY_LEN};
+pub use layer::IdempotencyLayer;
 pub use problem::{DEFAULT_PROBLEM_BASE, PROBLEM_JSON};
 pub use service::{Idempotency, RequestBody, ResponseBody};
 pub use stored::{IDEMPOTENT_REPLAYED, NOT_REPLAYED};

@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tower_service::Service;
 
+use crate::config::Config;
 use crate::detached::finish_detached;
 use crate::header::client_key;
-use crate::layer::Config;
 use crate::problem::Problem;
 use crate::request::{fingerprint, read_body, record_key};
 use crate::stored::{ResponseCodec, StoredResponse};
