@@ -28,8 +28,8 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::batched::token_param;
 use crate::direct::is_connection_lost;
+use crate::records::token_param;
 use crate::store::PgStore;
 use crate::time::duration_micros;
 use crate::transaction::{Begun, TxConn};

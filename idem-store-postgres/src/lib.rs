@@ -16,7 +16,6 @@
 #![warn(missing_docs)]
 
 mod batch;
-mod batched;
 pub mod claim_batch;
 mod direct;
 mod duplicate_rate;
@@ -25,6 +24,7 @@ mod fresh_claim;
 #[cfg(test)]
 mod hot_tests;
 mod ident;
+mod lease_ops;
 mod migrate;
 #[cfg(test)]
 mod plan_tests;

@@ -12,13 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::batch::{self, Batcher};
-use crate::batched::{token_param, ClaimOp, CompleteOp, OwnedClaim, OwnedCompletion};
 use crate::direct::{on_conn, Direct, Source};
 use crate::duplicate_rate::DuplicateRate;
 use crate::error::store_error;
 use crate::fresh_claim::Fences;
 use crate::ident::validate_ident;
+use crate::lease_ops::{ClaimOp, CompleteOp, OwnedClaim, OwnedCompletion};
 use crate::records::RecordsSql;
+use crate::records::{fence_param, token_param};
 use crate::time::{duration_micros, from_micros};
 
 /// How often a claim is retried when its statement raced a concurrent insert or takeover. Each
@@ -427,15 +428,15 @@ impl PgStore {
     }
 
     /// How many connections of its own the store holds, opened and not lent (`0` through the
-    /// pool); for tests of when it opens them.
-    #[doc(hidden)]
+    /// pool); for tests of when it opens them (with the `testing` feature).
+    #[cfg(feature = "testing")]
     pub fn connections_held(&self) -> usize {
         self.lender().map_or(0, |direct| direct.unlent_open())
     }
 
     /// How many claims and completions wait for a statement (always `(0, 0)` without
-    /// batching); for tests that need a batch to have formed.
-    #[doc(hidden)]
+    /// batching); for tests that need a batch to have formed (with the `testing` feature).
+    #[cfg(feature = "testing")]
     pub fn queued(&self) -> (usize, usize) {
         self.batches()
             .map_or((0, 0), |b| (b.claims.queued(), b.completions.queued()))
@@ -458,8 +459,8 @@ impl PgStore {
 
     /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs, `$4` token, `$5`
     /// scope, `$6` holder), for tools that replay idem's exact statements, such as the pgbench
-    /// comparison in `idem-bench`.
-    #[doc(hidden)]
+    /// comparison in `idem-bench` (with the `testing` feature).
+    #[cfg(feature = "testing")]
     pub fn claim_sql(&self) -> &str {
         &self.shared.sql.claim
     }
@@ -467,14 +468,14 @@ impl PgStore {
     /// Transactional mode's claim statement, which writes a fresh key's record completed (the
     /// claim's parameters, but `$3` the completion's keep in µs); see
     /// [`claim_sql`](PgStore::claim_sql).
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub fn claim_completed_sql(&self) -> &str {
         &self.shared.sql.claim_completed
     }
 
     /// The completion statement's SQL (`$1` key, `$2` fence, `$3` output, `$4` keep in µs);
     /// see [`claim_sql`](PgStore::claim_sql).
-    #[doc(hidden)]
+    #[cfg(feature = "testing")]
     pub fn complete_sql(&self) -> &str {
         &self.shared.sql.complete
     }
@@ -771,10 +772,6 @@ impl PgStore {
             Fenced::Lost
         })
     }
-}
-
-pub(crate) fn fence_param(fence: Fence) -> i64 {
-    i64::try_from(fence.0).unwrap_or(i64::MAX)
 }
 
 #[async_trait]

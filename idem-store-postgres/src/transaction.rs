@@ -11,10 +11,10 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::batched::token_param;
 use crate::direct::{is_connection_lost, on_conn, retry_budget, Lent};
 use crate::error::store_error;
 use crate::fresh_claim::Fresh;
+use crate::records::token_param;
 use crate::store::{ClaimRow, Judged, PgStore};
 
 type Manager = <Postgres as Database>::TransactionManager;
@@ -350,7 +350,7 @@ impl TransactionalStore for PgStore {
         } else {
             let done = sqlx::query(&self.records().complete_in_transaction)
                 .bind(key.as_str())
-                .bind(crate::store::fence_param(fence))
+                .bind(crate::records::fence_param(fence))
                 .bind(completion.output)
                 .bind(crate::time::duration_micros(completion.keep))
                 .execute(&mut *transaction)

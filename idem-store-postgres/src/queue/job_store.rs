@@ -37,7 +37,7 @@ use super::Queue;
 use crate::batch::{self, hash_record, Op};
 use crate::direct::on_conn;
 use crate::error::store_error;
-use crate::store::fence_param;
+use crate::records::fence_param;
 use crate::time::duration_micros;
 use crate::PgStore;
 

@@ -1,4 +1,4 @@
-//! The two batched operations of lease mode, claims and completions: their one-statement forms
+//! Lease mode's two operations as the batcher runs them, claims and completions: their one-statement forms
 //! for many records (`claim_many`, `complete_many` in records.rs), and each request's statement
 //! of its own, which a batch of one uses and a refused batch falls back to (batch.rs).
 
@@ -13,7 +13,8 @@ use sqlx::{PgConnection, Row};
 use crate::batch::{hash_record, Op};
 use crate::direct::on_conn;
 use crate::error::store_error;
-use crate::store::{fence_param, ClaimRow, Judged, PgStore};
+use crate::records::{fence_param, token_param};
+use crate::store::{ClaimRow, Judged, PgStore};
 use crate::time::duration_micros;
 
 /// A claim request that owns its parts, to travel to a batch's driver.
@@ -210,9 +211,4 @@ async fn complete_many_on(
         *slot = Fenced::Applied;
     }
     Ok(fenced)
-}
-
-/// A token's bits, as the bigint column keeps them.
-pub(crate) fn token_param(token: Option<ClaimToken>) -> Option<i64> {
-    token.map(|t| t.0 as i64)
 }
