@@ -55,7 +55,7 @@ use idem_core::{Operation, StoreError};
 use sqlx::PgConnection;
 use tokio::sync::oneshot;
 
-use crate::direct::{is_connection_lost, on_conn};
+use crate::connections::{is_connection_lost, on_conn};
 use crate::error::{store_error, unreachable_copy};
 
 use crate::store::PgStore;

@@ -28,7 +28,7 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::direct::is_connection_lost;
+use crate::connections::is_connection_lost;
 use crate::records::token_param;
 use crate::store::PgStore;
 use crate::time::duration_micros;

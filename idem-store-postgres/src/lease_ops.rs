@@ -11,7 +11,7 @@ use idem_core::{Operation, StoreError};
 use sqlx::{PgConnection, Row};
 
 use crate::batch::{hash_record, Op};
-use crate::direct::on_conn;
+use crate::connections::on_conn;
 use crate::error::store_error;
 use crate::records::{fence_param, token_param};
 use crate::store::{ClaimRow, Judged, PgStore};

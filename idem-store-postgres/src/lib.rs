@@ -17,7 +17,7 @@
 
 mod batch;
 pub mod claim_batch;
-mod direct;
+mod connections;
 mod duplicate_rate;
 mod error;
 mod fresh_claim;

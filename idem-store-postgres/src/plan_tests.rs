@@ -1,5 +1,5 @@
 //! The plans the store's connections keep: one generic plan per statement, made on its first
-//! execution, with sequential scans off (`direct.rs`). A generic plan made while a table is new
+//! execution, with sequential scans off (`connections/setup.rs`). A generic plan made while a table is new
 //! and never analyzed (a fresh deployment's) is kept for the connection's life, so each
 //! statement must find its rows by key in any such plan: a read of a whole index costs more
 //! with every row the table gains.

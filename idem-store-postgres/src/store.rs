@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::batch::{self, Batcher};
-use crate::direct::{on_conn, Direct, Source};
+use crate::connections::{on_conn, Direct, Source};
 use crate::duplicate_rate::DuplicateRate;
 use crate::error::store_error;
 use crate::fresh_claim::Fences;

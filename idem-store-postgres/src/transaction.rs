@@ -11,7 +11,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::direct::{is_connection_lost, on_conn, retry_budget, Lent};
+use crate::connections::{is_connection_lost, on_conn, retry_budget, Lent};
 use crate::error::store_error;
 use crate::fresh_claim::Fresh;
 use crate::records::token_param;

@@ -8,7 +8,7 @@ use sqlx::Row;
 
 use super::job::{parse_payload, DeadJob, JobState, JobStatus, QueueStats};
 use super::{failed, sql, Queue};
-use crate::direct::on_conn;
+use crate::connections::on_conn;
 use crate::time::{duration_micros, from_micros};
 
 impl Queue {

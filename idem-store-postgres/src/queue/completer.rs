@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::builder::Shared;
 use super::producer::Claimed;
-use crate::direct::on_conn;
+use crate::connections::on_conn;
 use crate::time::duration_micros;
 
 /// How a job's claim ends.

@@ -35,7 +35,7 @@ use super::producer::Claimed;
 use super::sql::QueueSql;
 use super::Queue;
 use crate::batch::{self, hash_record, Op};
-use crate::direct::on_conn;
+use crate::connections::on_conn;
 use crate::error::store_error;
 use crate::records::fence_param;
 use crate::time::duration_micros;

@@ -19,7 +19,7 @@ use super::completer::release_held;
 use super::executor::run;
 use super::listen::listen;
 use super::workers::ShutdownReport;
-use crate::direct::on_conn;
+use crate::connections::on_conn;
 use crate::time::duration_micros;
 
 /// How long calls cut at the shutdown's deadline get to settle before their tasks are aborted.

@@ -9,14 +9,30 @@
 //! allows) or opened apart from the pool with its connect options (`dedicated_connections`).
 //! A connection whose operation failed or was cancelled mid-way is closed rather than reused,
 //! since its state is unknown.
+//!
+//! By concern, as sqlx splits its pool: `idle.rs` (the idle list and the connections in it),
+//! `setup.rs` (a connection's session settings), `lend.rs` (connections lent to open
+//! transactions), `retry.rs` (running a statement on a connection, and moving on from a dead
+//! one); this file checks connections out and opens them.
 
-use sqlx::pool::PoolConnection;
+mod idle;
+mod lend;
+mod retry;
+mod setup;
+
+pub(crate) use lend::Lent;
+pub(crate) use retry::{is_connection_lost, on_conn, retry_budget, Conn};
+pub(crate) use setup::Tuning;
+
+use idle::{lock, Idle, Own};
+use setup::tune;
+
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{ConnectOptions, PgConnection};
-use sqlx::{PgPool, Postgres};
+use sqlx::ConnectOptions;
+use sqlx::PgPool;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
+use tokio::sync::{oneshot, Notify, Semaphore, SemaphorePermit};
 
 /// Where the store's own connections come from.
 pub(crate) enum Source {
@@ -24,83 +40,6 @@ pub(crate) enum Source {
     Pool(PgPool),
     /// Opened with these options, apart from the pool.
     Options(Box<PgConnectOptions>),
-}
-
-/// One of the store's own connections.
-enum Own {
-    Held(PoolConnection<Postgres>),
-    Opened(PgConnection),
-}
-
-impl Own {
-    fn get(&mut self) -> &mut PgConnection {
-        match self {
-            Own::Held(conn) => conn,
-            Own::Opened(conn) => conn,
-        }
-    }
-
-    fn get_ref(&self) -> &PgConnection {
-        match self {
-            Own::Held(conn) => conn,
-            Own::Opened(conn) => conn,
-        }
-    }
-
-    /// Closes the connection (a held one is closed, not given back to the pool).
-    fn discard(self) {
-        if let Own::Held(mut conn) = self {
-            conn.close_on_drop();
-        }
-    }
-}
-
-/// How a connection of the store's is set up for the statements it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tuning {
-    /// The server's defaults: for transactions (the caller's own SQL runs on them) and the
-    /// transactional read-first, which takes turns with them.
-    Default,
-    /// For the store's own statements on the records table and the queue, each a lookup by
-    /// index: sequential scans off and one generic plan per statement (see [`tune`]).
-    Indexed,
-}
-
-/// Idle connections, by how they are set up, and how many the store has.
-#[derive(Default)]
-struct Idle {
-    default: Vec<Own>,
-    indexed: Vec<Own>,
-    /// Connections the store has: idle, running a statement, or lent.
-    held: usize,
-    /// Of those, lent to open transactions.
-    lent: usize,
-    /// Of those, still being opened (counted in `held` before their connection exists).
-    opening: usize,
-}
-
-impl Idle {
-    /// Empties the idle lists (the connections are no longer the store's).
-    fn drain(&mut self) -> Vec<Own> {
-        let mut conns: Vec<Own> = self.default.drain(..).collect();
-        conns.append(&mut self.indexed);
-        self.held -= conns.len();
-        conns
-    }
-
-    fn of(&mut self, tuning: Tuning) -> &mut Vec<Own> {
-        match tuning {
-            Tuning::Default => &mut self.default,
-            Tuning::Indexed => &mut self.indexed,
-        }
-    }
-
-    fn other(&mut self, tuning: Tuning) -> &mut Vec<Own> {
-        match tuning {
-            Tuning::Default => &mut self.indexed,
-            Tuning::Indexed => &mut self.default,
-        }
-    }
 }
 
 pub(crate) struct Direct {
@@ -152,65 +91,12 @@ impl Checkout<'_> {
     }
 }
 
-/// A connection of the store's lent to an open transaction for as long as it lasts, which can
-/// outlive any borrow of the store (see [`Direct::lend`]). Closed on drop unless given back.
-pub(crate) struct Lent {
-    direct: Arc<Direct>,
-    conn: Option<Own>,
-    reused: bool,
-    _permits: [OwnedSemaphorePermit; 2],
-}
-
-impl Lent {
-    /// The connection.
-    pub fn get(&mut self) -> &mut PgConnection {
-        self.conn.as_mut().expect("lent until given back").get()
-    }
-
-    /// The connection, to read.
-    pub fn conn(&self) -> &PgConnection {
-        self.conn.as_ref().expect("lent until given back").get_ref()
-    }
-
-    /// Whether the connection was idle before (so one found dead may be replaced).
-    pub fn reused(&self) -> bool {
-        self.reused
-    }
-
-    /// Gives the connection back to the store's idle ones. Only for a connection whose last
-    /// statement ended normally and which is outside any transaction.
-    pub fn give_back(mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.direct.give_back(conn, Tuning::Default, true);
-        }
-    }
-}
-
-impl Drop for Lent {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.direct.discard(conn, true);
-        }
-    }
-}
-
-fn lock(idle: &Mutex<Idle>) -> std::sync::MutexGuard<'_, Idle> {
-    idle.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Drop for Checkout<'_> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
             self.direct.discard(conn, false);
         }
     }
-}
-
-/// Errors after which the connection is gone: retrying on a fresh one is safe.
-pub(crate) fn is_connection_lost(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_))
-        || crate::error::sqlstate(error)
-            .is_some_and(|code| code.starts_with("08") || code == "57P01")
 }
 
 impl Direct {
@@ -369,32 +255,6 @@ impl Direct {
         })
     }
 
-    /// Lends a connection with the server's settings to an open transaction if one may be lent
-    /// now: `Ok(None)` when the store lends none (it has too few) or all it may lend are out
-    /// (then the transaction runs on a pooled connection, as the application's own do).
-    pub async fn lend(self: &Arc<Self>) -> Result<Option<Lent>, sqlx::Error> {
-        let Some(lent) = self
-            .lendable
-            .as_ref()
-            .and_then(|lendable| Arc::clone(lendable).try_acquire_owned().ok())
-        else {
-            return Ok(None);
-        };
-        let any = Arc::clone(&self.permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| sqlx::Error::PoolClosed)?;
-        let Some((conn, reused)) = self.connection(Tuning::Default, true).await? else {
-            return Ok(None);
-        };
-        Ok(Some(Lent {
-            direct: Arc::clone(self),
-            conn: Some(conn),
-            reused,
-            _permits: [lent, any],
-        }))
-    }
-
     /// An idle connection set up for `tuning`, else an idle one set up the other way (set up
     /// again), else a new one; with whether it was idle before. The caller holds a permit.
     ///
@@ -506,84 +366,6 @@ impl Direct {
     }
 }
 
-/// Sets a connection of the store's up for `tuning`. [`Tuning::Indexed`], for the store's own
-/// statements (the records table's and the queue's), makes their plans independent of the
-/// tables' statistics:
-///
-/// - `enable_seqscan = off`: each of those statements finds its rows through an index (the
-///   primary key, or `expires_at` for the purge), but on a table that is new, small, or was
-///   analyzed while it was empty, the planner believes a sequential scan is cheaper and keeps
-///   that plan as the table grows: measured, a store whose table was analyzed empty ran 25
-///   times slower, and one on a new table 4 times (BENCHMARKS.md). With sequential scans off,
-///   the index is used whatever the statistics say.
-/// - `plan_cache_mode = force_generic_plan`: prepared statements keep one generic plan. The
-///   batched statements take arrays, for which the default plans every execution anew (a
-///   custom plan looks cheaper for the array in hand), and planning costs more than running
-///   them: the queue's completion that claims the next job spent 0.69 ms planning against
-///   0.32 running. (The queue's claims pick their jobs as an array for this: see
-///   `queue/sql.rs`.)
-///
-/// - `lock_timeout` ([`PgStoreBuilder::lock_timeout`](crate::PgStoreBuilder::lock_timeout),
-///   5 s by default): a store statement waits on a row lock only while another
-///   transaction holds the same record (a transactional handler of the same key and scope, or
-///   a transaction of the application's own on idem's tables). Unbounded, such a wait holds
-///   up every call batched with it, and deadlocks the process when that transaction itself
-///   waits for one of them (a transactional body that makes a lease-mode call through the
-///   same store). Bounded, the statement fails with SQLSTATE 55P03, a batch is sent again
-///   call by call, and the call whose record is held fails with a store error that says so.
-///
-/// [`Tuning::Default`] resets them, for transactions, where the caller's own SQL runs with the
-/// server's settings. The settings stay on the connection only: a held one is closed, never
-/// given back to the pool with them. A server that lacks a setting (`plan_cache_mode` before
-/// PostgreSQL 12) plans as before.
-async fn tune(
-    conn: &mut PgConnection,
-    tuning: Tuning,
-    lock_timeout: Duration,
-) -> Result<(), sqlx::Error> {
-    let lock_timeout = format!(
-        "SET lock_timeout = '{}ms'",
-        lock_timeout.as_millis().clamp(1, i32::MAX as u128)
-    );
-    let (both, settings) = match tuning {
-        Tuning::Indexed => (
-            format!(
-                "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; {lock_timeout}"
-            ),
-            [
-                "SET enable_seqscan = off".to_owned(),
-                "SET plan_cache_mode = force_generic_plan".to_owned(),
-                lock_timeout,
-            ],
-        ),
-        Tuning::Default => (
-            "RESET enable_seqscan; RESET plan_cache_mode; RESET lock_timeout".to_owned(),
-            [
-                "RESET enable_seqscan".to_owned(),
-                "RESET plan_cache_mode".to_owned(),
-                "RESET lock_timeout".to_owned(),
-            ],
-        ),
-    };
-    // A `&str` with no arguments goes out as a simple query, so both settings take one round
-    // trip. They run as one implicit transaction: a server that lacks a setting refuses both,
-    // and then each goes alone, the missing one left out.
-    match sqlx::Executor::execute(&mut *conn, both.as_str()).await {
-        Err(e) if crate::error::sqlstate(&e).as_deref() == Some(UNDEFINED_SETTING) => {}
-        other => return other.map(drop),
-    }
-    for setting in &settings {
-        match sqlx::Executor::execute(&mut *conn, setting.as_str()).await {
-            Err(e) if crate::error::sqlstate(&e).as_deref() == Some(UNDEFINED_SETTING) => {}
-            other => other.map(drop)?,
-        }
-    }
-    Ok(())
-}
-
-/// SQLSTATE: no such configuration parameter.
-const UNDEFINED_SETTING: &str = "42704";
-
 /// Waits for the pool to close (or the store to go), then lets the idle held connections go.
 async fn give_back_on_close(
     closed: sqlx::pool::CloseEvent,
@@ -600,107 +382,3 @@ async fn give_back_on_close(
         _ = stopped => {}
     }
 }
-
-/// How many times an operation may move on from a dead idle connection: once for each
-/// connection the store may hold idle, plus one.
-pub fn retry_budget(direct: Option<&Direct>, pool: &PgPool) -> usize {
-    match direct {
-        Some(direct) => direct.connections + 1,
-        None => pool.options().get_max_connections() as usize + 1,
-    }
-}
-
-/// A connection for one store operation.
-pub(crate) enum Conn<'a> {
-    Pooled(PoolConnection<Postgres>),
-    Direct(Checkout<'a>),
-}
-
-impl Conn<'_> {
-    pub fn get(&mut self) -> &mut PgConnection {
-        match self {
-            Conn::Pooled(conn) => conn,
-            Conn::Direct(checkout) => checkout.conn.as_mut().expect("checked out").get(),
-        }
-    }
-
-    /// Settles the connection after an operation: gives it back unless it was lost (then it is
-    /// closed). Returns whether to run the operation again on another connection: when the
-    /// connection was lost and had been used before (an idle connection the server dropped, as
-    /// a restart or failover drops all of them), while `retries` last. A connection opened for
-    /// this operation that fails means the server is unreachable: the error stands (fail
-    /// closed). The records' statements are safe to send again: a claim whose answer was lost
-    /// is recognised by its token, a completion applies again under the same fence, a release
-    /// or renewal is fenced. The queue's claims are not, and are sent with no `retries`.
-    pub fn settle<R>(self, result: &Result<R, sqlx::Error>, retries: &mut usize) -> bool {
-        let lost = matches!(result, Err(e) if is_connection_lost(e));
-        let retry = |retries: &mut usize| {
-            let retry = *retries > 0;
-            *retries = retries.saturating_sub(1);
-            retry
-        };
-        match self {
-            // A pooled connection was taken from the pool's idle ones (the pool tests them
-            // before handing them out, but a connection can die between the test and the
-            // statement).
-            Conn::Pooled(mut conn) if lost => {
-                conn.close_on_drop();
-                retry(retries)
-            }
-            Conn::Pooled(_) => false, // back to the pool on drop
-            Conn::Direct(checkout) if lost => checkout.reused && retry(retries),
-            Conn::Direct(checkout) => {
-                checkout.give_back();
-                false
-            }
-        }
-    }
-}
-
-/// Runs `$body` (an expression using the `&mut PgConnection` bound to `$conn`) on a connection of
-/// `$store`, settling the connection and retrying on another while idle connections turn out
-/// dead (at most once per connection the store may hold, plus one). Evaluates to
-/// `Result<_, sqlx::Error>`. `on_conn!(indexed store, ..)` runs it on a connection set up for
-/// the store's own statements ([`Tuning::Indexed`]); without `indexed`, on one with the
-/// server's defaults (what takes turns with transactions).
-///
-/// `on_conn!(once indexed store, ..)` never sends `$body` again: for a statement that is not
-/// safe to repeat once it may have been applied (the queue's claims, which take whatever jobs
-/// are free: a second sending would claim a second set while the first sits claimed).
-macro_rules! on_conn {
-    (once indexed $store:expr, $conn:ident => $body:expr) => {
-        $crate::direct::on_conn!(@run $crate::direct::Tuning::Indexed, 0, $store, $conn => $body)
-    };
-    (indexed $store:expr, $conn:ident => $body:expr) => {
-        $crate::direct::on_conn!(@run $crate::direct::Tuning::Indexed,
-            $crate::direct::retry_budget($store.direct(), $store.pool()), $store, $conn => $body)
-    };
-    ($store:expr, $conn:ident => $body:expr) => {
-        $crate::direct::on_conn!(@run $crate::direct::Tuning::Default,
-            $crate::direct::retry_budget($store.direct(), $store.pool()), $store, $conn => $body)
-    };
-    (@run $tuning:expr, $retries:expr, $store:expr, $conn:ident => $body:expr) => {{
-        let mut retries: usize = $retries;
-        loop {
-            let mut checkout = match $crate::direct::Direct::checkout_or_pool(
-                $store.direct(),
-                $store.pool(),
-                $tuning,
-            )
-            .await
-            {
-                Ok(checkout) => checkout,
-                Err(e) => break Err(e),
-            };
-            let result = {
-                let $conn = checkout.get();
-                $body.await
-            };
-            if !checkout.settle(&result, &mut retries) {
-                break result;
-            }
-        }
-    }};
-}
-
-pub(crate) use on_conn;
