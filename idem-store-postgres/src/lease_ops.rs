@@ -2,7 +2,6 @@
 //! for many records (`claim_many`, `complete_many` in records.rs), and each request's statement
 //! of its own, which a batch of one uses and a refused batch falls back to (batch.rs).
 
-use std::future::Future;
 use std::hash::Hasher;
 use std::time::Duration;
 
@@ -75,6 +74,7 @@ impl OwnedCompletion {
 pub(crate) struct ClaimOp;
 
 impl Op for ClaimOp {
+    type Executor = PgStore;
     type Request = OwnedClaim;
     type Answer = Claim;
 
@@ -85,12 +85,8 @@ impl Op for ClaimOp {
     const NAME: &'static str = "claim";
     const OPERATION: Operation = Operation::Claim;
 
-    fn many<'a>(
-        store: &'a PgStore,
-        conn: &'a mut PgConnection,
-        batch: &'a [OwnedClaim],
-    ) -> impl Future<Output = Result<Vec<Claim>, sqlx::Error>> + Send + 'a {
-        claim_many_on(store, conn, batch)
+    async fn many(store: &PgStore, batch: &[OwnedClaim]) -> Result<Vec<Claim>, sqlx::Error> {
+        on_conn!(indexed store, conn => claim_many_on(store, conn, batch))
     }
 
     async fn one(store: &PgStore, claim: &OwnedClaim) -> Result<Claim, StoreError> {
@@ -112,6 +108,7 @@ impl Op for ClaimOp {
 pub(crate) struct CompleteOp;
 
 impl Op for CompleteOp {
+    type Executor = PgStore;
     type Request = OwnedCompletion;
     type Answer = Fenced;
 
@@ -122,12 +119,8 @@ impl Op for CompleteOp {
     const NAME: &'static str = "completion";
     const OPERATION: Operation = Operation::Complete;
 
-    fn many<'a>(
-        store: &'a PgStore,
-        conn: &'a mut PgConnection,
-        batch: &'a [OwnedCompletion],
-    ) -> impl Future<Output = Result<Vec<Fenced>, sqlx::Error>> + Send + 'a {
-        complete_many_on(store, conn, batch)
+    async fn many(store: &PgStore, batch: &[OwnedCompletion]) -> Result<Vec<Fenced>, sqlx::Error> {
+        on_conn!(indexed store, conn => complete_many_on(store, conn, batch))
     }
 
     async fn one(store: &PgStore, c: &OwnedCompletion) -> Result<Fenced, StoreError> {

@@ -224,7 +224,8 @@ impl Direct {
         Ok(Own::Held(conn))
     }
 
-    /// How many connections the store holds that are open and not lent.
+    /// How many connections the store holds that are open and not lent (a test hook).
+    #[cfg(feature = "testing")]
     pub fn unlent_open(&self) -> usize {
         let idle = lock(&self.idle);
         (idle.held - idle.lent).saturating_sub(idle.opening)

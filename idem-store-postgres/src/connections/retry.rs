@@ -73,7 +73,7 @@ impl Conn<'_> {
 /// `$store`, settling the connection and retrying on another while idle connections turn out
 /// dead (at most once per connection the store may hold, plus one). Evaluates to
 /// `Result<_, sqlx::Error>`. `on_conn!(indexed store, ..)` runs it on a connection set up for
-/// the store's own statements ([`Tuning::Indexed`]); without `indexed`, on one with the
+/// the store's own statements ([`Tuning::Indexed`](super::Tuning::Indexed)); without `indexed`, on one with the
 /// server's defaults (what takes turns with transactions).
 ///
 /// `on_conn!(once indexed store, ..)` never sends `$body` again: for a statement that is not

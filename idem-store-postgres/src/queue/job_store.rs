@@ -295,55 +295,12 @@ impl JobCompleteOp {
         Ok(answers.pop().expect("one answer per completion"))
     }
 
-    /// The answers of `count` completions from the rows of a completion-and-claim statement (a
-    /// row per completion, its position first, then a row per claimed job), each claimed job
-    /// given to a slot of `slots` (the position of the completion that freed it, and its
-    /// workers) and held there before any slot hears of it (it is given back at shutdown).
-    fn settle(
-        rows: &[PgRow],
-        count: usize,
-        slots: Vec<(usize, &Arc<Shared>)>,
-    ) -> Result<Vec<<Self as Op>::Answer>, sqlx::Error> {
-        let mut answers: Vec<<Self as Op>::Answer> =
-            (0..count).map(|_| (false, false, None)).collect();
-        let mut claimed = Vec::new();
-        for row in rows {
-            match row.try_get::<Option<i64>, _>(0)? {
-                Some(i) => {
-                    let answer = usize::try_from(i - 1)
-                        .ok()
-                        .and_then(|i| answers.get_mut(i))
-                        .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {i}")))?;
-                    (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?);
-                }
-                None => claimed.push(Claimed::decode(row, 3)),
-            }
-        }
-        for ((slot, workers), job) in slots.into_iter().zip(claimed) {
-            workers.held.hold(&job);
-            answers[slot].2 = Some(job);
-        }
-        Ok(answers)
-    }
-}
-
-impl Op for JobCompleteOp {
-    type Request = JobCompletion;
-    type Answer = (bool, bool, Option<Claimed>);
-
-    fn record(request: &JobCompletion, state: &mut impl Hasher) {
-        hash_record(&request.key, super::QUEUE_SCOPE, state);
-    }
-
-    const NAME: &'static str = "job completion";
-    const OPERATION: Operation = Operation::Complete;
-    const SEND_AGAIN: bool = false;
-
-    async fn many(
-        _store: &PgStore,
+    /// Many jobs' completions (and the claims of next jobs for the slots they free) in one
+    /// statement on `conn`, answered as [`single`](JobCompleteOp::single) answers each.
+    async fn many_on(
         conn: &mut PgConnection,
         batch: &[JobCompletion],
-    ) -> Result<Vec<Self::Answer>, sqlx::Error> {
+    ) -> Result<Vec<<Self as Op>::Answer>, sqlx::Error> {
         let keys: Vec<&str> = batch.iter().map(|c| c.key.as_str()).collect();
         let fences: Vec<i64> = batch.iter().map(|c| c.fence).collect();
         let outputs: Vec<Option<&[u8]>> = batch.iter().map(|c| c.output.as_deref()).collect();
@@ -381,6 +338,60 @@ impl Op for JobCompleteOp {
             .fetch_all(&mut *conn)
             .await?;
         JobCompleteOp::settle(&rows, batch.len(), slots)
+    }
+
+    /// The answers of `count` completions from the rows of a completion-and-claim statement (a
+    /// row per completion, its position first, then a row per claimed job), each claimed job
+    /// given to a slot of `slots` (the position of the completion that freed it, and its
+    /// workers) and held there before any slot hears of it (it is given back at shutdown).
+    fn settle(
+        rows: &[PgRow],
+        count: usize,
+        slots: Vec<(usize, &Arc<Shared>)>,
+    ) -> Result<Vec<<Self as Op>::Answer>, sqlx::Error> {
+        let mut answers: Vec<<Self as Op>::Answer> =
+            (0..count).map(|_| (false, false, None)).collect();
+        let mut claimed = Vec::new();
+        for row in rows {
+            match row.try_get::<Option<i64>, _>(0)? {
+                Some(i) => {
+                    let answer = usize::try_from(i - 1)
+                        .ok()
+                        .and_then(|i| answers.get_mut(i))
+                        .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {i}")))?;
+                    (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?);
+                }
+                None => claimed.push(Claimed::decode(row, 3)),
+            }
+        }
+        for ((slot, workers), job) in slots.into_iter().zip(claimed) {
+            workers.held.hold(&job);
+            answers[slot].2 = Some(job);
+        }
+        Ok(answers)
+    }
+}
+
+impl Op for JobCompleteOp {
+    type Executor = PgStore;
+    type Request = JobCompletion;
+    type Answer = (bool, bool, Option<Claimed>);
+
+    fn record(request: &JobCompletion, state: &mut impl Hasher) {
+        hash_record(&request.key, super::QUEUE_SCOPE, state);
+    }
+
+    const NAME: &'static str = "job completion";
+    const OPERATION: Operation = Operation::Complete;
+    const SEND_AGAIN: bool = false;
+
+    /// Sent once only: a completion that claims is not safe to send again (see
+    /// [`Op::SEND_AGAIN`]).
+    async fn many(
+        store: &PgStore,
+        batch: &[JobCompletion],
+    ) -> Result<Vec<Self::Answer>, sqlx::Error> {
+        on_conn!(once indexed store, conn => JobCompleteOp::many_on(conn, batch))
     }
 
     async fn one(store: &PgStore, c: &JobCompletion) -> Result<Self::Answer, StoreError> {
@@ -508,7 +519,7 @@ mod tests {
         }
         let mut conn = pool.acquire().await.unwrap();
         let answers = if batched {
-            JobCompleteOp::many(&store, &mut conn, &completions)
+            JobCompleteOp::many_on(&mut conn, &completions)
                 .await
                 .expect("the batched statement runs")
         } else {
@@ -806,7 +817,7 @@ mod tests {
         // The one in the middle frees no slot (its workers are stopping, say).
         completions[1].next = None;
         let mut conn = pool.acquire().await.unwrap();
-        let answers = JobCompleteOp::many(&store, &mut conn, &completions)
+        let answers = JobCompleteOp::many_on(&mut conn, &completions)
             .await
             .expect("the batched statement runs");
         drop(conn);
@@ -923,7 +934,7 @@ mod tests {
     /// applies only while the job's claim is still the completing attempt's.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_fresh_jobs_done_row_is_its_record() {
-        let (pool, schema, store, queue) = setup("job_lazy_done").await;
+        let (pool, schema, _store, queue) = setup("job_lazy_done").await;
         let claimed = kept_and_taken_over(&queue, &pool).await;
         assert_eq!(claimed.len(), 2);
         assert!(
@@ -936,7 +947,7 @@ mod tests {
             .map(|(key, fence)| completion(&queue, key, *fence, 1))
             .collect();
         let mut conn = pool.acquire().await.unwrap();
-        let answers = JobCompleteOp::many(&store, &mut conn, &completions)
+        let answers = JobCompleteOp::many_on(&mut conn, &completions)
             .await
             .unwrap();
         let answers: Vec<(bool, bool)> = answers.into_iter().map(|(c, d, _)| (c, d)).collect();
@@ -953,7 +964,7 @@ mod tests {
             ]
         );
         // Sent again (its answer lost, say), the completion applies again.
-        let again = JobCompleteOp::many(&store, &mut conn, &completions[..1])
+        let again = JobCompleteOp::many_on(&mut conn, &completions[..1])
             .await
             .unwrap();
         assert_eq!((again[0].0, again[0].1), (true, false));

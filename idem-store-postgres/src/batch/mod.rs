@@ -2,8 +2,9 @@
 //!
 //! A call puts its request in a queue. When fewer batches than the store has connections are
 //! on the wire, it starts a driver; otherwise a driver that is running takes the request as soon
-//! as its statement returns. A driver takes everything queued (up to [`MAX_BATCH`], and never
-//! two requests for one record), sends it as one statement, answers each caller, and goes on
+//! as its statement returns. A driver takes everything queued (up to
+//! [`MAX_BATCH`](policy::MAX_BATCH), and never two requests for one record), sends it as one
+//! statement through its operation's executor, answers each caller, and goes on
 //! until the queue is empty. So a lone call is sent at once, in a batch of one, and under load a
 //! batch is whatever queued while the previous statement was on the wire: nobody waits for a
 //! batch to fill.
@@ -18,53 +19,34 @@
 //! that carries other callers' requests. Every request is answered: with its own result, or
 //! with an error when the driver could not finish (its runtime shut down, or it panicked).
 //!
-//! A lone call starts a driver too, rather than sending its statement from its own task:
-//! requests that arrive together (the callers a batch answered at once) then share the
-//! driver's first statement. Measured (BENCHMARKS.md), a lone call sent from its own task
-//! ran no faster at one caller and ran 2 callers at 0.3-0.4 of this, each call of a pair
-//! waiting for the other's statement. A new driver first steps to the back of its worker's run
-//! queue, behind the callers woken with the one that started it, so that they queue in time
-//! for its first statement instead of waiting for its second (`BackOfRunQueue`).
-//!
-//! The claims and the completions of lease mode are a pair of batchers ([`Batcher::pair`]): a
-//! caller goes from one to the other and back. Left alone they fall into step: every caller in
-//! one statement, then every caller in the other's, while the first one's connection waits
-//! (measured at 64 callers on one Tokio worker: batches of 57-60 of the 64, and about a core
-//! idle). So a new driver whose partner has no statement running sends half of what is queued
-//! first, and the rest as its next statement: the first half's callers then move on to the
-//! partner while the second half is on the wire, and from there on the two statements run side
-//! by side, each carrying about half of the callers. Only a driver's first batch is split; one
-//! that is already running takes whatever queued, as before. And only on a runtime with one
-//! worker thread, where the callers move in step: on two they do not, and there the split only
-//! cost. Measured (BENCHMARKS.md, "Where the time goes"), fresh calls/s on one Tokio worker
-//! rose 1.10-1.49x at 64 callers and 1.29-1.55x at 2; on two workers fresh calls moved
-//! 0.90-1.27x, within the host's noise, but the article's HTTP endpoint at 32-128 connections
-//! (each key delivered twice, so claim drivers start often while completions idle, and every
-//! such start halved a batch) lost about 30%, and got it back when the split was limited to one
-//! worker.
+//! When a batch is cut, paired or deferred is the policy's, in one place: `policy.rs`.
 
 use std::collections::{HashSet, VecDeque};
 use std::future::{poll_fn, Future};
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::Poll;
 
 use idem_core::{Operation, StoreError};
-use sqlx::PgConnection;
 use tokio::sync::oneshot;
 
-use crate::connections::{is_connection_lost, on_conn};
+use crate::connections::is_connection_lost;
 use crate::error::{store_error, unreachable_copy};
 
-use crate::store::PgStore;
+mod policy;
 
-/// The most requests one statement carries.
-pub(crate) const MAX_BATCH: usize = 128;
+#[cfg(test)]
+use policy::MAX_BATCH;
+use policy::{on_one_worker, BackOfRunQueue};
 
-/// One kind of batched operation.
+/// One kind of batched operation. The batcher only queues, groups and answers requests: how a
+/// statement reaches the database is the operation's, through its executor.
 pub(crate) trait Op: Send + Sync + Sized + 'static {
+    /// What the operation's statements are sent through (a store and its connections); the
+    /// driver's task keeps a clone.
+    type Executor: Clone + Send + Sync + 'static;
     /// What one caller asks for (owned: it travels to the driver's task).
     type Request: Send + Sync + 'static;
     /// What one caller is answered.
@@ -85,18 +67,18 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
     /// queue's completions, which also claim jobs).
     const SEND_AGAIN: bool = true;
 
-    /// Sends `batch` (two or more requests for distinct records) as one statement on `conn`,
-    /// answering each request in order.
+    /// Sends `batch` (two or more requests for distinct records) as one statement through
+    /// `executor`, answering each request in order. It is sent once only (no retry on a
+    /// connection found dead) unless [`SEND_AGAIN`](Op::SEND_AGAIN).
     fn many<'a>(
-        store: &'a PgStore,
-        conn: &'a mut PgConnection,
+        executor: &'a Self::Executor,
         batch: &'a [Self::Request],
     ) -> impl Future<Output = Result<Vec<Self::Answer>, sqlx::Error>> + Send + 'a;
 
     /// Sends one request as a statement of its own (a batch of one, or a batch's call-by-call
     /// retry).
     fn one(
-        store: &PgStore,
+        executor: &Self::Executor,
         request: &Self::Request,
     ) -> impl Future<Output = Result<Self::Answer, StoreError>> + Send;
 
@@ -105,8 +87,8 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
     /// job claimed for nobody goes back to the queue. Called without waiting (anything that
     /// needs a statement is spawned). The default keeps the answer's effect: right for a write
     /// that stands whether or not its caller hears of it (a completion).
-    fn orphaned(store: &PgStore, request: Self::Request, answer: Self::Answer) {
-        let _ = (store, request, answer);
+    fn orphaned(executor: &Self::Executor, request: Self::Request, answer: Self::Answer) {
+        let _ = (executor, request, answer);
     }
 }
 
@@ -115,13 +97,12 @@ pub(crate) trait Op: Send + Sync + Sized + 'static {
 /// cannot reach the database (no connection came in time, or the one opened for it failed) is
 /// not: each request would wait out the same timeout in turn, the last caller `size + 1` times
 /// over. Every request gets that error at once.
-async fn run<O: Op>(store: &PgStore, batch: &[O::Request]) -> Vec<Result<O::Answer, StoreError>> {
+async fn run<O: Op>(
+    executor: &O::Executor,
+    batch: &[O::Request],
+) -> Vec<Result<O::Answer, StoreError>> {
     if batch.len() > 1 {
-        let answers = if O::SEND_AGAIN {
-            on_conn!(indexed store, conn => O::many(store, conn, batch))
-        } else {
-            on_conn!(once indexed store, conn => O::many(store, conn, batch))
-        };
+        let answers = O::many(executor, batch).await;
         match answers {
             Ok(answers) => return answers.into_iter().map(Ok).collect(),
             // Lost with the connection: the batch may have been applied, so it is not sent
@@ -159,7 +140,7 @@ async fn run<O: Op>(store: &PgStore, batch: &[O::Request]) -> Vec<Result<O::Answ
     }
     let mut answers = Vec::with_capacity(batch.len());
     for request in batch {
-        answers.push(O::one(store, request).await);
+        answers.push(O::one(executor, request).await);
     }
     answers
 }
@@ -250,19 +231,14 @@ impl<O: Op> Batcher<O> {
         self.running.store(state.running, Ordering::Relaxed);
     }
 
-    /// The most requests the next batch takes: half of the `queued` (rounded up) when `may_split`
-    /// (a driver's first batch, on one worker thread) and the partner has no driver running, else
-    /// [`MAX_BATCH`].
+    /// The most requests the next batch takes ([`policy::batch_limit`]), with whether the
+    /// partner has no driver running.
     fn limit(&self, queued: usize, may_split: bool) -> usize {
         let partner_idle = self
             .partner
             .as_ref()
             .is_some_and(|running| running.load(Ordering::Relaxed) == 0);
-        if may_split && partner_idle {
-            queued.div_ceil(2).min(MAX_BATCH)
-        } else {
-            MAX_BATCH
-        }
+        policy::batch_limit(queued, may_split, partner_idle)
     }
 
     /// Takes the next batch off the queue, or retires the calling driver when the queue is
@@ -306,10 +282,10 @@ impl<O: Op> Batcher<O> {
     }
 }
 
-/// Sends `request` in the next statement of `batcher` (on `store`'s connections) and waits for
+/// Sends `request` in the next statement of `batcher` (through `executor`) and waits for
 /// its answer.
 pub(crate) async fn submit<O: Op>(
-    store: &PgStore,
+    executor: &O::Executor,
     batcher: &Arc<Batcher<O>>,
     request: O::Request,
 ) -> Result<O::Answer, StoreError> {
@@ -328,7 +304,7 @@ pub(crate) async fn submit<O: Op>(
     // The slot goes into the driver's future, so a driver dropped before it ever ran still
     // gives its place back.
     if let Some(slot) = slot {
-        let driver = drive::<O>(store.clone(), slot);
+        let driver = drive::<O>(executor.clone(), slot);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(driver);
@@ -339,7 +315,7 @@ pub(crate) async fn submit<O: Op>(
         }
     }
     let mut waiting = Awaiting::<O> {
-        store,
+        executor,
         answered: Some(answered),
     };
     let answered = waiting.answered.as_mut().expect("set above");
@@ -358,7 +334,7 @@ pub(crate) async fn submit<O: Op>(
 /// it closes the channel, so the driver skips the request if it is still queued or undoes its
 /// answer ([`Op::orphaned`]) if it comes later, and undoes an answer that came already.
 struct Awaiting<'a, O: Op> {
-    store: &'a PgStore,
+    executor: &'a O::Executor,
     answered: Option<oneshot::Receiver<Answered<O>>>,
 }
 
@@ -369,47 +345,13 @@ impl<O: Op> Drop for Awaiting<'_, O> {
         };
         answered.close();
         if let Ok((request, Ok(answer))) = answered.try_recv() {
-            O::orphaned(self.store, request, answer);
+            O::orphaned(self.executor, request, answer);
         }
-    }
-}
-
-/// Whether the calling task runs on a runtime with one worker thread, the only place where a
-/// new driver splits its first batch (see the module's documentation).
-fn on_one_worker() -> bool {
-    tokio::runtime::Handle::try_current().is_ok_and(|runtime| runtime.metrics().num_workers() == 1)
-}
-
-/// Reschedules the calling task once, at the back of its worker's run queue.
-///
-/// A driver is spawned by the call that found no driver running, from a runtime worker. Tokio
-/// puts a task spawned from a worker in that worker's LIFO slot, so without this the driver ran
-/// as soon as its caller awaited and took a queue of one, while the other callers the last
-/// answers woke (already in the run queue) waited a whole statement longer. A task that wakes
-/// itself is rescheduled as a yield: behind the tasks already queued, not deferred until the
-/// worker parks (as `tokio::task::yield_now` is), so it costs a lone call one scheduler pass.
-/// Measured (BENCHMARKS.md, "Where the time goes"), the claim statements carrying a single
-/// request at 16 and 64 callers fell from 4,205 to 1,426 (completions from 6,253 to 2,133), and
-/// fresh calls/s there moved by 0.99-1.17x.
-struct BackOfRunQueue {
-    yielded: bool,
-}
-
-impl Future for BackOfRunQueue {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.yielded {
-            return Poll::Ready(());
-        }
-        self.yielded = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
     }
 }
 
 /// Runs batches, holding `slot`, until the queue is empty.
-async fn drive<O: Op>(store: PgStore, mut slot: Slot<O>) {
+async fn drive<O: Op>(executor: O::Executor, mut slot: Slot<O>) {
     // Let the callers woken with this one queue first (see `BackOfRunQueue`). Only here: once
     // running, a driver's next batch is whatever queued while its statement was on the wire.
     BackOfRunQueue { yielded: false }.await;
@@ -419,18 +361,18 @@ async fn drive<O: Op>(store: PgStore, mut slot: Slot<O>) {
         let batch = slot.batcher.next_batch(&mut slot.retired, may_split);
         may_split = false;
         if batch.is_empty() {
-            answer::<O>(&store, answered);
+            answer::<O>(&executor, answered);
             return;
         }
         let (requests, answers): (Vec<_>, Vec<_>) =
             batch.into_iter().map(|w| (w.request, w.answer)).unzip();
         let results = {
-            let mut statement = pin!(run::<O>(&store, &requests));
+            let mut statement = pin!(run::<O>(&executor, &requests));
             // The next statement goes on the wire before the last one's callers are woken.
             // Polling it once never suspends this task, so the last answers are sent within
             // the poll that received them: a driver dropped between two polls holds none back.
             let sent = poll_fn(|cx| Poll::Ready(statement.as_mut().poll(cx))).await;
-            answer::<O>(&store, answered.take());
+            answer::<O>(&executor, answered.take());
             match sent {
                 Poll::Ready(results) => results,
                 Poll::Pending => statement.await,
@@ -454,14 +396,14 @@ struct Batch<O: Op> {
 
 /// Tells each caller of a batch its answer, if there is a batch; undoes the answers of callers
 /// that went away meanwhile ([`Op::orphaned`]).
-fn answer<O: Op>(store: &PgStore, answered: Option<Batch<O>>) {
+fn answer<O: Op>(executor: &O::Executor, answered: Option<Batch<O>>) {
     let Some(batch) = answered else {
         return;
     };
     let sends = batch.answers.into_iter().zip(batch.requests);
     for ((answer, request), result) in sends.zip(batch.results) {
         if let Err((request, Ok(orphan))) = answer.send((request, result)) {
-            O::orphaned(store, request, orphan);
+            O::orphaned(executor, request, orphan);
         }
     }
 }
@@ -503,6 +445,7 @@ mod tests {
     struct Numbers;
 
     impl Op for Numbers {
+        type Executor = ();
         type Request = u32;
         type Answer = ();
 
@@ -515,15 +458,14 @@ mod tests {
 
         #[allow(clippy::manual_async_fn)]
         fn many<'a>(
-            _: &'a PgStore,
-            _: &'a mut PgConnection,
+            _: &'a (),
             _: &'a [u32],
         ) -> impl Future<Output = Result<Vec<()>, sqlx::Error>> + Send + 'a {
             async { unreachable!("no statement is sent") }
         }
 
         #[allow(clippy::manual_async_fn)]
-        fn one(_: &PgStore, _: &u32) -> impl Future<Output = Result<(), StoreError>> + Send {
+        fn one(_: &(), _: &u32) -> impl Future<Output = Result<(), StoreError>> + Send {
             async { unreachable!("no statement is sent") }
         }
     }
@@ -546,26 +488,6 @@ mod tests {
     fn sizes(batcher: &Batcher<Numbers>, may_split: bool) -> usize {
         let mut retired = false;
         batcher.next_batch(&mut retired, may_split).len()
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn a_new_driver_may_split_on_one_worker_thread() {
-        assert!(on_one_worker());
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_new_driver_may_split_on_a_current_thread_runtime() {
-        assert!(on_one_worker());
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_new_driver_never_splits_on_two_worker_threads() {
-        assert!(!on_one_worker());
-    }
-
-    #[test]
-    fn a_new_driver_never_splits_outside_a_runtime() {
-        assert!(!on_one_worker());
     }
 
     #[test]
