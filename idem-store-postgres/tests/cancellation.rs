@@ -306,18 +306,25 @@ async fn a_claim_answered_after_its_lease_lapsed_does_not_run_beside_the_takeove
     second.rollback().await.unwrap();
     waits.await.unwrap();
 
+    // The takeover, woken on the server as the batch commits, almost always wins; should the
+    // late answer's re-check reach the row first, it renews the lease and the takeover finds
+    // the claim live. Either way one run holds the key: never both.
     let taken = takeover.await.unwrap();
-    assert_eq!(taken, Some(1000000), "the lapsed claim is taken over");
     let answered = late.await.unwrap().unwrap();
-    assert!(
-        matches!(answered, Outcome::InProgress { .. }),
-        "the late answer is not run: {answered:?}"
-    );
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "only the takeover may run it"
-    );
+    if taken.is_some() {
+        assert!(
+            matches!(answered, Outcome::InProgress { .. }),
+            "taken over, so the late answer is not run: {answered:?}"
+        );
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            0,
+            "only the takeover may run it"
+        );
+    } else {
+        assert_eq!(answered, Outcome::Executed(()), "renewed in time, it runs");
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
 }
 
 /// A transactional body that makes a lease-mode call through the same store, while a
