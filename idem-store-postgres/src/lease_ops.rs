@@ -1,5 +1,5 @@
 //! Lease mode's two operations as the batcher runs them, claims and completions: their one-statement forms
-//! for many records (`claim_many`, `complete_many` in records.rs), and each request's statement
+//! for many records (`claim_many`, `complete_many` in `records/sql.rs`), and each request's statement
 //! of its own, which a batch of one uses and a refused batch falls back to (batch.rs).
 
 use std::hash::Hasher;
@@ -12,8 +12,9 @@ use sqlx::{PgConnection, Row};
 use crate::batch::{hash_record, Op};
 use crate::connections::on_conn;
 use crate::error::store_error;
+use crate::records::{self, judge, ClaimRow, Judged};
 use crate::records::{fence_param, token_param};
-use crate::store::{ClaimRow, Judged, PgStore};
+use crate::store::PgStore;
 use crate::time::duration_micros;
 
 /// A claim request that owns its parts, to travel to a batch's driver.
@@ -90,7 +91,7 @@ impl Op for ClaimOp {
     }
 
     async fn one(store: &PgStore, claim: &OwnedClaim) -> Result<Claim, StoreError> {
-        on_conn!(indexed store, conn => store.claim_on(conn, claim.request()))
+        on_conn!(indexed store, conn => records::claim_on(store.records(), conn, claim.request()))
             .map_err(|e| store_error(e).during(Self::OPERATION))
     }
 
@@ -124,7 +125,7 @@ impl Op for CompleteOp {
     }
 
     async fn one(store: &PgStore, c: &OwnedCompletion) -> Result<Fenced, StoreError> {
-        on_conn!(indexed store, conn => store.complete_on(conn, &c.key, c.fence, c.completion()))
+        on_conn!(indexed store, conn => records::complete_on(store.records(), conn, &c.key, c.fence, c.completion()))
             .map_err(|e| store_error(e).during(Self::OPERATION))
     }
 }
@@ -167,12 +168,12 @@ async fn claim_many_on(
     for (claim, row) in batch.iter().zip(found) {
         let request = claim.request();
         let fingerprint = request.fingerprint.map(Fingerprint::as_str);
-        claims.push(
-            match PgStore::judge(row, fingerprint, token_param(request.token)) {
-                Judged::Settled(claim) => claim,
-                Judged::Raced | Judged::Lapsed { .. } => store.claim_on(conn, request).await?,
-            },
-        );
+        claims.push(match judge(row, fingerprint, token_param(request.token)) {
+            Judged::Settled(claim) => claim,
+            Judged::Raced | Judged::Lapsed { .. } => {
+                records::claim_on(store.records(), conn, request).await?
+            }
+        });
     }
     Ok(claims)
 }

@@ -2,11 +2,10 @@
 
 use async_trait::async_trait;
 use idem_core::{
-    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, EffectState, Fence, Fenced,
-    Fingerprint, Key, Operation, Purge, Record, RecordState, Store, StoreError,
+    Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, Fence, Fenced, Key, Operation,
+    Purge, Record, Store, StoreError,
 };
-use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::PgPool;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,13 +17,7 @@ use crate::error::store_error;
 use crate::fresh_claim::Fences;
 use crate::ident::validate_ident;
 use crate::lease_ops::{ClaimOp, CompleteOp, OwnedClaim, OwnedCompletion};
-use crate::records::RecordsSql;
-use crate::records::{fence_param, token_param};
-use crate::time::{duration_micros, from_micros};
-
-/// How often a claim is retried when its statement raced a concurrent insert or takeover. Each
-/// retry sees a newer snapshot that holds the winner's row, so one retry almost always settles it.
-const CLAIM_ATTEMPTS: usize = 16;
+use crate::records::{self, fenced, PurgeCursor, RecordsSql};
 
 /// The default schema and table: `public.idem_records`.
 pub const DEFAULT_SCHEMA: &str = "public";
@@ -316,58 +309,6 @@ pub(crate) fn held_connections(pool_max: u32) -> usize {
     pool_max as usize / 2
 }
 
-/// One decoded row of the claim statement.
-pub(crate) struct ClaimRow {
-    inserted: bool,
-    fence: i64,
-    fingerprint: Option<String>,
-    completed_at: Option<i64>,
-    expires_at: i64,
-    output: Option<Vec<u8>>,
-    lapsed: bool,
-    token: Option<i64>,
-    scope: String,
-}
-
-impl ClaimRow {
-    /// Decodes the claim's columns, which start at column `first` of `row`.
-    pub(crate) fn decode_from(row: &PgRow, first: usize) -> Result<ClaimRow, sqlx::Error> {
-        Ok(ClaimRow {
-            inserted: row.try_get(first)?,
-            fence: row.try_get(first + 1)?,
-            fingerprint: row.try_get(first + 2)?,
-            completed_at: row.try_get(first + 3)?,
-            expires_at: row.try_get(first + 4)?,
-            output: row.try_get(first + 5)?,
-            lapsed: row.try_get(first + 6)?,
-            token: row.try_get(first + 7)?,
-            scope: row.try_get(first + 8)?,
-        })
-    }
-}
-
-/// What one claim statement's answer means for one request.
-pub(crate) enum Judged {
-    /// The claim is settled.
-    Settled(Claim),
-    /// No row: a concurrent claim inserted the key after the statement's snapshot. Look again.
-    Raced,
-    /// The record's lease lapsed (or its completion expired): take it over, from `scope`.
-    Lapsed { scope: String },
-}
-
-fn fence(value: i64) -> Fence {
-    Fence(value.unsigned_abs())
-}
-
-fn fenced(rows: u64) -> Fenced {
-    if rows == 1 {
-        Fenced::Applied
-    } else {
-        Fenced::Lost
-    }
-}
-
 impl PgStore {
     /// A store on the application's pool, in `public.idem_records`.
     pub fn new(pool: PgPool) -> PgStore {
@@ -485,292 +426,15 @@ impl PgStore {
         &self.shared.sql.table
     }
 
-    /// Claims on `conn`: the one-statement claim, plus a takeover statement for a lapsed
-    /// record. Used by lease mode (on one connection) and transactional mode (inside the
-    /// open transaction, where an inserted or taken-over row stays locked until commit).
-    pub(crate) async fn claim_on(
-        &self,
-        conn: &mut PgConnection,
-        request: ClaimRequest<'_>,
-    ) -> Result<Claim, sqlx::Error> {
-        Ok(self.claim_as(conn, request, None).await?.0)
-    }
-
-    /// [`claim_on`](Self::claim_on), inserting a fresh key as completed and kept for `keep`
-    /// when it is `Some` (only inside a transaction, whose commit completes the call); the
-    /// `bool` says whether it did. A lapsed record taken over is claimed as usual (`false`).
-    pub(crate) async fn claim_as(
-        &self,
-        conn: &mut PgConnection,
-        request: ClaimRequest<'_>,
-        keep: Option<Duration>,
-    ) -> Result<(Claim, bool), sqlx::Error> {
-        let sql = &self.shared.sql;
-        let key = request.key.as_str();
-        let fingerprint = request.fingerprint.map(Fingerprint::as_str);
-        let lease = duration_micros(request.lease);
-        let (claim, fresh_for) = match keep {
-            Some(keep) => (&sql.claim_completed, duration_micros(keep)),
-            None => (&sql.claim, lease),
-        };
-        let token = token_param(request.token);
-        for _ in 0..CLAIM_ATTEMPTS {
-            let row = sqlx::query(claim)
-                .bind(key)
-                .bind(fingerprint)
-                .bind(fresh_for)
-                .bind(token)
-                .bind(request.key.scope())
-                .bind(idem_core::holder())
-                .fetch_optional(&mut *conn)
-                .await?;
-            let row = row.map(|row| ClaimRow::decode_from(&row, 0)).transpose()?;
-            let inserted = row.as_ref().is_some_and(|row| row.inserted);
-            let scope = match PgStore::judge(row, fingerprint, token) {
-                Judged::Settled(claim) => return Ok((claim, inserted && keep.is_some())),
-                Judged::Raced => continue,
-                Judged::Lapsed { scope } => scope,
-            };
-            let taken = sqlx::query(&sql.takeover)
-                .bind(key)
-                .bind(fingerprint)
-                .bind(lease)
-                .bind(token)
-                .bind(request.key.scope())
-                .bind(&scope)
-                .bind(idem_core::holder())
-                .fetch_optional(&mut *conn)
-                .await?;
-            match taken {
-                Some(taken) => {
-                    let claim = Claim::Acquired {
-                        fence: fence(taken.try_get(0)?),
-                        lease_expires_at: from_micros(taken.try_get(1)?),
-                        taken_over: true,
-                    };
-                    return Ok((claim, false));
-                }
-                // Another claim took it over (or it was renewed) first: look again.
-                None => continue,
-            }
-        }
-        Err(sqlx::Error::Protocol(format!(
-            "claim of {key:?} kept racing concurrent claims after {CLAIM_ATTEMPTS} attempts"
-        )))
-    }
-
-    /// What the claim statement's row (or its absence) means for a request with `fingerprint`
-    /// and `token`: the one reading of a claim's answer, for single and batched claims.
-    pub(crate) fn judge(
-        row: Option<ClaimRow>,
-        fingerprint: Option<&str>,
-        token: Option<i64>,
-    ) -> Judged {
-        let Some(row) = row else {
-            return Judged::Raced;
-        };
-        // Inserted now, or the caller's own claim, sent again after its answer was lost.
-        let own =
-            !row.lapsed && row.completed_at.is_none() && token.is_some() && row.token == token;
-        if row.inserted || own {
-            return Judged::Settled(Claim::Acquired {
-                fence: fence(row.fence),
-                lease_expires_at: from_micros(row.expires_at),
-                taken_over: false,
-            });
-        }
-        if row.lapsed {
-            return Judged::Lapsed { scope: row.scope };
-        }
-        let mismatch = matches!(
-            (row.fingerprint.as_deref(), fingerprint),
-            (Some(stored), Some(requested)) if stored != requested
-        );
-        Judged::Settled(if mismatch {
-            Claim::Mismatch
-        } else if let Some(completed_at) = row.completed_at {
-            Claim::Completed {
-                completed_at: from_micros(completed_at),
-                output: row.output,
-            }
-        } else {
-            Claim::InProgress {
-                lease_expires_at: from_micros(row.expires_at),
-            }
-        })
-    }
-
-    pub(crate) async fn complete_on(
-        &self,
-        conn: &mut PgConnection,
-        key: &Key,
-        fence: Fence,
-        completion: Completion<'_>,
-    ) -> Result<Fenced, sqlx::Error> {
-        let result = sqlx::query(&self.shared.sql.complete)
-            .bind(key.as_str())
-            .bind(fence_param(fence))
-            .bind(completion.output)
-            .bind(duration_micros(completion.keep))
-            .execute(conn)
-            .await?;
-        Ok(fenced(result.rows_affected()))
-    }
-
-    async fn release_on(
-        &self,
-        conn: &mut PgConnection,
-        key: &str,
-        fence: Fence,
-    ) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::query(&self.shared.sql.release)
-            .bind(key)
-            .bind(fence_param(fence))
-            .execute(conn)
-            .await?
-            .rows_affected())
-    }
-
-    async fn renew_on(
-        &self,
-        conn: &mut PgConnection,
-        key: &Key,
-        fence: Fence,
-        lease: Duration,
-    ) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::query(&self.shared.sql.renew)
-            .bind(key.as_str())
-            .bind(fence_param(fence))
-            .bind(duration_micros(lease))
-            .execute(conn)
-            .await?
-            .rows_affected())
-    }
-
-    async fn get_on(
-        &self,
-        conn: &mut PgConnection,
-        key: &Key,
-    ) -> Result<Option<Record>, sqlx::Error> {
-        let row = sqlx::query(&self.shared.sql.get)
-            .bind(key.as_str())
-            .bind(key.scope())
-            .fetch_optional(conn)
-            .await?;
-        let Some(row) = row else { return Ok(None) };
-        let completed_at: Option<i64> = row.try_get(2)?;
-        let expires_at = from_micros(row.try_get(3)?);
-        Ok(Some(Record {
-            key: key.clone(),
-            fence: fence(row.try_get(0)?),
-            fingerprint: row
-                .try_get::<Option<String>, _>(1)?
-                .map(Fingerprint::from_stored),
-            state: match completed_at {
-                None => RecordState::InProgress {
-                    lease_expires_at: expires_at,
-                },
-                Some(completed_at) => RecordState::Completed {
-                    completed_at: from_micros(completed_at),
-                    expires_at,
-                    output: row.try_get(4)?,
-                },
-            },
-        }))
-    }
-
-    /// Deletes up to `limit` expired records and up to `limit` expired journal entries, from
-    /// where `from` says the drain's previous batch ended (and moves it on). A batch of due
-    /// records that were not expired yet (a completion's `keep`, a renewed lease) files them
-    /// again and goes on, so a call deletes fewer than `limit` records only when no due record
-    /// is left: [`idem_core::purge::drain`] stops on that.
-    async fn purge_on(
-        &self,
-        conn: &mut PgConnection,
-        limit: i64,
-        from: &mut PurgeCursor,
-    ) -> Result<u64, sqlx::Error> {
-        let (mut records, mut effects) = (0, 0);
-        loop {
-            let asked = limit - records;
-            let row = sqlx::query(&self.shared.sql.purge)
-                .bind(asked)
-                .bind(limit - effects)
-                .bind(from.records)
-                .bind(from.effects)
-                .fetch_one(&mut *conn)
-                .await?;
-            let (deleted, refiled): (i64, i64) = (row.try_get(0)?, row.try_get(1)?);
-            records += deleted;
-            effects += row.try_get::<i64, _>(2)?;
-            let ends: (Option<i64>, Option<i64>) = (row.try_get(3)?, row.try_get(4)?);
-            from.records = ends.0.or(from.records);
-            from.effects = ends.1.or(from.effects);
-            if deleted + refiled < asked || records >= limit {
-                return Ok((records + effects).unsigned_abs());
-            }
-        }
-    }
-
     /// One purge batch of a drain that `from` follows (see [`PurgeCursor`]).
     async fn purge_from(&self, limit: usize, from: &Mutex<PurgeCursor>) -> Result<u64, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut at = *from.lock().unwrap_or_else(|e| e.into_inner());
-        let purged = on_conn!(indexed self, conn => self.purge_on(conn, limit, &mut at))
-            .map_err(|e| store_error(e).during(Operation::Purge))?;
+        let purged =
+            on_conn!(indexed self, conn => records::purge_on(self.records(), conn, limit, &mut at))
+                .map_err(|e| store_error(e).during(Operation::Purge))?;
         *from.lock().unwrap_or_else(|e| e.into_inner()) = at;
         Ok(purged)
-    }
-
-    async fn effect_on(
-        &self,
-        conn: &mut PgConnection,
-        key: &Key,
-        effect: &str,
-    ) -> Result<Option<EffectEntry>, sqlx::Error> {
-        let row = sqlx::query(&self.shared.sql.effect)
-            .bind(key.as_str())
-            .bind(effect)
-            .bind(key.scope())
-            .fetch_optional(conn)
-            .await?;
-        let Some(row) = row else { return Ok(None) };
-        Ok(Some(EffectEntry {
-            state: if row.try_get::<i16, _>(0)? == 1 {
-                EffectState::Done
-            } else {
-                EffectState::Started
-            },
-            output: row.try_get(1)?,
-            fence: fence(row.try_get(2)?),
-        }))
-    }
-
-    async fn record_effect_on(
-        &self,
-        conn: &mut PgConnection,
-        key: &Key,
-        fence: Fence,
-        record: EffectRecord<'_>,
-    ) -> Result<Fenced, sqlx::Error> {
-        let state: i16 = match record.state {
-            EffectState::Started => 0,
-            EffectState::Done => 1,
-        };
-        let written = sqlx::query(&self.shared.sql.record_effect)
-            .bind(key.as_str())
-            .bind(fence_param(fence))
-            .bind(record.effect)
-            .bind(state)
-            .bind(record.output)
-            .bind(duration_micros(record.keep))
-            .fetch_optional(conn)
-            .await?;
-        Ok(if written.is_some() {
-            Fenced::Applied
-        } else {
-            Fenced::Lost
-        })
     }
 }
 
@@ -780,7 +444,7 @@ impl Store for PgStore {
         if let Some(batches) = self.batches() {
             return batch::submit(self, &batches.claims, OwnedClaim::new(request)).await;
         }
-        on_conn!(indexed self, conn => self.claim_on(conn, request))
+        on_conn!(indexed self, conn => records::claim_on(self.records(), conn, request))
             .map_err(|e| store_error(e).during(Operation::Claim))
     }
 
@@ -794,29 +458,29 @@ impl Store for PgStore {
             let completion = OwnedCompletion::new(key, fence, completion);
             return batch::submit(self, &batches.completions, completion).await;
         }
-        on_conn!(indexed self, conn => self.complete_on(conn, key, fence, completion))
+        on_conn!(indexed self, conn => records::complete_on(self.records(), conn, key, fence, completion))
             .map_err(|e| store_error(e).during(Operation::Complete))
     }
 
     async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
-        on_conn!(indexed self, conn => self.release_on(conn, key.as_str(), fence))
+        on_conn!(indexed self, conn => records::release_on(self.records(), conn, key.as_str(), fence))
             .map(fenced)
             .map_err(|e| store_error(e).during(Operation::Release))
     }
 
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
-        on_conn!(indexed self, conn => self.renew_on(conn, key, fence, lease))
+        on_conn!(indexed self, conn => records::renew_on(self.records(), conn, key, fence, lease))
             .map(fenced)
             .map_err(|e| store_error(e).during(Operation::Renew))
     }
 
     async fn get(&self, key: &Key) -> Result<Option<Record>, StoreError> {
-        on_conn!(indexed self, conn => self.get_on(conn, key))
+        on_conn!(indexed self, conn => records::get_on(self.records(), conn, key))
             .map_err(|e| store_error(e).during(Operation::Get))
     }
 
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
-        on_conn!(indexed self, conn => self.effect_on(conn, key, effect))
+        on_conn!(indexed self, conn => records::effect_on(self.records(), conn, key, effect))
             .map_err(|e| store_error(e).during(Operation::JournalRead))
     }
 
@@ -826,7 +490,7 @@ impl Store for PgStore {
         fence: Fence,
         record: EffectRecord<'_>,
     ) -> Result<Fenced, StoreError> {
-        on_conn!(indexed self, conn => self.record_effect_on(conn, key, fence, record))
+        on_conn!(indexed self, conn => records::record_effect_on(self.records(), conn, key, fence, record))
             .map_err(|e| store_error(e).during(Operation::JournalWrite))
     }
 
@@ -843,7 +507,8 @@ impl Store for PgStore {
         let store = self.clone();
         let key = key.as_str().to_owned();
         runtime.spawn(async move {
-            let released = on_conn!(indexed store, conn => store.release_on(conn, &key, fence));
+            let released =
+                on_conn!(indexed store, conn => records::release_on(store.records(), conn, &key, fence));
             if let Err(e) = released {
                 tracing::warn!(
                     key,
@@ -862,16 +527,6 @@ impl Store for PgStore {
             idem_core::reclaim_and_release_in_background(self.shared(), request);
         }
     }
-}
-
-/// Where a drain's previous purge batch ended: the latest `purge_at` of the records and
-/// `expires_at` of the journal entries it took (epoch µs; `None` before the first). The next
-/// batch starts there instead of at the index's start, past the index entries of the rows the
-/// drain already deleted (they stay until VACUUM).
-#[derive(Debug, Clone, Copy, Default)]
-struct PurgeCursor {
-    records: Option<i64>,
-    effects: Option<i64>,
 }
 
 /// Deletes expired records and journal entries in bounded batches, in index order; rows locked

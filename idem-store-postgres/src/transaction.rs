@@ -15,7 +15,8 @@ use crate::connections::{is_connection_lost, on_conn, retry_budget, Lent};
 use crate::error::store_error;
 use crate::fresh_claim::Fresh;
 use crate::records::token_param;
-use crate::store::{ClaimRow, Judged, PgStore};
+use crate::records::{self, judge, ClaimRow, Judged};
+use crate::store::PgStore;
 
 type Manager = <Postgres as Database>::TransactionManager;
 
@@ -222,7 +223,7 @@ impl PgStore {
         let Some(row) = row else { return Ok(None) };
         let fingerprint = request.fingerprint.map(Fingerprint::as_str);
         Ok(
-            match PgStore::judge(Some(row), fingerprint, token_param(request.token)) {
+            match judge(Some(row), fingerprint, token_param(request.token)) {
                 Judged::Settled(claim @ (Claim::Completed { .. } | Claim::Mismatch)) => Some(claim),
                 _ => None,
             },
@@ -311,8 +312,7 @@ impl TransactionalStore for PgStore {
             },
             None => PgTransaction::begin(self).await.map_err(failed)?,
         };
-        let (claim, completed) = self
-            .claim_as(&mut tx, request, Some(keep))
+        let (claim, completed) = records::claim_as(self.records(), &mut tx, request, Some(keep))
             .await
             .map_err(failed)?;
         duplicates.observe(matches!(claim, Claim::Completed { .. } | Claim::Mismatch));

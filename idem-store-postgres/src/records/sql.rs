@@ -11,7 +11,6 @@
 //! No other file spells the records table's SQL.
 
 use crate::time::{batch_start_sql, micros_sql};
-use idem_core::{ClaimToken, Fence};
 
 /// Parameters, by position, of each statement:
 /// claim: $1 key, $2 fingerprint, $3 lease (µs), $4 the claim's token (or NULL), $5 scope;
@@ -427,14 +426,4 @@ impl RecordsSql {
 fn scope_literal(scope: &str) -> String {
     debug_assert!(scope.chars().all(|c| c.is_ascii_alphanumeric() || c == ':'));
     format!("'{scope}'")
-}
-
-/// A fence as the bigint column keeps it.
-pub(crate) fn fence_param(fence: Fence) -> i64 {
-    i64::try_from(fence.0).unwrap_or(i64::MAX)
-}
-
-/// A token's bits, as the bigint column keeps them.
-pub(crate) fn token_param(token: Option<ClaimToken>) -> Option<i64> {
-    token.map(|t| t.0 as i64)
 }

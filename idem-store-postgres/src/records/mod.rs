@@ -1,0 +1,12 @@
+//! The records table, at the bottom of the store: its statements (`sql.rs`), its rows and
+//! parameters (`rows.rs`), and its operations on a given connection (`ops.rs`). The store, its
+//! batches, its transactions and the work queue build on this layer, none of them on each
+//! other's helpers.
+
+mod ops;
+mod rows;
+mod sql;
+
+pub(crate) use ops::*;
+pub(crate) use rows::{fence_param, fenced, judge, token_param, ClaimRow, Judged};
+pub(crate) use sql::*;
