@@ -1,13 +1,14 @@
-//! The stores the command reads and edits, behind one set of operations: PostgreSQL
-//! (`postgres://`), SQLite (`sqlite://PATH`) and Redis (`redis://`, a node or a cluster's
-//! nodes). Each answers with the same [`RecordRow`]s, so
-//! every command prints the same fields whatever the store.
+//! The stores the command reads and edits: PostgreSQL (`postgres://`), SQLite
+//! (`sqlite://PATH`) and Redis (`redis://`, a node or a cluster's nodes). Every question is the
+//! store's own [`Inspect`] (the command holds no store's queries), answered as the same
+//! [`RecordRow`]s, so every command prints the same fields whatever the store.
 
 use idem_core::Purge;
-use idem_core::{Fence, Fenced, RecordState, Store};
-use idem_store_postgres::sqlx::{self, postgres::PgRow, Row};
+use idem_core::StoreError;
+use idem_core::{Fence, Fenced, Inspect, InspectedRecord, RecordFilter, RecordState, RecordStatus};
+use idem_store_postgres::sqlx;
 use idem_store_postgres::PgStore;
-use idem_store_redis::{Inspected, RedisStore};
+use idem_store_redis::RedisStore;
 use idem_store_sqlite::SqliteStore;
 use serde_json::{json, Map, Value};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -80,66 +81,47 @@ pub(crate) enum Backend {
 }
 
 fn micros_of(at: SystemTime) -> i64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
+    match at.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_micros() as i64,
+        Err(e) => -(e.duration().as_micros() as i64),
+    }
 }
 
-/// A Redis record as a row, judged against `now`.
-fn redis_row(inspected: &Inspected, now: i64) -> RecordRow {
+/// A record as a row, judged against `now`.
+fn row_of(inspected: &InspectedRecord, now: SystemTime) -> RecordRow {
     let record = &inspected.record;
-    let (state, completed_at, expires) = match &record.state {
-        RecordState::InProgress { lease_expires_at } => {
-            let expires = micros_of(*lease_expires_at);
-            (
-                if expires > now { "claimed" } else { "stale" },
-                None,
-                expires,
-            )
-        }
+    let (completed_at, expires) = match &record.state {
+        RecordState::InProgress { lease_expires_at } => (None, *lease_expires_at),
         RecordState::Completed {
             completed_at,
             expires_at,
             ..
-        } => {
-            let expires = micros_of(*expires_at);
-            (
-                if expires > now {
-                    "completed"
-                } else {
-                    "expired"
-                },
-                Some(rfc3339(micros_of(*completed_at))),
-                expires,
-            )
-        }
+        } => (Some(rfc3339(micros_of(*completed_at))), *expires_at),
     };
+    let expires = micros_of(expires);
     RecordRow {
         key: record.key.as_str().to_owned(),
         scope: record.key.scope().to_owned(),
-        state,
+        state: inspected.status(now).as_str(),
         fence: record.fence.0 as i64,
         holder: inspected.holder.clone(),
         completed_at,
         expires_at: rfc3339(expires),
-        left_s: (expires - now) as f64 / 1e6,
+        left_s: (expires - micros_of(now)) as f64 / 1e6,
         fingerprint: record.fingerprint.as_ref().map(|f| f.as_str().to_owned()),
         output_bytes: inspected.output_bytes.map(|n| n as i64),
     }
 }
 
-fn redis_failed(e: idem_core::StoreError) -> sqlx::Error {
+/// A store's error, as the commands report a database's (the commands speak `sqlx::Error`).
+fn failed(e: StoreError) -> sqlx::Error {
     sqlx::Error::Protocol(e.to_string())
 }
 
-fn scoped(key: &str, scope: &str) -> Result<idem_core::Key, sqlx::Error> {
+fn scoped(key: &str, scope: &str) -> Result<idem_core::Key, StoreError> {
     idem_core::Key::new(key)
         .and_then(|k| k.with_scope(scope.to_owned()))
-        .map_err(|e| sqlx::Error::Protocol(e.to_string()))
-}
-
-/// A timestamp column as RFC 3339 text (UTC), in PostgreSQL.
-fn pg_ts(column: &str) -> String {
-    format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
+        .map_err(|e| StoreError::msg(e.to_string()))
 }
 
 /// Microseconds since the epoch as RFC 3339 text (UTC).
@@ -165,91 +147,21 @@ pub(crate) fn rfc3339(us: i64) -> String {
     )
 }
 
-fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
-const PG_STATE: &str = "CASE WHEN completed_at IS NOT NULL THEN
-        (CASE WHEN expires_at > now() THEN 'completed' ELSE 'expired' END)
-    WHEN expires_at > now() THEN 'claimed' ELSE 'stale' END";
-
-const SQLITE_STATE: &str = "CASE WHEN completed_us IS NOT NULL THEN
-        (CASE WHEN expires_us > $0 THEN 'completed' ELSE 'expired' END)
-    WHEN expires_us > $0 THEN 'claimed' ELSE 'stale' END";
-
-fn state_name(state: &str) -> &'static str {
-    match state {
-        "claimed" => "claimed",
-        "stale" => "stale",
-        "completed" => "completed",
-        _ => "expired",
-    }
-}
-
-fn filter_name(state: Option<State>) -> Option<&'static str> {
+fn filter_status(state: Option<State>) -> Option<RecordStatus> {
     state.map(|s| match s {
-        State::Claimed => "claimed",
-        State::Stale => "stale",
-        State::Completed => "completed",
+        State::Claimed => RecordStatus::Claimed,
+        State::Stale => RecordStatus::Stale,
+        State::Completed => RecordStatus::Completed,
     })
 }
 
 impl Backend {
-    fn pg_records(schema: &str, table: &str) -> String {
-        format!("\"{schema}\".\"{table}\"")
-    }
-
-    fn pg_columns() -> String {
-        format!(
-            "key, scope, fence, fingerprint, holder, {PG_STATE} AS state,
-             {completed} AS completed_at, {expires} AS expires_at,
-             extract(epoch FROM expires_at - now())::float8 AS left_s,
-             octet_length(output)::bigint AS output_bytes",
-            completed = pg_ts("completed_at"),
-            expires = pg_ts("expires_at"),
-        )
-    }
-
-    fn pg_row(row: &PgRow) -> RecordRow {
-        RecordRow {
-            key: row.get("key"),
-            scope: row.get("scope"),
-            state: state_name(&row.get::<String, _>("state")),
-            fence: row.get("fence"),
-            holder: row.get("holder"),
-            completed_at: row.get("completed_at"),
-            expires_at: row.get("expires_at"),
-            left_s: row.get("left_s"),
-            fingerprint: row.get("fingerprint"),
-            output_bytes: row.get("output_bytes"),
-        }
-    }
-
-    const SQLITE_COLUMNS: &'static str =
-        "key, scope, fence, fingerprint, holder, completed_us, expires_us, length(output) AS output_bytes";
-
-    fn sqlite_row(row: &sqlx::sqlite::SqliteRow, now: i64) -> RecordRow {
-        let completed: Option<i64> = row.get("completed_us");
-        let expires: i64 = row.get("expires_us");
-        let state = match (completed, expires > now) {
-            (Some(_), true) => "completed",
-            (Some(_), false) => "expired",
-            (None, true) => "claimed",
-            (None, false) => "stale",
-        };
-        RecordRow {
-            key: row.get("key"),
-            scope: row.get("scope"),
-            state,
-            fence: row.get("fence"),
-            holder: row.get("holder"),
-            completed_at: completed.map(rfc3339),
-            expires_at: rfc3339(expires),
-            left_s: (expires - now) as f64 / 1e6,
-            fingerprint: row.get("fingerprint"),
-            output_bytes: row.get("output_bytes"),
+    /// The store's answers to its operator.
+    fn inspector(&self) -> &dyn Inspect {
+        match self {
+            Backend::Postgres { store, .. } => store,
+            Backend::Sqlite { store, .. } => store,
+            Backend::Redis { store } => store,
         }
     }
 
@@ -259,58 +171,9 @@ impl Backend {
         key: &str,
         scope: Option<&str>,
     ) -> Result<Vec<RecordRow>, sqlx::Error> {
-        match self {
-            Backend::Postgres {
-                pool,
-                schema,
-                table,
-                ..
-            } => {
-                let rows = sqlx::query(&format!(
-                    "SELECT {} FROM {} WHERE key = $1 AND ($2::text IS NULL OR scope = $2) ORDER BY scope",
-                    Self::pg_columns(),
-                    Self::pg_records(schema, table)
-                ))
-                .bind(key)
-                .bind(scope)
-                .fetch_all(pool)
-                .await?;
-                Ok(rows.iter().map(Self::pg_row).collect())
-            }
-            Backend::Sqlite { store, table } => {
-                let now = now_us();
-                let rows = sqlx::query(&format!(
-                    "SELECT {} FROM \"{table}\" WHERE key = $1 AND ($2 IS NULL OR scope = $2) ORDER BY scope",
-                    Self::SQLITE_COLUMNS
-                ))
-                .bind(key)
-                .bind(scope)
-                .fetch_all(store.pool())
-                .await?;
-                Ok(rows.iter().map(|r| Self::sqlite_row(r, now)).collect())
-            }
-            Backend::Redis { store } => {
-                let now = now_us();
-                let found = match scope {
-                    Some(scope) => store
-                        .inspect(&scoped(key, scope)?)
-                        .await
-                        .map_err(redis_failed)?
-                        .into_iter()
-                        .collect(),
-                    None => store
-                        .records()
-                        .await
-                        .map_err(redis_failed)?
-                        .into_iter()
-                        .filter(|i| i.record.key.as_str() == key)
-                        .collect::<Vec<_>>(),
-                };
-                let mut rows: Vec<_> = found.iter().map(|i| redis_row(i, now)).collect();
-                rows.sort_by(|a, b| a.scope.cmp(&b.scope));
-                Ok(rows)
-            }
-        }
+        let now = SystemTime::now();
+        let found = self.inspector().find(key, scope).await.map_err(failed)?;
+        Ok(found.iter().map(|r| row_of(r, now)).collect())
     }
 
     /// Records, newest first.
@@ -321,142 +184,44 @@ impl Backend {
         prefix: Option<&str>,
         limit: i64,
     ) -> Result<Vec<RecordRow>, sqlx::Error> {
-        let state = filter_name(state);
-        match self {
-            Backend::Postgres {
-                pool,
-                schema,
-                table,
-                ..
-            } => {
-                let rows = sqlx::query(&format!(
-                    "SELECT {} FROM {} WHERE ($1::text IS NULL OR {PG_STATE} = $1)
-                       AND ($2::text IS NULL OR scope = $2) AND ($3::text IS NULL OR starts_with(key, $3))
-                     ORDER BY coalesce(completed_at, expires_at) DESC LIMIT $4",
-                    Self::pg_columns(),
-                    Self::pg_records(schema, table)
-                ))
-                .bind(state)
-                .bind(scope)
-                .bind(prefix)
-                .bind(limit)
-                .fetch_all(pool)
-                .await?;
-                Ok(rows.iter().map(Self::pg_row).collect())
-            }
-            Backend::Sqlite { store, table } => {
-                let now = now_us();
-                let rows = sqlx::query(&format!(
-                    "SELECT {} FROM \"{table}\" WHERE ($1 IS NULL OR {} = $1)
-                       AND ($2 IS NULL OR scope = $2) AND ($3 IS NULL OR substr(key, 1, length($3)) = $3)
-                     ORDER BY coalesce(completed_us, expires_us) DESC LIMIT $4",
-                    Self::SQLITE_COLUMNS,
-                    SQLITE_STATE.replace("$0", "$5")
-                ))
-                .bind(state)
-                .bind(scope)
-                .bind(prefix)
-                .bind(limit)
-                .bind(now)
-                .fetch_all(store.pool())
-                .await?;
-                Ok(rows.iter().map(|r| Self::sqlite_row(r, now)).collect())
-            }
-            Backend::Redis { store } => {
-                let now = now_us();
-                let mut rows: Vec<RecordRow> = store
-                    .records()
-                    .await
-                    .map_err(redis_failed)?
-                    .iter()
-                    .map(|i| redis_row(i, now))
-                    .filter(|r| state.is_none_or(|s| r.state == s))
-                    .filter(|r| scope.is_none_or(|s| r.scope == s))
-                    .filter(|r| prefix.is_none_or(|p| r.key.starts_with(p)))
-                    .collect();
-                let newest = |r: &RecordRow| {
-                    r.completed_at
-                        .clone()
-                        .unwrap_or_else(|| r.expires_at.clone())
-                };
-                rows.sort_by_key(|r| std::cmp::Reverse(newest(r)));
-                rows.truncate(usize::try_from(limit).unwrap_or(0));
-                Ok(rows)
-            }
-        }
+        let now = SystemTime::now();
+        let filter = RecordFilter {
+            status: filter_status(state),
+            scope: scope.map(str::to_owned),
+            key_prefix: prefix.map(str::to_owned),
+            limit: usize::try_from(limit).unwrap_or(0),
+        };
+        let found = self.inspector().list(&filter).await.map_err(failed)?;
+        Ok(found.iter().map(|r| row_of(r, now)).collect())
     }
 
-    /// Deletes an unfinished claim holding `fence`; how many rows went.
+    /// Deletes an unfinished claim holding `fence` (the store's own fenced release); how many
+    /// records went.
     pub async fn delete_claim(
         &self,
         key: &str,
         scope: &str,
         fence: i64,
     ) -> Result<u64, sqlx::Error> {
-        let done = match self {
-            Backend::Postgres { pool, schema, table, .. } => sqlx::query(&format!(
-                "DELETE FROM {} WHERE key = $1 AND scope = $2 AND fence = $3 AND completed_at IS NULL",
-                Self::pg_records(schema, table)
-            ))
-            .bind(key)
-            .bind(scope)
-            .bind(fence)
-            .execute(pool)
-            .await?
-            .rows_affected(),
-            Backend::Sqlite { store, table } => sqlx::query(&format!(
-                "DELETE FROM \"{table}\" WHERE key = $1 AND scope = $2 AND fence = $3 AND completed_us IS NULL"
-            ))
-            .bind(key)
-            .bind(scope)
-            .bind(fence)
-            .execute(store.pool())
-            .await?
-            .rows_affected(),
-            Backend::Redis { store } => {
-                let fenced = store
-                    .release(&scoped(key, scope)?, Fence(fence as u64))
-                    .await
-                    .map_err(redis_failed)?;
-                u64::from(fenced == Fenced::Applied)
-            }
-        };
-        Ok(done)
+        let released = self
+            .inspector()
+            .release(
+                &scoped(key, scope).map_err(failed)?,
+                Fence(fence.unsigned_abs()),
+            )
+            .await
+            .map_err(failed)?;
+        Ok(u64::from(released == Fenced::Applied))
     }
 
-    /// Deletes a completed record; how many rows went.
+    /// Deletes a completed record; how many records went.
     pub async fn delete_completed(&self, key: &str, scope: &str) -> Result<u64, sqlx::Error> {
-        let done = match self {
-            Backend::Postgres {
-                pool,
-                schema,
-                table,
-                ..
-            } => sqlx::query(&format!(
-                "DELETE FROM {} WHERE key = $1 AND scope = $2 AND completed_at IS NOT NULL",
-                Self::pg_records(schema, table)
-            ))
-            .bind(key)
-            .bind(scope)
-            .execute(pool)
-            .await?
-            .rows_affected(),
-            Backend::Sqlite { store, table } => sqlx::query(&format!(
-                "DELETE FROM \"{table}\" WHERE key = $1 AND scope = $2 AND completed_us IS NOT NULL"
-            ))
-            .bind(key)
-            .bind(scope)
-            .execute(store.pool())
-            .await?
-            .rows_affected(),
-            Backend::Redis { store } => u64::from(
-                store
-                    .forget(&scoped(key, scope)?)
-                    .await
-                    .map_err(redis_failed)?,
-            ),
-        };
-        Ok(done)
+        Ok(u64::from(
+            self.inspector()
+                .forget(&scoped(key, scope).map_err(failed)?)
+                .await
+                .map_err(failed)?,
+        ))
     }
 
     /// The journal entries of `key`.
@@ -465,151 +230,35 @@ impl Backend {
         key: &str,
         scope: Option<&str>,
     ) -> Result<Vec<Map<String, Value>>, sqlx::Error> {
-        let entry = |scope: String,
-                     effect: String,
-                     done: bool,
-                     fence: i64,
-                     recorded: Option<String>,
-                     expires: String| {
-            Map::from_iter([
-                ("scope".into(), json!(scope)),
-                ("effect".into(), json!(effect)),
-                ("state".into(), json!(if done { "done" } else { "started" })),
-                ("fence".into(), json!(fence)),
-                ("recorded_at".into(), json!(recorded)),
-                ("expires_at".into(), json!(expires)),
-            ])
-        };
-        match self {
-            Backend::Postgres {
-                pool,
-                schema,
-                table,
-                ..
-            } => {
-                let rows = sqlx::query(&format!(
-                    "SELECT scope, effect, state::int AS state, fence, {recorded} AS recorded_at,
-                            {expires} AS expires_at
-                     FROM \"{schema}\".\"{table}_effects\" WHERE key = $1 AND ($2::text IS NULL OR scope = $2)
-                     ORDER BY recorded_at, effect",
-                    recorded = pg_ts("recorded_at"),
-                    expires = pg_ts("expires_at"),
-                ))
-                .bind(key)
-                .bind(scope)
-                .fetch_all(pool)
-                .await?;
-                Ok(rows
-                    .iter()
-                    .map(|r| {
-                        entry(
-                            r.get("scope"),
-                            r.get("effect"),
-                            r.get::<i32, _>("state") == 1,
-                            r.get("fence"),
-                            r.get("recorded_at"),
-                            r.get("expires_at"),
-                        )
-                    })
-                    .collect())
-            }
-            Backend::Sqlite { store, table } => {
-                let rows = sqlx::query(&format!(
-                    "SELECT scope, effect, state, fence, expires_us FROM \"{table}_effects\"
-                     WHERE key = $1 AND ($2 IS NULL OR scope = $2) ORDER BY effect"
-                ))
-                .bind(key)
-                .bind(scope)
-                .fetch_all(store.pool())
-                .await?;
-                Ok(rows
-                    .iter()
-                    .map(|r| {
-                        entry(
-                            r.get("scope"),
-                            r.get("effect"),
-                            r.get::<i64, _>("state") == 1,
-                            r.get("fence"),
-                            None,
-                            rfc3339(r.get("expires_us")),
-                        )
-                    })
-                    .collect())
-            }
-            Backend::Redis { store } => {
-                let scopes: Vec<String> = match scope {
-                    Some(scope) => vec![scope.to_owned()],
-                    None => self
-                        .find(key, None)
-                        .await?
-                        .into_iter()
-                        .map(|r| r.scope)
-                        .collect(),
-                };
-                let mut entries = Vec::new();
-                for scope in scopes {
-                    let journal = store
-                        .journal(&scoped(key, &scope)?)
-                        .await
-                        .map_err(redis_failed)?;
-                    for (effect, e) in journal {
-                        let done = e.state == idem_core::EffectState::Done;
-                        entries.push(entry(
-                            scope.clone(),
-                            effect,
-                            done,
-                            e.fence.0 as i64,
-                            None,
-                            "-".into(),
-                        ));
-                    }
-                }
-                Ok(entries)
-            }
-        }
+        let entries = self.inspector().journal(key, scope).await.map_err(failed)?;
+        Ok(entries
+            .into_iter()
+            .map(|e| {
+                let done = e.entry.state == idem_core::EffectState::Done;
+                Map::from_iter([
+                    ("scope".into(), json!(e.scope)),
+                    ("effect".into(), json!(e.effect)),
+                    ("state".into(), json!(if done { "done" } else { "started" })),
+                    ("fence".into(), json!(e.entry.fence.0)),
+                    (
+                        "recorded_at".into(),
+                        json!(e.recorded_at.map(|at| rfc3339(micros_of(at)))),
+                    ),
+                    (
+                        "expires_at".into(),
+                        json!(e
+                            .expires_at
+                            .map_or_else(|| "-".to_owned(), |at| rfc3339(micros_of(at)))),
+                    ),
+                ])
+            })
+            .collect())
     }
 
     /// Expired records and journal entries.
     pub async fn count_expired(&self) -> Result<(i64, i64), sqlx::Error> {
-        match self {
-            Backend::Postgres {
-                pool,
-                schema,
-                table,
-                ..
-            } => {
-                // Every expired record is due (`purge_at` has passed: see the store's migration
-                // 7), so the count reads the `purge_at` index, not the whole table.
-                let row = sqlx::query(&format!(
-                    "SELECT (SELECT count(*) FROM \"{schema}\".\"{table}\"
-                             WHERE purge_at <= now() AND expires_at <= now()),
-                            (SELECT count(*) FROM \"{schema}\".\"{table}_effects\" WHERE expires_at <= now())"
-                ))
-                .fetch_one(pool)
-                .await?;
-                Ok((row.get(0), row.get(1)))
-            }
-            Backend::Sqlite { store, table } => {
-                let row = sqlx::query(&format!(
-                    "SELECT (SELECT count(*) FROM \"{table}\" WHERE expires_us <= $1),
-                            (SELECT count(*) FROM \"{table}_effects\" WHERE expires_us <= $1)"
-                ))
-                .bind(now_us())
-                .fetch_one(store.pool())
-                .await?;
-                Ok((row.get(0), row.get(1)))
-            }
-            Backend::Redis { store } => {
-                let now = now_us();
-                let records = store.records().await.map_err(redis_failed)?;
-                let expired = records
-                    .iter()
-                    .filter(|i| matches!(redis_row(i, now).state, "stale" | "expired"))
-                    .count();
-                // Journal entries are not counted here: Redis expires them by itself.
-                Ok((expired as i64, 0))
-            }
-        }
+        let counts = self.inspector().count_expired().await.map_err(failed)?;
+        Ok((counts.records as i64, counts.effects as i64))
     }
 
     /// The store's own drain of expired rows, `batch` at a time, calling `on_batch` with each

@@ -127,6 +127,7 @@ mod error;
 mod execute;
 mod fingerprint;
 mod holder;
+pub mod inspect;
 pub mod journal;
 mod key;
 pub mod keyed;
@@ -151,6 +152,9 @@ pub use execute::{DEFAULT_KEEP, DEFAULT_LEASE, MAX_DURATION};
 pub use fingerprint::{Fingerprint, FingerprintBuilder};
 pub use holder::holder;
 pub use idem_macros::idempotent;
+pub use inspect::{
+    ExpiredCounts, Inspect, InspectedEffect, InspectedRecord, RecordFilter, RecordStatus,
+};
 pub use key::{InvalidKey, InvalidKeyReason, Key, DEFAULT_SCOPE, MAX_KEY_LEN, MAX_SCOPE_LEN};
 pub use memory::MemoryStore;
 pub use outcome::Outcome;

@@ -24,6 +24,7 @@ mod fresh_claim;
 #[cfg(test)]
 mod hot_tests;
 mod ident;
+mod inspect;
 mod lease_ops;
 mod migrate;
 #[cfg(test)]

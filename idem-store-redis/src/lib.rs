@@ -32,11 +32,12 @@
 
 #![warn(missing_docs)]
 
+mod inspect;
 mod keys;
 mod scripts;
 mod store;
 
-pub use store::{Inspected, RedisStore, DEFAULT_GRACE, DEFAULT_PREFIX};
+pub use store::{RedisStore, DEFAULT_GRACE, DEFAULT_PREFIX};
 
 /// The claim script's source, for measuring it on its own (`redis-benchmark` with `EVALSHA`):
 /// KEYS[1] the record; ARGV fingerprint (empty: none), token (empty: none), lease (µs), grace

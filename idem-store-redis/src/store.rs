@@ -33,13 +33,13 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(600);
 /// claim or completion lost with the server makes the work run again (a repeat), never a skip.
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: Conn,
-    prefix: Arc<str>,
+    pub(crate) conn: Conn,
+    pub(crate) prefix: Arc<str>,
     grace: Duration,
 }
 
 #[derive(Clone)]
-enum Conn {
+pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -86,7 +86,7 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-fn store_error(e: redis::RedisError) -> StoreError {
+pub(crate) fn store_error(e: redis::RedisError) -> StoreError {
     StoreError::new("the Redis store failed", e)
 }
 
@@ -225,12 +225,12 @@ impl RedisStore {
     }
 
     /// Every key under the prefix, on every node (`SCAN`, in batches).
-    async fn scan(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+    pub(crate) async fn scan(&self) -> Result<Vec<Vec<u8>>, StoreError> {
         self.scan_matching(&format!("{}:*", self.prefix)).await
     }
 
     /// Every key matching `pattern`, on every node.
-    async fn scan_matching(&self, pattern: &str) -> Result<Vec<Vec<u8>>, StoreError> {
+    pub(crate) async fn scan_matching(&self, pattern: &str) -> Result<Vec<Vec<u8>>, StoreError> {
         let mut found = Vec::new();
         match &self.conn {
             Conn::Single(manager) => {
@@ -316,91 +316,6 @@ async fn masters(conn: &mut ClusterConnection) -> Result<Vec<(String, u16)>, Sto
         }
     }
     Ok(masters.into_iter().collect())
-}
-
-/// A record as an operator sees it ([`RedisStore::inspect`]): the record, who claimed it, and
-/// its output's size.
-#[derive(Debug, Clone)]
-pub struct Inspected {
-    /// The record, as [`Store::get`] reads it.
-    pub record: Record,
-    /// Who claimed it (`host:pid`, [`idem_core::holder`]).
-    pub holder: Option<String>,
-    /// The recorded output's size, in bytes.
-    pub output_bytes: Option<usize>,
-}
-
-/// The operator's side (what the `idem` command uses): look records up, list them, forget a
-/// completed one, read a key's journal.
-impl RedisStore {
-    /// The record of `key`, with its holder.
-    pub async fn inspect(&self, key: &Key) -> Result<Option<Inspected>, StoreError> {
-        let holder: Option<String> = redis::cmd("HGET")
-            .arg(keys::record(&self.prefix, key))
-            .arg("h")
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
-        Ok(self.get(key).await?.map(|record| {
-            let output_bytes = match &record.state {
-                RecordState::Completed { output, .. } => output.as_ref().map(Vec::len),
-                RecordState::InProgress { .. } => None,
-            };
-            Inspected {
-                record,
-                holder: holder.filter(|h| !h.is_empty()),
-                output_bytes,
-            }
-        }))
-    }
-
-    /// Every record under the prefix (a `SCAN` of every node), with its holder.
-    pub async fn records(&self) -> Result<Vec<Inspected>, StoreError> {
-        let mut found = Vec::new();
-        for name in self.scan().await? {
-            let Some((scope, key)) = keys::parse_record(&self.prefix, &name) else {
-                continue;
-            };
-            let Ok(key) = Key::new(key).and_then(|k| k.with_scope(scope)) else {
-                continue;
-            };
-            if let Some(inspected) = self.inspect(&key).await? {
-                found.push(inspected);
-            }
-        }
-        Ok(found)
-    }
-
-    /// Deletes the completed record of `key`, so its work runs again; whether there was one.
-    pub async fn forget(&self, key: &Key) -> Result<bool, StoreError> {
-        let deleted: i64 = scripts::FORGET
-            .key(keys::record(&self.prefix, key))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
-        Ok(deleted == 1)
-    }
-
-    /// The journal of `key`: each effect's name and entry (expired ones included, until Redis
-    /// or a purge deletes them).
-    pub async fn journal(&self, key: &Key) -> Result<Vec<(String, EffectEntry)>, StoreError> {
-        let pattern = keys::effects_pattern(&self.prefix, key);
-        let base = keys::effect(&self.prefix, key, "");
-        let mut entries = Vec::new();
-        for name in self.scan_matching(&pattern).await? {
-            let Some(effect) = std::str::from_utf8(&name)
-                .ok()
-                .and_then(|n| n.strip_prefix(&base))
-            else {
-                continue;
-            };
-            if let Some(entry) = self.effect(key, effect).await? {
-                entries.push((effect.to_owned(), entry));
-            }
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(entries)
-    }
 }
 
 #[async_trait]

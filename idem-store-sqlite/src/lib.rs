@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+mod inspect;
 mod migrate;
 mod sql;
 mod store;

@@ -32,6 +32,18 @@ pub(crate) struct Sql {
     /// `$1` key, `$2` scope, `$3` effect, `$4` state, `$5` output, `$6` fence, `$7` now,
     /// `$8` expires. Never over a done entry that has not expired.
     pub record_effect: String,
+    /// `$1` key, `$2` scope or NULL: a key's records, by scope (the operator's, as the rest
+    /// below).
+    pub find: String,
+    /// `$1` status or NULL, `$2` scope or NULL, `$3` key prefix or NULL, `$4` limit, `$5` now:
+    /// newest first.
+    pub list: String,
+    /// `$1` key, `$2` scope: deletes a completed record.
+    pub forget: String,
+    /// `$1` key, `$2` scope or NULL: a key's journal entries.
+    pub journal: String,
+    /// `$1` now: the expired records and journal entries, counted.
+    pub count_expired: String,
     /// The schema, version 1.
     pub create: String,
     /// Version 2: who holds a claim (`host:pid`, `idem_core::holder`).
@@ -43,7 +55,33 @@ impl Sql {
         let t = format!("\"{table}\"");
         let e = format!("\"{table}_effects\"");
         let f = format!("\"{table}_fence\"");
+        let inspected = "key, scope, fence, fingerprint, holder, completed_us, expires_us,
+                         length(output)";
+        let status = "CASE WHEN completed_us IS NOT NULL THEN
+                (CASE WHEN expires_us > $5 THEN 'completed' ELSE 'expired' END)
+            WHEN expires_us > $5 THEN 'claimed' ELSE 'stale' END";
         Sql {
+            find: format!(
+                "SELECT {inspected} FROM {t}
+                 WHERE key = $1 AND ($2 IS NULL OR scope = $2) ORDER BY scope"
+            ),
+            list: format!(
+                "SELECT {inspected} FROM {t}
+                 WHERE ($1 IS NULL OR {status} = $1) AND ($2 IS NULL OR scope = $2)
+                   AND ($3 IS NULL OR substr(key, 1, length($3)) = $3)
+                 ORDER BY coalesce(completed_us, expires_us) DESC LIMIT $4"
+            ),
+            forget: format!(
+                "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_us IS NOT NULL"
+            ),
+            journal: format!(
+                "SELECT scope, effect, state, fence, output, expires_us FROM {e}
+                 WHERE key = $1 AND ($2 IS NULL OR scope = $2) ORDER BY effect"
+            ),
+            count_expired: format!(
+                "SELECT (SELECT count(*) FROM {t} WHERE expires_us <= $1),
+                        (SELECT count(*) FROM {e} WHERE expires_us <= $1)"
+            ),
             get: format!(
                 "SELECT fence, fingerprint, token, completed_us, expires_us, output
                  FROM {t} WHERE key = $1 AND scope = $2"

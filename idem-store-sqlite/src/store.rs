@@ -52,13 +52,13 @@ pub const DEFAULT_CONNECTIONS: u32 = 4;
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
+pub(crate) struct Inner {
     table: String,
-    sql: Sql,
+    pub(crate) sql: Sql,
 }
 
 /// A table name idem can put in its statements: a lowercase letter or `_`, then lowercase
@@ -72,7 +72,7 @@ fn valid_table(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
-fn now_us() -> i64 {
+pub(crate) fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
@@ -82,11 +82,11 @@ fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX / 4)
 }
 
-fn at(us: i64) -> SystemTime {
+pub(crate) fn at(us: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(us.max(0) as u64)
 }
 
-fn store_error(e: sqlx::Error) -> StoreError {
+pub(crate) fn store_error(e: sqlx::Error) -> StoreError {
     let busy = matches!(&e, sqlx::Error::Database(d) if d.message().contains("locked") || d.message().contains("busy"));
     let message = if busy {
         "the SQLite database stayed locked by another writer past the busy timeout"

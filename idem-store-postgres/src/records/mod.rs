@@ -8,5 +8,5 @@ mod rows;
 mod sql;
 
 pub(crate) use ops::*;
-pub(crate) use rows::{fence_param, fenced, judge, token_param, ClaimRow, Judged};
+pub(crate) use rows::{fence, fence_param, fenced, judge, token_param, ClaimRow, Judged};
 pub(crate) use sql::*;

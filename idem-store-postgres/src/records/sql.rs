@@ -45,6 +45,8 @@ pub(crate) struct RecordsSql {
     pub get: String,
     pub look_up: String,
     pub purge: String,
+    /// The operator's statements (`inspect.rs`): through the pool, not on the hot path.
+    pub inspect: InspectSql,
     pub effect: String,
     pub record_effect: String,
     /// A block of [`FENCE_BLOCK`](crate::fresh_claim::FENCE_BLOCK) fences from the sequence.
@@ -57,6 +59,23 @@ pub(crate) struct RecordsSql {
     pub claim_fresh_prepare: String,
     /// The name [`claim_fresh_prepare`](Self::claim_fresh_prepare) prepares.
     fresh_claim: String,
+}
+
+/// The statements that answer an operator ([`idem_core::Inspect`]). Each reads or edits by
+/// key, or scans: they run through the pool, never on the store's own connections.
+#[derive(Debug)]
+pub(crate) struct InspectSql {
+    /// `$1` key, `$2` scope or NULL: a key's records, by scope.
+    pub find: String,
+    /// `$1` status or NULL, `$2` scope or NULL, `$3` key prefix or NULL, `$4` limit: newest
+    /// first.
+    pub list: String,
+    /// `$1` key, `$2` scope: deletes a completed record.
+    pub forget: String,
+    /// `$1` key, `$2` scope or NULL: a key's journal entries.
+    pub journal: String,
+    /// The expired records and journal entries, counted.
+    pub count_expired: String,
 }
 
 /// The columns a claim of one key writes, in the order of its `SELECT`: the claim in lease and
@@ -132,7 +151,42 @@ impl RecordsSql {
                  FROM existing"
             )
         };
+        let status = "CASE WHEN completed_at IS NOT NULL THEN
+                (CASE WHEN expires_at > now() THEN 'completed' ELSE 'expired' END)
+            WHEN expires_at > now() THEN 'claimed' ELSE 'stale' END";
+        let inspected = format!(
+            "key, scope, fence, fingerprint, holder, {completed}, {expires},
+             octet_length(output)::bigint"
+        );
+        let inspect = InspectSql {
+            find: format!(
+                "SELECT {inspected} FROM {t}
+                 WHERE key = $1 AND ($2::text IS NULL OR scope = $2) ORDER BY scope"
+            ),
+            list: format!(
+                "SELECT {inspected} FROM {t}
+                 WHERE ($1::text IS NULL OR {status} = $1) AND ($2::text IS NULL OR scope = $2)
+                   AND ($3::text IS NULL OR starts_with(key, $3))
+                 ORDER BY coalesce(completed_at, expires_at) DESC LIMIT $4"
+            ),
+            forget: format!(
+                "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_at IS NOT NULL"
+            ),
+            journal: format!(
+                "SELECT scope, effect, state::int, fence, output, {recorded}, {expires}
+                 FROM {e} WHERE key = $1 AND ($2::text IS NULL OR scope = $2)
+                 ORDER BY recorded_at, effect",
+                recorded = micros_sql("recorded_at"),
+            ),
+            // Every expired record is due (its `purge_at` has passed: migration 7), so the
+            // count reads the `purge_at` index, not the whole table.
+            count_expired: format!(
+                "SELECT (SELECT count(*) FROM {t} WHERE purge_at <= now() AND expires_at <= now()),
+                        (SELECT count(*) FROM {e} WHERE expires_at <= now())"
+            ),
+        };
         RecordsSql {
+            inspect,
             // A fresh key is inserted; an existing key is only read (no row lock, no WAL, unlike
             // `ON CONFLICT DO UPDATE`). `existing` sees the statement's snapshot, so a row that
             // another claim committed meanwhile yields no row at all, and the caller retries.

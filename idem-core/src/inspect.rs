@@ -1,0 +1,143 @@
+//! What a store tells its operator: records looked up or listed with who holds them, a key's
+//! journal, what is due for a purge, and the one edit an operator makes that the runtime does
+//! not (forgetting a completed record). The `idem` command and any page for operators call
+//! this, so no tool writes a store's queries itself.
+
+use async_trait::async_trait;
+use std::time::SystemTime;
+
+use crate::error::StoreError;
+use crate::key::Key;
+use crate::store::{EffectEntry, Purge, Record, RecordState};
+
+/// A record with what an operator asks of it beyond [`Record`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InspectedRecord {
+    /// The record. A listing may leave a completed record's output out (`None`): see
+    /// [`output_bytes`](Self::output_bytes).
+    pub record: Record,
+    /// Who claimed it (`host:pid`, [`holder`](crate::holder)), when the store keeps it.
+    pub holder: Option<String>,
+    /// The recorded output's size, in bytes.
+    pub output_bytes: Option<u64>,
+}
+
+/// Where a record stands at a given time, as operators name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordStatus {
+    /// Claimed, its lease live: a run holds it.
+    Claimed,
+    /// Claimed, its lease lapsed: the run that held it stopped; the next claim takes it over.
+    Stale,
+    /// Completed, and counted as done until its `keep` ends.
+    Completed,
+    /// Completed, its `keep` over: the key is new work again; a purge deletes it.
+    Expired,
+}
+
+impl RecordStatus {
+    /// The status's name: `claimed`, `stale`, `completed` or `expired`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordStatus::Claimed => "claimed",
+            RecordStatus::Stale => "stale",
+            RecordStatus::Completed => "completed",
+            RecordStatus::Expired => "expired",
+        }
+    }
+}
+
+impl InspectedRecord {
+    /// Where the record stands at `now`.
+    pub fn status(&self, now: SystemTime) -> RecordStatus {
+        match &self.record.state {
+            RecordState::InProgress { lease_expires_at } if *lease_expires_at > now => {
+                RecordStatus::Claimed
+            }
+            RecordState::InProgress { .. } => RecordStatus::Stale,
+            RecordState::Completed { expires_at, .. } if *expires_at > now => {
+                RecordStatus::Completed
+            }
+            RecordState::Completed { .. } => RecordStatus::Expired,
+        }
+    }
+}
+
+/// Which records a listing returns: all of them by default, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordFilter {
+    /// Only records with this status (judged by the store's clock).
+    pub status: Option<RecordStatus>,
+    /// Only records of this scope.
+    pub scope: Option<String>,
+    /// Only keys starting with this.
+    pub key_prefix: Option<String>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl Default for RecordFilter {
+    fn default() -> Self {
+        RecordFilter {
+            status: None,
+            scope: None,
+            key_prefix: None,
+            limit: 50,
+        }
+    }
+}
+
+/// One entry of a key's journal, as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InspectedEffect {
+    /// The scope of the key it belongs to.
+    pub scope: String,
+    /// The effect's name within the key.
+    pub effect: String,
+    /// The entry.
+    pub entry: EffectEntry,
+    /// When it was written, when the store keeps that.
+    pub recorded_at: Option<SystemTime>,
+    /// When it stops counting, when the store keeps that (Redis expires entries itself).
+    pub expires_at: Option<SystemTime>,
+}
+
+/// How much a purge would delete now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExpiredCounts {
+    /// Expired records: lapsed claims and completions past their `keep`.
+    pub records: u64,
+    /// Expired journal entries (stores that expire entries themselves report none).
+    pub effects: u64,
+}
+
+/// A store's answers to its operator: the capability the `idem` command builds on.
+///
+/// Releasing a stale claim is the store's own [`release`](crate::Store::release) (fenced: it
+/// deletes only the claim the operator saw), and a purge is [`Purge`]'s.
+#[async_trait]
+pub trait Inspect: Purge {
+    /// The records of `key`: in `scope`, or in every scope; ordered by scope.
+    async fn find(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Vec<InspectedRecord>, StoreError>;
+
+    /// The records `filter` selects, newest first (by completion, else by lease end).
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<InspectedRecord>, StoreError>;
+
+    /// Deletes `key`'s record if it is completed (expired or not), so the key is new work;
+    /// says whether it did. A claimed record is left alone: release it with its fence.
+    async fn forget(&self, key: &Key) -> Result<bool, StoreError>;
+
+    /// The journal entries of `key`: in `scope`, or in every scope.
+    async fn journal(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Vec<InspectedEffect>, StoreError>;
+
+    /// How many records and journal entries have expired (what a purge would delete now).
+    async fn count_expired(&self) -> Result<ExpiredCounts, StoreError>;
+}

@@ -1,0 +1,142 @@
+//! [`Inspect`] for [`PgStore`]: the operator's statements (`records/sql.rs`'s `InspectSql`),
+//! run through the application's pool.
+
+use async_trait::async_trait;
+use idem_core::{
+    EffectEntry, EffectState, ExpiredCounts, Fingerprint, Inspect, InspectedEffect,
+    InspectedRecord, Key, Operation, Record, RecordFilter, RecordState, StoreError,
+};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use crate::error::store_error;
+use crate::records::fence;
+use crate::time::from_micros;
+use crate::PgStore;
+
+/// A row of `InspectSql::find` or `list`.
+fn inspected(row: &PgRow) -> Result<InspectedRecord, sqlx::Error> {
+    let key: String = row.try_get(0)?;
+    let scope: String = row.try_get(1)?;
+    let key = Key::new(key)
+        .and_then(|key| key.with_scope(scope))
+        .map_err(|e| sqlx::Error::Protocol(format!("a stored key is not valid: {e}")))?;
+    let completed_at: Option<i64> = row.try_get(5)?;
+    let expires_at = from_micros(row.try_get(6)?);
+    Ok(InspectedRecord {
+        record: Record {
+            key,
+            fence: fence(row.try_get(2)?),
+            fingerprint: row
+                .try_get::<Option<String>, _>(3)?
+                .map(Fingerprint::from_stored),
+            state: match completed_at {
+                None => RecordState::InProgress {
+                    lease_expires_at: expires_at,
+                },
+                Some(completed_at) => RecordState::Completed {
+                    completed_at: from_micros(completed_at),
+                    expires_at,
+                    output: None,
+                },
+            },
+        },
+        holder: row.try_get(4)?,
+        output_bytes: row.try_get::<Option<i64>, _>(7)?.map(i64::unsigned_abs),
+    })
+}
+
+fn failed(operation: Operation) -> impl Fn(sqlx::Error) -> StoreError {
+    move |e| store_error(e).during(operation)
+}
+
+#[async_trait]
+impl Inspect for PgStore {
+    async fn find(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Vec<InspectedRecord>, StoreError> {
+        let rows = sqlx::query(&self.records().inspect.find)
+            .bind(key)
+            .bind(scope)
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        rows.iter()
+            .map(inspected)
+            .collect::<Result<_, _>>()
+            .map_err(failed(Operation::Get))
+    }
+
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<InspectedRecord>, StoreError> {
+        let rows = sqlx::query(&self.records().inspect.list)
+            .bind(filter.status.map(|status| status.as_str()))
+            .bind(filter.scope.as_deref())
+            .bind(filter.key_prefix.as_deref())
+            .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        rows.iter()
+            .map(inspected)
+            .collect::<Result<_, _>>()
+            .map_err(failed(Operation::Get))
+    }
+
+    async fn forget(&self, key: &Key) -> Result<bool, StoreError> {
+        let deleted = sqlx::query(&self.records().inspect.forget)
+            .bind(key.as_str())
+            .bind(key.scope())
+            .execute(self.pool())
+            .await
+            .map_err(failed(Operation::Release))?;
+        Ok(deleted.rows_affected() > 0)
+    }
+
+    async fn journal(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Vec<InspectedEffect>, StoreError> {
+        let rows = sqlx::query(&self.records().inspect.journal)
+            .bind(key)
+            .bind(scope)
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::JournalRead))?;
+        let entry = |row: &PgRow| -> Result<InspectedEffect, sqlx::Error> {
+            Ok(InspectedEffect {
+                scope: row.try_get(0)?,
+                effect: row.try_get(1)?,
+                entry: EffectEntry {
+                    state: if row.try_get::<i32, _>(2)? == 1 {
+                        EffectState::Done
+                    } else {
+                        EffectState::Started
+                    },
+                    output: row.try_get(4)?,
+                    fence: fence(row.try_get(3)?),
+                },
+                recorded_at: row.try_get::<Option<i64>, _>(5)?.map(from_micros),
+                expires_at: Some(from_micros(row.try_get(6)?)),
+            })
+        };
+        rows.iter()
+            .map(entry)
+            .collect::<Result<_, _>>()
+            .map_err(failed(Operation::JournalRead))
+    }
+
+    async fn count_expired(&self) -> Result<ExpiredCounts, StoreError> {
+        let row = sqlx::query(&self.records().inspect.count_expired)
+            .fetch_one(self.pool())
+            .await
+            .map_err(failed(Operation::Purge))?;
+        let count = |i| row.try_get::<i64, _>(i).map(i64::unsigned_abs);
+        Ok(ExpiredCounts {
+            records: count(0).map_err(failed(Operation::Purge))?,
+            effects: count(1).map_err(failed(Operation::Purge))?,
+        })
+    }
+}

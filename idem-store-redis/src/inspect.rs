@@ -1,0 +1,191 @@
+//! [`Inspect`] for [`RedisStore`]: records are found by scanning the prefix on every node, so
+//! listings and counts read every record (an operator's occasional look, not a hot path).
+
+use async_trait::async_trait;
+use idem_core::{
+    ExpiredCounts, Inspect, InspectedEffect, InspectedRecord, Key, RecordFilter, RecordState,
+    RecordStatus, Store, StoreError,
+};
+use std::time::SystemTime;
+
+use crate::keys;
+use crate::scripts;
+use crate::store::store_error;
+use crate::RedisStore;
+
+impl RedisStore {
+    /// The record of `key`, with its holder.
+    async fn inspect_one(&self, key: &Key) -> Result<Option<InspectedRecord>, StoreError> {
+        let holder: Option<String> = redis::cmd("HGET")
+            .arg(keys::record(&self.prefix, key))
+            .arg("h")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(self.get(key).await?.map(|record| {
+            let output_bytes = match &record.state {
+                RecordState::Completed { output, .. } => output.as_ref().map(|o| o.len() as u64),
+                RecordState::InProgress { .. } => None,
+            };
+            InspectedRecord {
+                record,
+                holder: holder.filter(|h| !h.is_empty()),
+                output_bytes,
+            }
+        }))
+    }
+
+    /// Every record under the prefix (a `SCAN` of every node), with its holder.
+    async fn every_record(&self) -> Result<Vec<InspectedRecord>, StoreError> {
+        let mut found = Vec::new();
+        for name in self.scan().await? {
+            let Some((scope, key)) = keys::parse_record(&self.prefix, &name) else {
+                continue;
+            };
+            let Ok(key) = Key::new(key).and_then(|k| k.with_scope(scope)) else {
+                continue;
+            };
+            if let Some(inspected) = self.inspect_one(&key).await? {
+                found.push(inspected);
+            }
+        }
+        Ok(found)
+    }
+
+    /// The journal of one scoped `key`: each effect's name and entry, by name (expired ones
+    /// included, until Redis or a purge deletes them).
+    async fn journal_of(&self, key: &Key) -> Result<Vec<InspectedEffect>, StoreError> {
+        let pattern = keys::effects_pattern(&self.prefix, key);
+        let base = keys::effect(&self.prefix, key, "");
+        let mut entries = Vec::new();
+        for name in self.scan_matching(&pattern).await? {
+            let Some(effect) = std::str::from_utf8(&name)
+                .ok()
+                .and_then(|n| n.strip_prefix(&base))
+            else {
+                continue;
+            };
+            if let Some(entry) = self.effect(key, effect).await? {
+                entries.push(InspectedEffect {
+                    scope: key.scope().to_owned(),
+                    effect: effect.to_owned(),
+                    entry,
+                    recorded_at: None,
+                    expires_at: None,
+                });
+            }
+        }
+        entries.sort_by(|a, b| a.effect.cmp(&b.effect));
+        Ok(entries)
+    }
+}
+
+/// When a record was last settled: its completion, else its lease's end (what "newest" means
+/// in a listing, as in the SQL stores).
+fn newest(record: &InspectedRecord) -> SystemTime {
+    match &record.record.state {
+        RecordState::Completed { completed_at, .. } => *completed_at,
+        RecordState::InProgress { lease_expires_at } => *lease_expires_at,
+    }
+}
+
+fn scoped(key: &str, scope: &str) -> Result<Key, StoreError> {
+    Key::new(key)
+        .and_then(|k| k.with_scope(scope.to_owned()))
+        .map_err(|e| StoreError::msg(e.to_string()))
+}
+
+#[async_trait]
+impl Inspect for RedisStore {
+    async fn find(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Vec<InspectedRecord>, StoreError> {
+        let mut found: Vec<_> = match scope {
+            Some(scope) => self
+                .inspect_one(&scoped(key, scope)?)
+                .await?
+                .into_iter()
+                .collect(),
+            None => self
+                .every_record()
+                .await?
+                .into_iter()
+                .filter(|i| i.record.key.as_str() == key)
+                .collect(),
+        };
+        found.sort_by(|a, b| a.record.key.scope().cmp(b.record.key.scope()));
+        Ok(found)
+    }
+
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<InspectedRecord>, StoreError> {
+        let now = SystemTime::now();
+        let mut found: Vec<_> = self
+            .every_record()
+            .await?
+            .into_iter()
+            .filter(|r| filter.status.is_none_or(|s| r.status(now) == s))
+            .filter(|r| {
+                filter
+                    .scope
+                    .as_deref()
+                    .is_none_or(|s| r.record.key.scope() == s)
+            })
+            .filter(|r| {
+                filter
+                    .key_prefix
+                    .as_deref()
+                    .is_none_or(|p| r.record.key.as_str().starts_with(p))
+            })
+            .collect();
+        found.sort_by_key(|r| std::cmp::Reverse(newest(r)));
+        found.truncate(filter.limit);
+        Ok(found)
+    }
+
+    async fn forget(&self, key: &Key) -> Result<bool, StoreError> {
+        let deleted: i64 = scripts::FORGET
+            .key(keys::record(&self.prefix, key))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(deleted == 1)
+    }
+
+    async fn journal(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Vec<InspectedEffect>, StoreError> {
+        let scopes: Vec<String> = match scope {
+            Some(scope) => vec![scope.to_owned()],
+            None => self
+                .find(key, None)
+                .await?
+                .into_iter()
+                .map(|r| r.record.key.scope().to_owned())
+                .collect(),
+        };
+        let mut entries = Vec::new();
+        for scope in scopes {
+            entries.extend(self.journal_of(&scoped(key, &scope)?).await?);
+        }
+        Ok(entries)
+    }
+
+    /// Journal entries are not counted: Redis expires them by itself.
+    async fn count_expired(&self) -> Result<ExpiredCounts, StoreError> {
+        let now = SystemTime::now();
+        let records = self
+            .every_record()
+            .await?
+            .iter()
+            .filter(|r| matches!(r.status(now), RecordStatus::Stale | RecordStatus::Expired))
+            .count();
+        Ok(ExpiredCounts {
+            records: records as u64,
+            effects: 0,
+        })
+    }
+}

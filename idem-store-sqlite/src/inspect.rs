@@ -1,0 +1,140 @@
+//! [`Inspect`] for [`SqliteStore`]: the operator's statements (`sql.rs`).
+
+use async_trait::async_trait;
+use idem_core::{
+    EffectEntry, EffectState, ExpiredCounts, Fence, Fingerprint, Inspect, InspectedEffect,
+    InspectedRecord, Key, Operation, Record, RecordFilter, RecordState, StoreError,
+};
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+
+use crate::store::{at, now_us, store_error};
+use crate::SqliteStore;
+
+/// A row of `find` or `list`.
+fn inspected(row: &SqliteRow) -> Result<InspectedRecord, sqlx::Error> {
+    let key: String = row.try_get(0)?;
+    let scope: String = row.try_get(1)?;
+    let key = Key::new(key)
+        .and_then(|key| key.with_scope(scope))
+        .map_err(|e| sqlx::Error::Protocol(format!("a stored key is not valid: {e}")))?;
+    let expires_at = at(row.try_get(6)?);
+    Ok(InspectedRecord {
+        record: Record {
+            key,
+            fence: Fence(row.try_get::<i64, _>(2)?.unsigned_abs()),
+            fingerprint: row
+                .try_get::<Option<String>, _>(3)?
+                .map(Fingerprint::from_stored),
+            state: match row.try_get::<Option<i64>, _>(5)? {
+                None => RecordState::InProgress {
+                    lease_expires_at: expires_at,
+                },
+                Some(completed) => RecordState::Completed {
+                    completed_at: at(completed),
+                    expires_at,
+                    output: None,
+                },
+            },
+        },
+        holder: row.try_get(4)?,
+        output_bytes: row.try_get::<Option<i64>, _>(7)?.map(i64::unsigned_abs),
+    })
+}
+
+fn failed(operation: Operation) -> impl Fn(sqlx::Error) -> StoreError {
+    move |e| store_error(e).during(operation)
+}
+
+#[async_trait]
+impl Inspect for SqliteStore {
+    async fn find(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Vec<InspectedRecord>, StoreError> {
+        let rows = sqlx::query(&self.inner.sql.find)
+            .bind(key)
+            .bind(scope)
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        rows.iter()
+            .map(inspected)
+            .collect::<Result<_, _>>()
+            .map_err(failed(Operation::Get))
+    }
+
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<InspectedRecord>, StoreError> {
+        let rows = sqlx::query(&self.inner.sql.list)
+            .bind(filter.status.map(|status| status.as_str()))
+            .bind(filter.scope.as_deref())
+            .bind(filter.key_prefix.as_deref())
+            .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+            .bind(now_us())
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        rows.iter()
+            .map(inspected)
+            .collect::<Result<_, _>>()
+            .map_err(failed(Operation::Get))
+    }
+
+    async fn forget(&self, key: &Key) -> Result<bool, StoreError> {
+        let deleted = sqlx::query(&self.inner.sql.forget)
+            .bind(key.as_str())
+            .bind(key.scope())
+            .execute(self.pool())
+            .await
+            .map_err(failed(Operation::Release))?;
+        Ok(deleted.rows_affected() > 0)
+    }
+
+    async fn journal(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Vec<InspectedEffect>, StoreError> {
+        let rows = sqlx::query(&self.inner.sql.journal)
+            .bind(key)
+            .bind(scope)
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::JournalRead))?;
+        let entry = |row: &SqliteRow| -> Result<InspectedEffect, sqlx::Error> {
+            Ok(InspectedEffect {
+                scope: row.try_get(0)?,
+                effect: row.try_get(1)?,
+                entry: EffectEntry {
+                    state: if row.try_get::<i64, _>(2)? == 1 {
+                        EffectState::Done
+                    } else {
+                        EffectState::Started
+                    },
+                    output: row.try_get(4)?,
+                    fence: Fence(row.try_get::<i64, _>(3)?.unsigned_abs()),
+                },
+                recorded_at: None,
+                expires_at: Some(at(row.try_get(5)?)),
+            })
+        };
+        rows.iter()
+            .map(entry)
+            .collect::<Result<_, _>>()
+            .map_err(failed(Operation::JournalRead))
+    }
+
+    async fn count_expired(&self) -> Result<ExpiredCounts, StoreError> {
+        let row = sqlx::query(&self.inner.sql.count_expired)
+            .bind(now_us())
+            .fetch_one(self.pool())
+            .await
+            .map_err(failed(Operation::Purge))?;
+        let count = |i| row.try_get::<i64, _>(i).map(i64::unsigned_abs);
+        Ok(ExpiredCounts {
+            records: count(0).map_err(failed(Operation::Purge))?,
+            effects: count(1).map_err(failed(Operation::Purge))?,
+        })
+    }
+}
