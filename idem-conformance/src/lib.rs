@@ -49,6 +49,7 @@ macro_rules! declare_cases {
 }
 
 pub mod cases;
+pub mod inspect;
 pub mod transactional;
 
 #[doc(hidden)]
@@ -68,6 +69,13 @@ pub trait Harness: Send + Sync + 'static {
     async fn advance(&self, by: Duration);
 }
 
+/// What the [`inspect`] cases need: the store under test as its operator sees it (the same
+/// store as [`Harness::store`]).
+pub trait InspectHarness: Harness {
+    /// The store under test, through [`idem_core::Inspect`].
+    fn inspector(&self) -> Arc<dyn idem_core::Inspect>;
+}
+
 /// What the transactional cases need from a backend with transactions.
 pub trait TransactionalHarness: Send + Sync + 'static {
     /// The store under test.
@@ -83,6 +91,15 @@ pub trait TransactionalHarness: Send + Sync + 'static {
 macro_rules! store_conformance {
     ($make:path) => {
         $crate::__store_cases!($crate::__conformance_tests; cases; $make);
+    };
+}
+
+/// Generates one `#[tokio::test]` per rule of [`inspect`], each on a fresh harness from `$make`
+/// (an async fn returning an [`InspectHarness`]).
+#[macro_export]
+macro_rules! inspect_conformance {
+    ($make:path) => {
+        $crate::__inspect_cases!($crate::__conformance_tests; inspect; $make);
     };
 }
 

@@ -5,7 +5,7 @@
 mod support;
 
 use async_trait::async_trait;
-use idem_conformance::{Harness, TransactionalHarness};
+use idem_conformance::{Harness, InspectHarness, TransactionalHarness};
 use idem_core::Purge;
 use idem_store_postgres::PgStore;
 use std::sync::Arc;
@@ -39,6 +39,14 @@ async fn pg_harness() -> PgHarness {
 }
 
 idem_conformance::store_conformance!(pg_harness);
+
+impl InspectHarness for PgHarness {
+    fn inspector(&self) -> Arc<dyn idem_core::Inspect> {
+        Arc::new(self.test.store.clone())
+    }
+}
+
+idem_conformance::inspect_conformance!(pg_harness);
 
 impl TransactionalHarness for PgHarness {
     type Store = PgStore;

@@ -3,7 +3,7 @@
 //! unset): every record's keys share one slot, so every script runs on one node.
 
 use async_trait::async_trait;
-use idem_conformance::Harness;
+use idem_conformance::{Harness, InspectHarness};
 use idem_core::Purge;
 use idem_store_redis::RedisStore;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -46,6 +46,14 @@ async fn cluster_harness() -> ClusterHarness {
 }
 
 idem_conformance::store_conformance!(cluster_harness);
+
+impl InspectHarness for ClusterHarness {
+    fn inspector(&self) -> Arc<dyn idem_core::Inspect> {
+        Arc::new(self.store.clone())
+    }
+}
+
+idem_conformance::inspect_conformance!(cluster_harness);
 
 /// The keys of many records spread over all three masters (so the suite above ran on each).
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! key prefix of its own.
 
 use async_trait::async_trait;
-use idem_conformance::Harness;
+use idem_conformance::{Harness, InspectHarness};
 use idem_core::Purge;
 use idem_store_redis::RedisStore;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -48,3 +48,11 @@ async fn redis_harness() -> RedisHarness {
 }
 
 idem_conformance::store_conformance!(redis_harness);
+
+impl InspectHarness for RedisHarness {
+    fn inspector(&self) -> Arc<dyn idem_core::Inspect> {
+        Arc::new(self.store.clone())
+    }
+}
+
+idem_conformance::inspect_conformance!(redis_harness);

@@ -2,7 +2,7 @@
 //! in a file of its own.
 
 use async_trait::async_trait;
-use idem_conformance::{Harness, TransactionalHarness};
+use idem_conformance::{Harness, InspectHarness, TransactionalHarness};
 use idem_core::Purge;
 use idem_store_sqlite::SqliteStore;
 use std::path::PathBuf;
@@ -51,6 +51,14 @@ pub(crate) async fn sqlite_harness() -> SqliteHarness {
 }
 
 idem_conformance::store_conformance!(sqlite_harness);
+
+impl InspectHarness for SqliteHarness {
+    fn inspector(&self) -> Arc<dyn idem_core::Inspect> {
+        Arc::new(self.store.clone())
+    }
+}
+
+idem_conformance::inspect_conformance!(sqlite_harness);
 
 impl TransactionalHarness for SqliteHarness {
     type Store = SqliteStore;

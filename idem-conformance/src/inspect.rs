@@ -1,0 +1,189 @@
+//! The rules of [`Inspect`](idem_core::Inspect), one function each, declared once in the
+//! [`declare_cases!`](crate::declare_cases) block below: what a store tells its operator agrees
+//! with what its runtime wrote.
+
+use std::time::{Duration, SystemTime};
+
+use idem_core::{
+    Claim, ClaimRequest, ClaimToken, Completion, EffectRecord, EffectState, Fence, Key,
+    RecordFilter, RecordStatus, Store,
+};
+
+use crate::InspectHarness;
+
+const LONG_LEASE: Duration = Duration::from_secs(600);
+const KEEP: Duration = Duration::from_secs(3600);
+
+fn key(name: &str, scope: &str) -> Key {
+    Key::new(format!("inspect:{name}"))
+        .and_then(|k| k.with_scope(scope.to_owned()))
+        .expect("valid key")
+}
+
+async fn acquire(store: &dyn Store, key: &Key, lease: Duration) -> Fence {
+    match store
+        .claim(ClaimRequest {
+            key,
+            fingerprint: None,
+            lease,
+            token: Some(ClaimToken::random()),
+        })
+        .await
+        .expect("claim succeeds")
+    {
+        Claim::Acquired { fence, .. } => fence,
+        other => panic!("a fresh key must be acquired, got {other:?}"),
+    }
+}
+
+async fn completed(store: &dyn Store, key: &Key, output: &[u8]) -> Fence {
+    let fence = acquire(store, key, LONG_LEASE).await;
+    let done = store
+        .complete(
+            key,
+            fence,
+            Completion {
+                output: Some(output),
+                keep: KEEP,
+            },
+        )
+        .await
+        .expect("complete succeeds");
+    assert_eq!(done, idem_core::Fenced::Applied);
+    fence
+}
+
+crate::declare_cases! { $ __inspect_cases:
+    /// A key's records in every scope, by scope: a claim with its holder, a completion with its
+    /// output's size; and in one scope only when asked.
+    pub async fn find_reads_a_keys_records_by_scope(h: &impl InspectHarness) {
+        let (store, inspector) = (h.store(), h.inspector());
+        let claimed = key("find", "a-scope");
+        let done = key("find", "b-scope");
+        let fence = acquire(&*store, &claimed, LONG_LEASE).await;
+        completed(&*store, &done, b"12345").await;
+        let now = SystemTime::now();
+        let found = inspector.find(claimed.as_str(), None).await.unwrap();
+        let scopes: Vec<&str> = found.iter().map(|r| r.record.key.scope()).collect();
+        assert_eq!(scopes, ["a-scope", "b-scope"], "every scope, in order");
+        assert_eq!(found[0].status(now), RecordStatus::Claimed);
+        assert_eq!(found[0].record.fence, fence);
+        assert_eq!(found[0].holder.as_deref(), Some(idem_core::holder()));
+        assert_eq!(found[1].status(now), RecordStatus::Completed);
+        assert_eq!(found[1].output_bytes, Some(5));
+        let one = inspector.find(claimed.as_str(), Some("b-scope")).await.unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].record.key, done);
+        assert!(inspector.find("inspect:none", None).await.unwrap().is_empty());
+    }
+
+    /// A listing filters by status, scope and key prefix, newest first, up to its limit.
+    pub async fn list_filters_and_orders_newest_first(h: &impl InspectHarness) {
+        let (store, inspector) = (h.store(), h.inspector());
+        for i in 0..3 {
+            completed(&*store, &key(&format!("list-done-{i}"), "list"), b"").await;
+        }
+        acquire(&*store, &key("list-claimed", "list"), LONG_LEASE).await;
+        acquire(&*store, &key("list-other", "elsewhere"), LONG_LEASE).await;
+        let listed = |filter: RecordFilter| {
+            let inspector = inspector.clone();
+            async move {
+                inspector
+                    .list(&filter)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r.record.key.as_str().to_owned())
+                    .collect::<Vec<_>>()
+            }
+        };
+        let in_scope = |status| RecordFilter {
+            status,
+            scope: Some("list".into()),
+            key_prefix: Some("inspect:list-".into()),
+            limit: 10,
+        };
+        let done = listed(in_scope(Some(RecordStatus::Completed))).await;
+        assert_eq!(done.len(), 3);
+        assert!(done.iter().all(|k| k.starts_with("inspect:list-done-")));
+        assert_eq!(
+            listed(in_scope(Some(RecordStatus::Claimed))).await,
+            ["inspect:list-claimed"]
+        );
+        let all = listed(in_scope(None)).await;
+        assert_eq!(all.len(), 4, "the other scope is left out: {all:?}");
+        assert_eq!(all[0], "inspect:list-claimed", "a live lease ends after every completion");
+        let limited = RecordFilter {
+            limit: 2,
+            ..in_scope(None)
+        };
+        assert_eq!(listed(limited).await.len(), 2);
+    }
+
+    /// Forgetting deletes a completed record (its key is new work) and leaves a claim alone.
+    pub async fn forget_deletes_completed_records_only(h: &impl InspectHarness) {
+        let (store, inspector) = (h.store(), h.inspector());
+        let done = key("forget-done", "forget");
+        let claimed = key("forget-claimed", "forget");
+        completed(&*store, &done, b"x").await;
+        acquire(&*store, &claimed, LONG_LEASE).await;
+        assert!(inspector.forget(&done).await.unwrap());
+        assert!(store.get(&done).await.unwrap().is_none());
+        assert!(!inspector.forget(&claimed).await.unwrap(), "a claim is released, not forgotten");
+        assert!(store.get(&claimed).await.unwrap().is_some());
+        assert!(!inspector.forget(&done).await.unwrap(), "nothing left to forget");
+    }
+
+    /// A key's journal lists each effect with its state and fence.
+    pub async fn journal_lists_a_keys_effects(h: &impl InspectHarness) {
+        let (store, inspector) = (h.store(), h.inspector());
+        let k = key("journal", "journal");
+        let fence = acquire(&*store, &k, LONG_LEASE).await;
+        for (effect, state) in [("charge", EffectState::Done), ("email", EffectState::Started)] {
+            let written = store
+                .record_effect(
+                    &k,
+                    fence,
+                    EffectRecord {
+                        effect,
+                        state,
+                        output: Some(b"ok"),
+                        keep: KEEP,
+                    },
+                )
+                .await
+                .unwrap();
+            assert_eq!(written, idem_core::Fenced::Applied);
+        }
+        let mut entries = inspector.journal(k.as_str(), Some("journal")).await.unwrap();
+        entries.sort_by(|a, b| a.effect.cmp(&b.effect));
+        let seen: Vec<(&str, EffectState, Fence)> = entries
+            .iter()
+            .map(|e| (e.effect.as_str(), e.entry.state, e.entry.fence))
+            .collect();
+        assert_eq!(
+            seen,
+            [("charge", EffectState::Done, fence), ("email", EffectState::Started, fence)]
+        );
+        assert!(entries.iter().all(|e| e.scope == "journal"));
+        assert_eq!(inspector.journal(k.as_str(), None).await.unwrap().len(), 2);
+    }
+
+    /// A claim whose lease lapsed is stale, and counted as due for a purge.
+    pub async fn a_lapsed_claim_is_stale_and_counted_expired(h: &impl InspectHarness) {
+        let (store, inspector) = (h.store(), h.inspector());
+        let before = inspector.count_expired().await.unwrap().records;
+        let k = key("lapsed", "lapsed");
+        acquire(&*store, &k, h.short_lease()).await;
+        h.advance(h.short_lease() + Duration::from_millis(200)).await;
+        let found = inspector.find(k.as_str(), Some("lapsed")).await.unwrap();
+        assert_eq!(found[0].status(SystemTime::now()), RecordStatus::Stale);
+        let stale = RecordFilter {
+            status: Some(RecordStatus::Stale),
+            scope: Some("lapsed".into()),
+            ..RecordFilter::default()
+        };
+        assert_eq!(inspector.list(&stale).await.unwrap().len(), 1);
+        assert_eq!(inspector.count_expired().await.unwrap().records, before + 1);
+    }
+}
