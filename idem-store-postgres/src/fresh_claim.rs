@@ -101,7 +101,7 @@ impl FreshArgs<'_> {
     }
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl<'a> FreshArgs<'a> {
     /// A claim of `key` in the default scope: fence 1, no fingerprint or token, kept 1 ms.
     pub(crate) fn example(key: &'a str) -> FreshArgs<'a> {

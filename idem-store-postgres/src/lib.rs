@@ -21,19 +21,17 @@ mod connections;
 mod duplicate_rate;
 mod error;
 mod fresh_claim;
-#[cfg(test)]
-mod hot_tests;
 mod ident;
 mod inspect;
 mod lease_ops;
 mod migrate;
-#[cfg(test)]
-mod plan_tests;
 pub mod queue;
 mod records;
 mod store;
 #[cfg(test)]
 mod test_store;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod time;
 mod transaction;
 mod unseen;

@@ -17,7 +17,7 @@ pub(crate) const CHANNEL: &str = "idem_queue";
 /// key also checks their state this way. A generic plan made on a queue never analyzed, or
 /// analyzed while empty (an `ANALYZE` right after `migrate`), read every queued and running job
 /// (`q_avail`) to find one by key, or every done job (`q_finished`); the plan is kept until the
-/// queue is analyzed again. `plan_tests` checks both states.
+/// queue is analyzed again. `tests/plans.rs` checks both states.
 fn in_state(column: &str, state: &str) -> String {
     format!("{column} COLLATE \"C\" = '{state}'")
 }
@@ -356,7 +356,7 @@ impl QueueSql {
 #[cfg(test)]
 mod tests {
     use super::QueueSql;
-    use crate::plan_tests::{generic_plan, whole_reads};
+    use crate::testing::{generic_plan, whole_reads};
 
     /// Both claims find the jobs they pick by primary key in a generic plan, whatever the
     /// planner makes of `LIMIT $n`, with sequential scans allowed or not: written as
@@ -364,7 +364,7 @@ mod tests {
     /// a sequential scan of the whole queue, which is why the store's connections could not
     /// keep one generic plan for the queue's statements (and planned each execution anew
     /// instead, for longer than it ran). (On a fresh store, every statement is checked in
-    /// `plan_tests`; this one has 5,000 jobs queued and analyzed.)
+    /// `tests/plans.rs`; this one has 5,000 jobs queued and analyzed.)
     #[tokio::test]
     async fn claims_find_their_jobs_by_key_in_a_generic_plan() {
         let (pool, schema, store) = crate::test_store::store_in_new_schema("q_plans").await;

@@ -93,7 +93,7 @@ const CLAIM_COLUMNS: &str =
 /// generic plan made without statistics, on a table that grew fast since it was created), the
 /// whole array was sorted and scanned again for each of its keys, n² index descents, 5-14
 /// times the server time of a batch of 128 (BENCHMARKS.md); with the join alone (on a table
-/// analyzed empty), the whole primary key was read. `plan_tests` checks both states.
+/// analyzed empty), the whole primary key was read. `tests/plans.rs` checks both states.
 pub(crate) fn batch_rows(table: &str, keys: &str, batch: &str) -> String {
     format!("{table}.key = ANY({keys}) AND {table}.key = {batch}.key COLLATE \"C\"")
 }

@@ -1,193 +1,14 @@
-//! The plans the store's connections keep: one generic plan per statement, made on its first
-//! execution, with sequential scans off (`connections/setup.rs`). A generic plan made while a table is new
-//! and never analyzed (a fresh deployment's) is kept for the connection's life, so each
-//! statement must find its rows by key in any such plan: a read of a whole index costs more
-//! with every row the table gains.
+//! The plans the store's connections keep (`testing` names what reads a table whole): each
+//! statement finds its rows by key in the generic plan a connection keeps, on a fresh store, an
+//! analyzed-empty one, and one that grew fast since its migration.
 
-use crate::queue::sql::QueueSql;
+mod support;
 
-/// The generic plan of `statement` on `conn`, as a connection of the store's (or, with
-/// `seqscan`, one with sequential scans allowed) would keep it. The plan does not depend on
-/// the arguments, so every parameter is NULL.
-pub(crate) async fn generic_plan(
-    conn: &mut sqlx::PgConnection,
-    statement: &str,
-    seqscan: bool,
-) -> String {
-    explain_generic(conn, statement, seqscan, "").await
-}
-
-/// [`generic_plan`] as `EXPLAIN (FORMAT JSON)` gives it: each node with its children and their
-/// relationship to it (a nested loop's `Inner` side runs again for every outer row).
-pub(crate) async fn generic_plan_json(
-    conn: &mut sqlx::PgConnection,
-    statement: &str,
-) -> serde_json::Value {
-    let text = explain_generic(conn, statement, false, "(FORMAT JSON) ").await;
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
-
-/// `EXPLAIN {options}` of `statement`'s generic plan, its rows joined by newlines.
-async fn explain_generic(
-    conn: &mut sqlx::PgConnection,
-    statement: &str,
-    seqscan: bool,
-    options: &str,
-) -> String {
-    use sqlx::Row;
-    let seqscan = if seqscan { "on" } else { "off" };
-    sqlx::raw_sql(&format!(
-        "SET enable_seqscan = {seqscan}; SET plan_cache_mode = force_generic_plan;
-         PREPARE planned AS {statement}"
-    ))
-    .execute(&mut *conn)
-    .await
-    .unwrap_or_else(|e| panic!("{e}: {statement}"));
-    let nulls = vec!["NULL"; parameters(statement)].join(", ");
-    let rows = sqlx::query(&format!("EXPLAIN {options}EXECUTE planned({nulls})"))
-        .fetch_all(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::raw_sql("DEALLOCATE planned; RESET enable_seqscan; RESET plan_cache_mode")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    rows.iter()
-        // A JSON plan comes as one value of type `json`, whose wire form is its text.
-        .map(|row| row.try_get_unchecked::<String, _>(0).unwrap())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The index conditions in `plan` (as [`generic_plan_json`] gives it) that take an array
-/// parameter (`= ANY ($n)`) on the inner side of a nested loop, where they run again for every
-/// outer row. Each run sorts the whole array again (comparing keys in the column's collation)
-/// and descends the index once per element, so a batch of n keys costs n sorts and n² descents:
-/// at about 128 keys, 8-21 ms for a completion that takes about 1.5 ms (BENCHMARKS.md).
-pub(crate) fn arrays_scanned_per_row(plan: &serde_json::Value) -> Vec<String> {
-    fn walk(node: &serde_json::Value, per_row: bool, found: &mut Vec<String>) {
-        let kind = node["Node Type"].as_str().unwrap_or_default();
-        if per_row {
-            for condition in ["Index Cond", "Recheck Cond"] {
-                if let Some(text) = node[condition].as_str() {
-                    if text.contains("ANY ($") {
-                        found.push(format!("{kind}: {condition}: {text}"));
-                    }
-                }
-            }
-        }
-        for child in node["Plans"].as_array().into_iter().flatten() {
-            let inner = kind == "Nested Loop" && child["Parent Relationship"] == "Inner";
-            walk(child, per_row || inner, found);
-        }
-    }
-    let mut found = Vec::new();
-    for statement in plan.as_array().into_iter().flatten() {
-        walk(&statement["Plan"], false, &mut found);
-    }
-    found
-}
-
-/// The highest `$n` in `statement`.
-fn parameters(statement: &str) -> usize {
-    statement
-        .split('$')
-        .skip(1)
-        .filter_map(|rest| {
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            digits.parse().ok()
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// What in `plan` reads one of idem's tables whole: a sequential scan; a use of any of their
-/// indexes with no condition at all (every entry, in the index's order); a use of a primary
-/// key (the records' `(key, scope)`, the queue's `key`) whose condition does not name the key
-/// (a condition on the scope alone reads every entry); or a use of one of the queue's partial
-/// indexes whose condition does not bound its column: `q_avail` without `available_at` reads
-/// every queued and running job (a backlog), `q_finished` without `finished_at` every done or
-/// dead one (a table's bulk, until purged).
-pub(crate) fn whole_reads(plan: &str) -> Vec<String> {
-    let lines: Vec<&str> = plan.lines().collect();
-    let mut found = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        if line.contains("Seq Scan on idem_records") {
-            found.push(line.trim().to_owned());
-            continue;
-        }
-        let uses = |index: &str| {
-            line.contains(&format!("using {index} ")) || line.contains(&format!("on {index} "))
-        };
-        if !(line.contains("Index Scan using idem_records")
-            || line.contains("Index Only Scan using idem_records")
-            || line.contains("Bitmap Index Scan on idem_records"))
-        {
-            continue;
-        }
-        // The scan's condition, where it has one, is the line after it.
-        let next = lines.get(i + 1).copied().unwrap_or("");
-        let condition = if next.contains("Index Cond: ") {
-            next
-        } else {
-            ""
-        };
-        let pkey = [
-            "idem_records_pkey",
-            "idem_records_queue_pkey",
-            "idem_records_effects_pkey",
-        ]
-        .iter()
-        .any(|index| uses(index));
-        let unbounded_partial = [
-            ("idem_records_q_avail", "available_at"),
-            ("idem_records_q_finished", "finished_at"),
-        ]
-        .iter()
-        .any(|(index, column)| uses(index) && !condition.contains(column));
-        if condition.is_empty() || (pkey && !condition.contains("key =")) || unbounded_partial {
-            found.push(format!("{} / {}", line.trim(), next.trim()));
-        }
-    }
-    found
-}
-
-/// Every statement the store and its queue run on the hot path, by name.
-fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
-    let r = store.records();
-    let q = QueueSql::new(store);
-    vec![
-        ("records claim", r.claim.clone()),
-        ("records claim_completed", r.claim_completed.clone()),
-        ("records claim_many", r.claim_many.clone()),
-        ("records takeover", r.takeover.clone()),
-        ("records complete", r.complete.clone()),
-        ("records complete_many", r.complete_many.clone()),
-        ("records release", r.release.clone()),
-        ("records renew", r.renew.clone()),
-        ("records get", r.get.clone()),
-        ("records look_up", r.look_up.clone()),
-        ("records effect", r.effect.clone()),
-        ("records record_effect", r.record_effect.clone()),
-        ("records purge", r.purge.clone()),
-        ("queue enqueue", q.enqueue),
-        ("queue same_payload", q.same_payload),
-        ("queue claim", q.claim),
-        ("queue renew", q.renew),
-        ("queue done", q.done),
-        ("queue complete_and_done_many", q.complete_and_done_many),
-        ("queue complete_and_claim_many", q.complete_and_claim_many),
-        ("queue complete_and_done_one", q.complete_and_done_one),
-        ("queue complete_and_claim_one", q.complete_and_claim_one),
-        ("queue retry", q.retry),
-        ("queue dead", q.dead),
-        ("queue release", q.release),
-        ("queue status", q.status),
-        ("queue retry_dead", q.retry_dead),
-        ("queue discard", q.discard),
-        ("queue purge_done", q.purge_done),
-    ]
-}
+use idem_store_postgres::sqlx;
+use idem_store_postgres::testing::{
+    arrays_scanned_per_row, fresh_claim, generic_plan, generic_plan_json, statements, whole_reads,
+};
+use support::TestStore;
 
 /// On a fresh store (its tables new and never analyzed, as a new deployment's), every
 /// statement's generic plan finds its rows by key; and again once the empty tables are
@@ -198,10 +19,11 @@ fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
 /// batch alone: the planner, told the queue was empty, read its whole primary key and joined.
 #[tokio::test]
 async fn every_statement_finds_its_rows_by_key_in_a_fresh_stores_generic_plan() {
-    let (pool, schema, store) = crate::test_store::store_in_new_schema("plans").await;
+    let test = TestStore::new("plans", 4).await;
+    let (pool, store) = (test.store.pool(), &test.store);
     let mut conn = pool.acquire().await.unwrap();
     let mut failures = Vec::new();
-    let (schema_name, table) = store.names();
+    let (schema_name, table) = (&test.schema, idem_store_postgres::DEFAULT_TABLE);
     let analyze = format!(
         "ANALYZE \"{schema_name}\".\"{table}\", \"{schema_name}\".\"{table}_effects\",
                  \"{schema_name}\".\"{table}_queue\""
@@ -210,7 +32,7 @@ async fn every_statement_finds_its_rows_by_key_in_a_fresh_stores_generic_plan() 
         if let Some(sql) = before {
             sqlx::raw_sql(&sql).execute(&mut *conn).await.unwrap();
         }
-        for (name, statement) in statements(&store) {
+        for (name, statement) in statements(store) {
             let plan = generic_plan(&mut conn, &statement, false).await;
             let reads = whole_reads(&plan);
             if !reads.is_empty() {
@@ -221,7 +43,6 @@ async fn every_statement_finds_its_rows_by_key_in_a_fresh_stores_generic_plan() 
         }
     }
     drop(conn);
-    crate::test_store::drop_schema(&pool, &schema).await;
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -233,21 +54,23 @@ async fn every_statement_finds_its_rows_by_key_in_a_fresh_stores_generic_plan() 
 /// each of its keys: at about 128 keys, 8-21 ms against about 1.5 ms with one scan.
 #[tokio::test]
 async fn no_statement_scans_a_batch_per_row_on_a_store_grown_since_its_migration() {
-    let (pool, schema, store) = crate::test_store::store_in_new_schema("grown").await;
+    let test = TestStore::new("grown", 4).await;
+    let (pool, store) = (test.store.pool(), &test.store);
     sqlx::raw_sql(&format!(
         "INSERT INTO {table} (key, scope, fence, expires_at, purge_at)
              SELECT 'k' || i, '', i, now() + interval '1 day', now() + interval '1 day'
              FROM generate_series(1, 50000) i;
-         INSERT INTO {schema}.idem_records_queue (key, payload, max_attempts)
+         INSERT INTO \"{schema}\".idem_records_queue (key, payload, max_attempts)
              SELECT 'job:' || i, to_jsonb(i), 25 FROM generate_series(1, 50000) i",
         table = store.table(),
+        schema = test.schema,
     ))
-    .execute(&pool)
+    .execute(pool)
     .await
     .unwrap();
     let mut conn = pool.acquire().await.unwrap();
     let mut failures = Vec::new();
-    for (name, statement) in statements(&store) {
+    for (name, statement) in statements(store) {
         let reads = whole_reads(&generic_plan(&mut conn, &statement, false).await);
         let plan = generic_plan_json(&mut conn, &statement).await;
         let per_row = arrays_scanned_per_row(&plan);
@@ -256,7 +79,6 @@ async fn no_statement_scans_a_batch_per_row_on_a_store_grown_since_its_migration
         }
     }
     drop(conn);
-    crate::test_store::drop_schema(&pool, &schema).await;
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -285,12 +107,6 @@ fn an_array_parameter_on_a_nested_loops_inner_side_is_scanned_per_row() {
     let per_row = "((key = c.key) AND (key = ANY ($1)))";
     assert_eq!(arrays_scanned_per_row(&plan("(x = 1)", per_row)).len(), 2);
     assert!(arrays_scanned_per_row(&plan("(key = ANY ($1))", "(key = c.key)")).is_empty());
-}
-
-#[test]
-fn parameters_are_counted_by_their_highest_number() {
-    assert_eq!(parameters("SELECT 1"), 0);
-    assert_eq!(parameters("SELECT $1, $12::int, $3"), 12);
 }
 
 #[test]
@@ -341,9 +157,10 @@ fn an_index_read_without_a_condition_is_a_whole_read() {
 /// record from before scopes read the whole table: 3.7 ms a claim among 20,000 records.)
 #[tokio::test]
 async fn the_claim_sent_with_a_begin_looks_its_key_up() {
-    let (pool, schema, store) = crate::test_store::store_in_new_schema("fresh_plan").await;
+    let test = TestStore::new("fresh_plan", 4).await;
+    let (pool, store) = (test.store.pool(), &test.store);
     let table = store.table();
-    let prepare = &store.records().claim_fresh_prepare;
+    let (prepare, execute) = fresh_claim(store, "k1'x");
     let (_, body) = prepare
         .split_once(" AS")
         .expect("PREPARE name(types) AS statement");
@@ -360,8 +177,6 @@ async fn the_claim_sent_with_a_begin_looks_its_key_up() {
     .await
     .unwrap();
     plans.push(generic_plan(&mut conn, body, true).await);
-    let args = crate::fresh_claim::FreshArgs::example("k1'x").sql();
-    let execute = store.records().claim_fresh(&args);
     let execute = execute
         .strip_prefix("BEGIN; ")
         .expect("sent with its BEGIN");
@@ -381,7 +196,6 @@ async fn the_claim_sent_with_a_begin_looks_its_key_up() {
             .join("\n"),
     );
     drop(conn);
-    crate::test_store::drop_schema(&pool, &schema).await;
     for plan in plans {
         assert!(whole_reads(&plan).is_empty(), "{plan}");
         assert!(
@@ -400,8 +214,14 @@ async fn the_claim_sent_with_a_begin_looks_its_key_up() {
 /// it is analyzed.
 #[tokio::test]
 async fn a_purge_batch_finds_its_rows_without_a_join() {
-    let (pool, schema, store) = crate::test_store::store_in_new_schema("purge_plan").await;
-    let (table, purge) = (store.table(), &store.records().purge);
+    let test = TestStore::new("purge_plan", 4).await;
+    let (pool, store) = (test.store.pool(), &test.store);
+    let table = store.table();
+    let purge = statements(store)
+        .into_iter()
+        .find_map(|(name, sql)| (name == "records purge").then_some(sql))
+        .expect("the purge is among the statements");
+    let purge = purge.as_str();
     let mut conn = pool.acquire().await.unwrap();
     // (plan, the TID scans of the records and of the journal it must have)
     let mut plans = Vec::new();
@@ -423,7 +243,6 @@ async fn a_purge_batch_finds_its_rows_without_a_join() {
         plans.push((generic_plan(&mut conn, purge, seqscan).await, by_tid));
     }
     drop(conn);
-    crate::test_store::drop_schema(&pool, &schema).await;
     for (plan, (records, journal)) in plans {
         assert!(
             !plan.contains("Join") && !plan.contains("Nested Loop"),
