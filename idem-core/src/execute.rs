@@ -257,13 +257,22 @@ where
                 let started = first.take();
                 async move {
                     let started = started.unwrap_or_else(Instant::now);
-                    let sent = Instant::now();
                     let in_flight = ClaimInFlight { store, request };
                     let claim = store.claim(request).await;
                     std::mem::forget(in_flight);
                     let answered = Instant::now();
-                    handler.claim_took(answered - started);
-                    let (claim, lease_from) = with_lease_left(store, request, claim?, sent).await?;
+                    let took = answered - started;
+                    handler.claim_took(took);
+                    // The store's lease began no earlier than `started`; an answer that took a
+                    // renewal interval or more is re-checked before the body runs.
+                    let (claim, lease_from) = match claim? {
+                        Claim::Acquired {
+                            fence, taken_over, ..
+                        } if took >= crate::lease::renew_every(request.lease) => {
+                            renew_late_claim(store, request, fence, taken_over).await?
+                        }
+                        claim => (claim, started),
+                    };
                     Ok((
                         claim,
                         Timing {
@@ -490,23 +499,17 @@ struct Timing {
     body_from: Instant,
 }
 
-/// Hands back `claim`, sent at `sent`, with the time its lease counts from. An acquired claim
-/// whose answer took a renewal interval or more (a batch that waited on a lock, a slow store)
-/// may have little lease left, or none: another process may have taken it over meanwhile. It
-/// is renewed before it is handed to the body; if a newer run took it over, the call is
-/// answered as the claim would have been had it come later: in progress.
-async fn with_lease_left<S: Store + ?Sized>(
+/// An acquired claim whose answer took a renewal interval or more (a batch that waited on a
+/// lock, a slow store) may have little lease left, or none: another process may have taken it
+/// over meanwhile. It is renewed before it is handed to the body, and handed back with the
+/// time its lease counts from; if a newer run took it over, the call is answered as the claim
+/// would have been had it come later: in progress.
+async fn renew_late_claim<S: Store + ?Sized>(
     store: &S,
     request: ClaimRequest<'_>,
-    claim: Claim,
-    sent: Instant,
+    fence: Fence,
+    taken_over: bool,
 ) -> Result<(Claim, Instant), StoreError> {
-    let Claim::Acquired { fence, .. } = claim else {
-        return Ok((claim, sent));
-    };
-    if sent.elapsed() < crate::lease::renew_every(request.lease) {
-        return Ok((claim, sent));
-    }
     // Held until settled here: dropped while the renewal is on the wire, the claim is abandoned.
     let held = Unsettled {
         store,
@@ -526,13 +529,7 @@ async fn with_lease_left<S: Store + ?Sized>(
                 Claim::Acquired {
                     fence,
                     lease_expires_at,
-                    taken_over: matches!(
-                        claim,
-                        Claim::Acquired {
-                            taken_over: true,
-                            ..
-                        }
-                    ),
+                    taken_over,
                 },
                 renewing,
             ))
