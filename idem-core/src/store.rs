@@ -154,6 +154,28 @@ pub enum RecordState {
     },
 }
 
+impl RecordState {
+    /// The state of a record as stores keep it: completed at `completed_at` (`None`: claimed,
+    /// not completed), its lease or its keep ending at `expires_at`, with `output` when it is
+    /// completed.
+    pub fn from_stored(
+        completed_at: Option<SystemTime>,
+        expires_at: SystemTime,
+        output: Option<Vec<u8>>,
+    ) -> RecordState {
+        match completed_at {
+            None => RecordState::InProgress {
+                lease_expires_at: expires_at,
+            },
+            Some(completed_at) => RecordState::Completed {
+                completed_at,
+                expires_at,
+                output,
+            },
+        }
+    }
+}
+
 /// A stored record, as [`Store::get`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {

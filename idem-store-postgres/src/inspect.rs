@@ -30,20 +30,19 @@ fn inspected(row: &PgRow) -> Result<InspectedRecord, sqlx::Error> {
             fingerprint: row
                 .try_get::<Option<String>, _>(3)?
                 .map(Fingerprint::from_stored),
-            state: match completed_at {
-                None => RecordState::InProgress {
-                    lease_expires_at: expires_at,
-                },
-                Some(completed_at) => RecordState::Completed {
-                    completed_at: from_micros(completed_at),
-                    expires_at,
-                    output: None,
-                },
-            },
+            state: RecordState::from_stored(completed_at.map(from_micros), expires_at, None),
         },
         holder: row.try_get(4)?,
         output_bytes: row.try_get::<Option<i64>, _>(7)?.map(i64::unsigned_abs),
     })
+}
+
+/// The rows of `find` or `list`, as records.
+fn inspected_all(rows: &[PgRow]) -> Result<Vec<InspectedRecord>, StoreError> {
+    rows.iter()
+        .map(inspected)
+        .collect::<Result<_, _>>()
+        .map_err(failed(Operation::Get))
 }
 
 fn failed(operation: Operation) -> impl Fn(sqlx::Error) -> StoreError {
@@ -63,10 +62,7 @@ impl Inspect for PgStore {
             .fetch_all(self.pool())
             .await
             .map_err(failed(Operation::Get))?;
-        rows.iter()
-            .map(inspected)
-            .collect::<Result<_, _>>()
-            .map_err(failed(Operation::Get))
+        inspected_all(&rows)
     }
 
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<InspectedRecord>, StoreError> {
@@ -78,10 +74,7 @@ impl Inspect for PgStore {
             .fetch_all(self.pool())
             .await
             .map_err(failed(Operation::Get))?;
-        rows.iter()
-            .map(inspected)
-            .collect::<Result<_, _>>()
-            .map_err(failed(Operation::Get))
+        inspected_all(&rows)
     }
 
     async fn forget(&self, key: &Key) -> Result<bool, StoreError> {

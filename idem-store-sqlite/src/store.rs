@@ -343,16 +343,11 @@ impl Store for SqliteStore {
             .map_err(store_error)?;
         Ok(row.map(|row| {
             let expires: i64 = row.get("expires_us");
-            let state = match row.get::<Option<i64>, _>("completed_us") {
-                Some(completed) => RecordState::Completed {
-                    completed_at: at(completed),
-                    expires_at: at(expires),
-                    output: row.get("output"),
-                },
-                None => RecordState::InProgress {
-                    lease_expires_at: at(expires),
-                },
-            };
+            let state = RecordState::from_stored(
+                row.get::<Option<i64>, _>("completed_us").map(at),
+                at(expires),
+                row.get("output"),
+            );
             Record {
                 key: key.clone(),
                 fence: Fence(row.get::<i64, _>("fence") as u64),

@@ -166,16 +166,7 @@ pub(crate) async fn get_on(
         fingerprint: row
             .try_get::<Option<String>, _>(1)?
             .map(Fingerprint::from_stored),
-        state: match completed_at {
-            None => RecordState::InProgress {
-                lease_expires_at: expires_at,
-            },
-            Some(completed_at) => RecordState::Completed {
-                completed_at: from_micros(completed_at),
-                expires_at,
-                output: row.try_get(4)?,
-            },
-        },
+        state: RecordState::from_stored(completed_at.map(from_micros), expires_at, row.try_get(4)?),
     }))
 }
 
