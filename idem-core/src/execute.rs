@@ -379,24 +379,21 @@ impl<S: Store + ?Sized> Claimed<'_, S> {
         self.handler.body_took(timing.body_from.elapsed());
         let settled = match result {
             Err(panic) => {
-                settling.next = Next::Release;
-                settling.stop_renewal().await;
+                settling.cut_renewal();
                 self.release().await;
                 settling.next = Next::Nothing;
                 record_outcome("panicked");
                 resume_unwind(panic);
             }
             Ok(Err(e)) => {
-                settling.next = Next::Release;
-                settling.stop_renewal().await;
+                settling.cut_renewal();
                 self.release().await;
                 record_outcome("handler_error");
                 Err(Error::Handler(e))
             }
             Ok(Ok(value)) => match codec.encode(&value) {
                 Err(e) => {
-                    settling.next = Next::Release;
-                    settling.stop_renewal().await;
+                    settling.cut_renewal();
                     self.release().await;
                     record_outcome("codec_error");
                     Err(Error::Codec(e))
@@ -578,10 +575,9 @@ impl<S: Store + ?Sized> Drop for Unsettled<'_, S> {
 
 /// What settles the claim if the call's future is dropped before it did.
 enum Next {
-    /// The body has not ended: the store is told to [abandon](Store::abandon) the claim.
+    /// The body has not ended, or failed and its claim is being released: the store is told
+    /// to [abandon](Store::abandon) the claim.
     Abandon,
-    /// The body failed: the claim is released.
-    Release,
     /// The body succeeded: its completion is recorded, whoever waits for it.
     Complete {
         output: Option<Vec<u8>>,
@@ -591,8 +587,8 @@ enum Next {
     Nothing,
 }
 
-/// A claim being settled: whatever [`Next`] says is done when this is dropped, in the
-/// background after a renewal on the wire was answered (see [`Renewal::stop`]).
+/// A claim being settled: whatever [`Next`] says is done when this is dropped (a completion
+/// in the background, after a renewal on the wire was answered: see [`Renewal::stop`](crate::lease::Renewal::stop)).
 struct Settling {
     context: CallContext,
     renewal: Option<crate::lease::Renewal>,
@@ -613,6 +609,14 @@ impl Settling {
         self.stopping = None;
     }
 
+    /// Stops the renewal at once, a renewal on the wire cut on this side: before a release,
+    /// whose wait for a renewal that cannot be answered (the store is down) would only hold
+    /// the next delivery up. (A late renewal can at worst hold the key for one more lease.)
+    fn cut_renewal(&mut self) {
+        self.renewal = None;
+        self.stopping = None;
+    }
+
     /// What a drop must wait for before settling.
     fn take_stop(&mut self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
         let stopped = self.renewal.take().and_then(crate::lease::Renewal::stop);
@@ -630,70 +634,61 @@ impl Drop for Settling {
             return;
         }
         let context = self.context.clone();
+        let Next::Complete { output, keep } = next else {
+            self.cut_renewal();
+            tracing::info!(key = %context.key(), "call dropped mid-run; abandoning its claim");
+            context.store().abandon(context.key(), context.fence());
+            return;
+        };
         let stopped = self.take_stop();
-        match (next, stopped) {
-            (Next::Abandon, None) => {
-                tracing::info!(key = %context.key(), "call dropped mid-run; abandoning its claim");
+        match tokio::runtime::Handle::try_current() {
+            // A runtime that is shutting down drops the task unrun: the claim then lapses with
+            // its lease (the finished body's completion is lost, and it runs again).
+            Ok(runtime) => {
+                runtime.spawn(complete_in_background(context, output, keep, stopped));
+            }
+            Err(_) => {
+                // No runtime to wait or write on: free the key as well as can be done without
+                // one.
+                tracing::warn!(key = %context.key(), "call dropped outside a Tokio runtime; abandoning its claim");
                 context.store().abandon(context.key(), context.fence());
             }
-            (next, stopped) => match tokio::runtime::Handle::try_current() {
-                // A runtime that is shutting down drops the task unrun: the claim then lapses
-                // with its lease (a finished body's completion is lost, and it runs again).
-                Ok(runtime) => {
-                    runtime.spawn(settle_in_background(context, next, stopped));
-                }
-                Err(_) => {
-                    // No runtime to wait or write on: free the key as well as can be done
-                    // without one.
-                    tracing::warn!(key = %context.key(), "call dropped outside a Tokio runtime; abandoning its claim");
-                    context.store().abandon(context.key(), context.fence());
-                }
-            },
         }
     }
 }
 
-/// Settles a claim whose call was dropped: after its renewal stopped, abandons or releases it,
-/// or records its completion (the body succeeded; its caller went away).
-async fn settle_in_background(
+/// Records the completion of a call dropped after its body succeeded (its caller went away),
+/// once its renewal stopped.
+async fn complete_in_background(
     context: CallContext,
-    next: Next,
+    output: Option<Vec<u8>>,
+    keep: Duration,
     stopped: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 ) {
     if let Some(stopped) = stopped {
         stopped.await;
     }
     let (store, key, fence) = (context.store(), context.key(), context.fence());
-    match next {
-        Next::Abandon => {
-            tracing::info!(%key, "call dropped mid-run; abandoning its claim");
-            store.abandon(key, fence);
+    let lease = Lease {
+        store,
+        key,
+        fence,
+        lease: Duration::ZERO,
+    };
+    let completion = Completion {
+        output: output.as_deref(),
+        keep,
+    };
+    match complete(&lease, completion).await {
+        Ok(Fenced::Applied) => {
+            tracing::info!(%key, "call dropped after its work was done; its completion was recorded")
         }
-        Next::Release => log_release(store.release(key, fence).await),
-        Next::Complete { output, keep } => {
-            let lease = Lease {
-                store,
-                key,
-                fence,
-                lease: Duration::ZERO,
-            };
-            let completion = Completion {
-                output: output.as_deref(),
-                keep,
-            };
-            match complete(&lease, completion).await {
-                Ok(Fenced::Applied) => {
-                    tracing::info!(%key, "call dropped after its work was done; its completion was recorded")
-                }
-                Ok(Fenced::Lost) => {
-                    tracing::warn!(%key, "call dropped after its work was done; its completion was refused: a newer run took the key over")
-                }
-                Err(e) => {
-                    tracing::error!(%key, error = %e, "call dropped after its work was done, and its completion could not be recorded")
-                }
-            }
+        Ok(Fenced::Lost) => {
+            tracing::warn!(%key, "call dropped after its work was done; its completion was refused: a newer run took the key over")
         }
-        Next::Nothing => {}
+        Err(e) => {
+            tracing::error!(%key, error = %e, "call dropped after its work was done, and its completion could not be recorded")
+        }
     }
 }
 

@@ -16,7 +16,7 @@ pub struct InspectedRecord {
     /// The record. A listing may leave a completed record's output out (`None`): see
     /// [`output_bytes`](Self::output_bytes).
     pub record: Record,
-    /// Who claimed it (`host:pid`, [`holder`](crate::holder)), when the store keeps it.
+    /// Who claimed it (`host:pid`, [`holder`](crate::holder())), when the store keeps it.
     pub holder: Option<String>,
     /// The recorded output's size, in bytes.
     pub output_bytes: Option<u64>,
