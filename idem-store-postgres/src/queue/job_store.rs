@@ -594,19 +594,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lone_completion_claims_the_next_job_for_its_slot() {
         let (pool, schema, store, queue) = setup("job_one_next").await;
-        let fence = running(&store, &schema, "running-a", 1).await;
-        let job = super::super::NewJob::new("queued-0", &0).unwrap();
-        let _ = queue.enqueue(job).await.unwrap();
-        let workers = workers(&queue);
-        let completion = JobCompletion {
-            sql: queue.sql.clone(),
-            key: "running-a".to_owned(),
-            fence: fence_param(fence),
-            output: None,
-            keep: 60_000_000,
-            attempt: 1,
-            next: Some(Arc::clone(&workers)),
-        };
+        let (workers, completion) = completion_claiming_next(&store, &schema, &queue).await;
         let (completed, done, next) = JobCompleteOp::one(&store, &completion).await.unwrap();
         assert!(completed && done, "completed and marked done");
         let next = next.expect("the queued job, claimed for the slot");
@@ -653,9 +641,31 @@ mod tests {
         }
     }
 
-    /// A running job `running-a` and a queued `queued-0`; the running job's row locked by the
-    /// returned transaction, and its completion, which claims the next job for the returned
-    /// workers' slot (it waits on the lock once sent).
+    /// A running job `running-a` and a queued `queued-0`, and the running job's completion,
+    /// which claims the next job for the returned workers' slot.
+    async fn completion_claiming_next(
+        store: &PgStore,
+        schema: &str,
+        queue: &Queue,
+    ) -> (Arc<Shared>, JobCompletion) {
+        let fence = running(store, schema, "running-a", 1).await;
+        let job = super::super::NewJob::new("queued-0", &0).unwrap();
+        let _ = queue.enqueue(job).await.unwrap();
+        let workers = workers(queue);
+        let completion = JobCompletion {
+            sql: queue.sql.clone(),
+            key: "running-a".to_owned(),
+            fence: fence_param(fence),
+            output: None,
+            keep: 60_000_000,
+            attempt: 1,
+            next: Some(Arc::clone(&workers)),
+        };
+        (workers, completion)
+    }
+
+    /// [`completion_claiming_next`], with the running job's row locked by the returned
+    /// transaction (the completion waits on the lock once sent).
     async fn completion_behind_a_lock(
         pool: &sqlx::PgPool,
         schema: &str,
@@ -666,10 +676,7 @@ mod tests {
         sqlx::Transaction<'static, sqlx::Postgres>,
         JobCompletion,
     ) {
-        let fence = running(store, schema, "running-a", 1).await;
-        let job = super::super::NewJob::new("queued-0", &0).unwrap();
-        let _ = queue.enqueue(job).await.unwrap();
-        let workers = workers(queue);
+        let (workers, completion) = completion_claiming_next(store, schema, queue).await;
         let mut lock = pool.begin().await.unwrap();
         sqlx::query(&format!(
             "SELECT 1 FROM {schema}.idem_records_queue WHERE key = 'running-a' FOR UPDATE"
@@ -677,15 +684,6 @@ mod tests {
         .execute(&mut *lock)
         .await
         .unwrap();
-        let completion = JobCompletion {
-            sql: queue.sql.clone(),
-            key: "running-a".to_owned(),
-            fence: fence_param(fence),
-            output: None,
-            keep: 60_000_000,
-            attempt: 1,
-            next: Some(Arc::clone(&workers)),
-        };
         (workers, lock, completion)
     }
 
