@@ -23,7 +23,7 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idem_store_postgres::queue::{EnqueueError, Job, JobState, NewJob, Queue};
+use idem_queue::{EnqueueError, Job, JobState, NewJob, Queue};
 use idem_store_postgres::PgStore;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -202,9 +202,10 @@ async fn main() {
         .schema(args.schema)
         .build()
         .expect("--schema must be a plain lowercase name");
-    store.migrate().await.expect("migrate");
+    let queue = Queue::new(&store);
+    queue.migrate().await.expect("migrate");
     let app = Arc::new(App {
-        queue: Queue::new(&store),
+        queue,
         max_attempts: args.max_attempts,
         runs: AtomicU64::new(0),
     });

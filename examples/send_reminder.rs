@@ -303,7 +303,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn parallel_deliveries_send_once_on_postgres() {
-        let url = idem_testdb::database_url();
+        let url = idem_store_postgres::testing::database_url();
         parallel_deliveries_send_once(store(Some(&url)).await.0).await;
     }
 

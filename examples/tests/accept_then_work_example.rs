@@ -34,7 +34,7 @@ fn start(schema: &str) -> Server {
             "--addr",
             "127.0.0.1:0",
             "--database-url",
-            &idem_testdb::database_url(),
+            &idem_store_postgres::testing::database_url(),
         ])
         .args(["--schema", schema, "--workers", "4", "--work-ms", "20"])
         .stdout(Stdio::piped())
@@ -223,9 +223,10 @@ async fn accepts_at_once_runs_each_item_once_and_refuses_bad_input() {
     assert_eq!(stopped, "STOPPED finished=0 released=0");
     assert!(server.child.wait().unwrap().success());
 
-    let pool = idem_store_postgres::sqlx::PgPool::connect(&idem_testdb::database_url())
-        .await
-        .unwrap();
+    let pool =
+        idem_store_postgres::sqlx::PgPool::connect(&idem_store_postgres::testing::database_url())
+            .await
+            .unwrap();
     let _ = idem_store_postgres::sqlx::raw_sql(&format!(
         "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
         server.schema

@@ -35,7 +35,7 @@ impl Server {
     }
 
     fn on_postgres(schema: &str, extra: &[&str]) -> Server {
-        let url = idem_testdb::database_url();
+        let url = idem_store_postgres::testing::database_url();
         let mut args = vec!["--database-url", &url, "--schema", schema];
         args.extend_from_slice(extra);
         Server::start(&args)
@@ -144,7 +144,7 @@ async fn fifty_concurrent_requests_with_one_key_charge_once_in_memory() {
 
 #[tokio::test]
 async fn two_servers_on_one_database_split_one_key_and_charge_once() {
-    let schema = idem_testdb::unique_schema("idem_t_http_two");
+    let schema = idem_store_postgres::testing::unique_schema("idem_t_http_two");
     let a = Server::on_postgres(&schema, &[]);
     let b = Server::on_postgres(&schema, &[]);
     fifty_concurrent_requests_charge_once(&[&a, &b]).await;
@@ -321,7 +321,7 @@ async fn an_oversized_body_is_refused_with_413_before_anything_is_claimed() {
 
 #[tokio::test]
 async fn a_server_killed_mid_request_is_taken_over_by_the_retry_after_its_lease() {
-    let schema = idem_testdb::unique_schema("idem_t_http_kill");
+    let schema = idem_store_postgres::testing::unique_schema("idem_t_http_kill");
     let lease = ["--lease-ms", "1500"];
     let mut first = Server::on_postgres(&schema, &lease);
     // The provider takes 3 s: long enough to kill the server in the middle of it.
@@ -368,7 +368,7 @@ async fn a_server_killed_mid_request_is_taken_over_by_the_retry_after_its_lease(
 
 #[tokio::test]
 async fn a_client_that_gives_up_early_is_charged_once_and_its_retry_gets_the_charge() {
-    let schema = idem_testdb::unique_schema("idem_t_http_gone");
+    let schema = idem_store_postgres::testing::unique_schema("idem_t_http_gone");
     let server = Server::on_postgres(&schema, &[]);
     // The provider takes 3 s; the client gives up as soon as the server holds its key.
     let slow = r#"{"customer":"c1","amount":100,"delay_ms":3000}"#;
@@ -411,7 +411,7 @@ async fn a_client_that_gives_up_early_is_charged_once_and_its_retry_gets_the_cha
 /// Waits until a server on `schema` holds `client_key` (sent as `tok_1` to `POST /charges`), as
 /// its record in the database says.
 async fn wait_until_claimed(schema: &str, client_key: &str) {
-    let store = idem_store_postgres::PgStore::builder(idem_testdb::pool(2).await)
+    let store = idem_store_postgres::PgStore::builder(idem_store_postgres::testing::pool(2).await)
         .schema(schema.to_owned())
         .build()
         .unwrap();
@@ -472,9 +472,10 @@ async fn raw_post(base: &str, key: &str) -> String {
 }
 
 async fn drop_schema(schema: &str) {
-    let pool = idem_store_postgres::sqlx::PgPool::connect(&idem_testdb::database_url())
-        .await
-        .unwrap();
+    let pool =
+        idem_store_postgres::sqlx::PgPool::connect(&idem_store_postgres::testing::database_url())
+            .await
+            .unwrap();
     let _ =
         idem_store_postgres::sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
             .execute(&pool)

@@ -32,7 +32,7 @@ fn the_demo_charges_each_customer_once() {
 
 #[tokio::test]
 async fn a_job_killed_mid_run_and_run_again_charges_once() {
-    let url = idem_testdb::database_url();
+    let url = idem_store_postgres::testing::database_url();
     let schema = format!("idem_t_payments_{}", std::process::id());
     let (mut provider, mut provider_out) = spawn(&["provider"]);
     let base = read_until(&mut provider_out, "PROVIDER ")

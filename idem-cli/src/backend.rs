@@ -282,7 +282,8 @@ impl Backend {
     /// The store's migrations.
     pub async fn migrate(&self) -> Result<(), idem_core::StoreError> {
         match self {
-            Backend::Postgres { store, .. } => store.migrate().await,
+            // The records and the work queue: `idem jobs` reads the queue's table.
+            Backend::Postgres { store, .. } => idem_queue::Queue::new(store).migrate().await,
             Backend::Sqlite { store, .. } => store.migrate().await,
             // Redis has no schema: nothing to migrate.
             Backend::Redis { .. } => Ok(()),

@@ -1,6 +1,6 @@
 //! The work queue's commands: stats, list, show, retry, discard.
 
-use idem_store_postgres::queue::Queue;
+use idem_queue::Queue;
 use idem_store_postgres::sqlx::{self, postgres::PgRow, Row};
 use serde_json::{json, Map, Value};
 
@@ -12,10 +12,10 @@ fn ts(column: &str) -> String {
     format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
 }
 
-/// A running job whose lease lapsed ([`LAPSED_SQL`](idem_store_postgres::queue::LAPSED_SQL)):
+/// A running job whose lease lapsed ([`LAPSED_SQL`](idem_queue::LAPSED_SQL)):
 /// the commands show its state as `stale`; `list --state` filters on this condition and the
 /// table's own state, so that the table's state index still serves the other states.
-const LAPSED: &str = idem_store_postgres::queue::LAPSED_SQL;
+const LAPSED: &str = idem_queue::LAPSED_SQL;
 
 fn columns() -> String {
     format!(

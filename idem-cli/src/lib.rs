@@ -79,7 +79,17 @@ where
     match result {
         Ok(status) => status,
         Err(e) => {
-            let _ = writeln!(err, "error: the database failed: {e}");
+            // A table that does not exist: the store (or its work queue) was never migrated.
+            let undefined = e
+                .as_database_error()
+                .and_then(|db| db.code())
+                .is_some_and(|code| code == "42P01");
+            let hint = if undefined {
+                " (run `idem migrate` to create idem's tables)"
+            } else {
+                ""
+            };
+            let _ = writeln!(err, "error: the database failed: {e}{hint}");
             FAILED
         }
     }

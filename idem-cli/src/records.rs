@@ -1,7 +1,7 @@
 //! The records commands: show, list, release, forget, effects, purge, on any store the
 //! [`Backend`](crate::backend::Backend) reaches.
 
-use idem_store_postgres::queue::QUEUE_SCOPE;
+use idem_queue::QUEUE_SCOPE;
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map};
 

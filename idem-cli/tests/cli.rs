@@ -3,8 +3,8 @@
 //! refusals.
 
 use idem_core::{Call, Claim, ClaimRequest, Key, Store};
-use idem_store_postgres::queue::{Job, NewJob, Queue};
-use idem_testdb::TestStore;
+use idem_queue::{Job, NewJob, Queue};
+use idem_store_postgres::testing::TestStore;
 use serde_json::Value;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -13,7 +13,7 @@ fn idem(test: &TestStore, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_idem"))
         .args([
             "--database-url",
-            &idem_testdb::database_url(),
+            &idem_store_postgres::testing::database_url(),
             "--schema",
             &test.schema,
         ])
@@ -92,6 +92,7 @@ async fn usage_errors_exit_2_with_the_usage() {
 #[tokio::test]
 async fn a_missing_key_or_job_exits_1() {
     let test = TestStore::new("cli_missing", 2).await;
+    Queue::new(&test.store).migrate().await.unwrap();
     for args in [
         &["show", "nope"][..],
         &["release", "nope"][..],
@@ -301,6 +302,7 @@ async fn purge_drains_a_backlog_batch_by_batch() {
 async fn a_dead_job_is_retried_and_then_runs_once() {
     let test = TestStore::new("cli_jobs", 8).await;
     let queue = Queue::new(&test.store);
+    queue.migrate().await.unwrap();
     let job = NewJob::new("report:1", &serde_json::json!({"n": 1}))
         .unwrap()
         .max_attempts(1);
@@ -394,6 +396,7 @@ async fn a_dead_job_is_retried_and_then_runs_once() {
 async fn a_job_whose_worker_died_is_listed_as_stale() {
     let test = TestStore::new("cli_stale_jobs", 4).await;
     let queue = Queue::new(&test.store);
+    queue.migrate().await.unwrap();
     for key in ["crashed", "running"] {
         let _ = queue
             .enqueue(NewJob::new(key, &serde_json::json!({})).unwrap())

@@ -13,7 +13,7 @@
 //! `handler` is the call's name: under `#[idempotent]` the function's module path and name
 //! (`billing::invoice_run`),
 //! [`Call::name`](crate::Call::name) otherwise (`idem::call` by default). The PostgreSQL work
-//! queue adds its own (`idem_queue_*`, see `idem_store_postgres::queue`).
+//! queue adds its own (`idem_queue_*`, see `idem_queue`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -40,9 +40,8 @@ pub struct WorkerFlags {
 }
 
 impl WorkerFlags {
-    /// The test's store, on a pool of `connections` to `DATABASE_URL` (the one test-store helper
-    /// of `idem-testdb`).
+    /// The test's store, on a pool of `connections` to `DATABASE_URL`.
     pub async fn store(&self, connections: u32) -> PgStore {
-        idem_testdb::pg_store(&self.schema, connections, None).await
+        idem_store_postgres::testing::pg_store(&self.schema, connections, None).await
     }
 }

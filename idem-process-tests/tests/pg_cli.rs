@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Runs `idem` in process against the test's schema; returns (exit status, stdout).
 async fn idem(schema: &Schema, args: &[&str]) -> (i32, String) {
-    let url = idem_testdb::database_url();
+    let url = idem_store_postgres::testing::database_url();
     let mut argv = vec!["idem", "--database-url", &url, "--schema", &schema.name];
     argv.extend_from_slice(args);
     let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -85,7 +85,7 @@ async fn a_killed_workers_claims_are_listed_stale_with_its_pid_and_release_lets_
     assert!(released.contains(&format!(":{pid}")), "{released}");
     let (status, gone) = idem(&schema, &["show", "crash:0"]).await;
     assert_eq!(status, 1, "{gone}");
-    let store = idem_testdb::pg_store(&schema.name, 2, None).await;
+    let store = idem_store_postgres::testing::pg_store(&schema.name, 2, None).await;
     let first = Call::new(&store, "crash:0")
         .scope("crash_job")
         .run(async { Ok::<_, std::io::Error>(()) })

@@ -195,7 +195,7 @@ async fn outage(dedicated: Option<usize>) {
 /// and afterwards every job is done once, apart from the few in flight at the stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queue_workers_ride_out_an_outage() {
-    use idem_store_postgres::queue::{Job, NewJob, Queue};
+    use idem_queue::{Job, NewJob, Queue};
     use std::collections::HashMap;
 
     const JOBS: u64 = 300;
@@ -208,8 +208,8 @@ async fn queue_workers_ride_out_an_outage() {
         .await
         .unwrap();
     let store = PgStore::new(pool.clone());
-    store.migrate().await.unwrap();
     let queue = Queue::new(&store);
+    queue.migrate().await.unwrap();
     for i in 0..JOBS {
         let job = NewJob::new(format!("q:{i}"), &i).unwrap().max_attempts(3);
         let _ = queue.enqueue(job).await.unwrap();

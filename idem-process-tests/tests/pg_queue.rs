@@ -8,7 +8,7 @@
 
 mod pg_support;
 
-use idem_store_postgres::queue::{NewJob, Queue};
+use idem_queue::{NewJob, Queue};
 use pg_support::{signal, spawn_queue_worker, summary, Schema};
 use std::collections::HashSet;
 use std::process::Child;
@@ -23,7 +23,7 @@ static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Enqueues `jobs` jobs `job:0..` from 8 concurrent tasks, through the public API.
 async fn enqueue(schema: &Schema, jobs: u32) -> Queue {
-    let queue = Queue::new(&idem_testdb::pg_store(&schema.name, 8, None).await);
+    let queue = Queue::new(&idem_store_postgres::testing::pg_store(&schema.name, 8, None).await);
     enqueue_range(&queue, 0, jobs).await;
     queue
 }

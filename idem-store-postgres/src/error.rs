@@ -18,7 +18,7 @@ pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
 }
 
 /// Wraps a sqlx error, keeping it as the source, with a message that says what to do.
-pub(crate) fn store_error(error: sqlx::Error) -> StoreError {
+pub fn store_error(error: sqlx::Error) -> StoreError {
     let message = match sqlstate(&error).as_deref() {
         Some(UNDEFINED_TABLE) | Some(INVALID_SCHEMA_NAME) => {
             "the idem table does not exist; run `PgStore::migrate()` once at start-up"

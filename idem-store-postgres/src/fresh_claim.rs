@@ -225,10 +225,11 @@ mod tests {
     /// own) rather than writing into the first store's table.
     #[tokio::test]
     async fn a_store_never_executes_a_claim_another_store_prepared() {
-        use crate::test_store::{drop_schema, store_in_new_schema};
-        let (pool, schema_a, a) = store_in_new_schema("fresh_a").await;
-        let (pool_b, schema_b, b) = store_in_new_schema("fresh_b").await;
-        let mut conn = pool.acquire().await.unwrap();
+        use crate::testing::TestStore;
+        let a = TestStore::new("fresh_a", 4).await;
+        let b = TestStore::new("fresh_b", 4).await;
+        let (a, b) = (&a.store, &b.store);
+        let mut conn = a.pool().acquire().await.unwrap();
         sqlx::raw_sql(&a.records().claim_fresh_prepare)
             .execute(&mut *conn)
             .await
@@ -248,9 +249,6 @@ mod tests {
             .await
             .unwrap();
         sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.unwrap();
-        drop(conn);
-        drop_schema(&pool, &schema_a).await;
-        drop_schema(&pool_b, &schema_b).await;
     }
 
     #[test]

@@ -20,16 +20,14 @@ pub mod claim_batch;
 mod connections;
 mod duplicate_rate;
 mod error;
+pub mod extend;
 mod fresh_claim;
 mod ident;
 mod inspect;
 mod lease_ops;
 mod migrate;
-pub mod queue;
 mod records;
 mod store;
-#[cfg(test)]
-mod test_store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod time;

@@ -168,9 +168,9 @@ impl PgStoreBuilder {
     /// the default `plan_cache_mode = auto`, the server plans a statement anew for its first
     /// five executions on a connection, then keeps the generic plan unless it is costed above
     /// those. The work queue's statements hide from the planner how many jobs a claim takes
-    /// and how many keys a batch holds, so that it does keep them: a
-    /// [`Queue`](crate::queue::Queue) through the pool runs at a quarter to two thirds of its
-    /// speed on the store's own connections (BENCHMARKS.md, "Work queue").
+    /// and how many keys a batch holds, so that it does keep them; still, a queue through the
+    /// pool runs well below its speed on the store's own connections, a round trip more per
+    /// statement and no batching.
     pub fn through_pool(mut self) -> Self {
         self.connections = Connections::Pooled;
         self
@@ -335,7 +335,9 @@ impl PgStore {
     /// crate's versioned migrations that are not applied yet. Safe to call from many processes
     /// at once (they take turns on an advisory lock) and on every start-up.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        crate::migrate::migrate(&self.pool, &self.shared.schema, &self.shared.table).await
+        crate::migrate::RECORDS
+            .apply_to(&self.pool, &self.shared.schema, &self.shared.table)
+            .await
     }
 
     /// The pool the store uses.
@@ -388,14 +390,23 @@ impl PgStore {
         self.shared.batches.as_ref()
     }
 
-    /// The records table's SQL, for the work queue that runs on this store.
-    pub(crate) fn records(&self) -> &RecordsSql {
+    /// The records table's statements, for a crate whose own statements write records in the
+    /// same statement as its rows (see [`extend`](crate::extend)).
+    pub fn records(&self) -> &RecordsSql {
         &self.shared.sql
     }
 
-    /// The schema and table names the store was built with.
-    pub(crate) fn names(&self) -> (&str, &str) {
+    /// The schema and table names the store was built with (unquoted).
+    pub fn names(&self) -> (&str, &str) {
         (&self.shared.schema, &self.shared.table)
+    }
+
+    /// How many statements of one batched operation the store puts on the wire at once, or
+    /// `None` when it does not batch ([`through_pool`](PgStoreBuilder::through_pool)): for a
+    /// crate that batches its own statements the way the store does (see
+    /// [`extend`](crate::extend)).
+    pub fn batch_drivers(&self) -> Option<usize> {
+        self.batches().map(|batches| batches.claims.drivers())
     }
 
     /// The claim statement's SQL (`$1` key, `$2` fingerprint, `$3` lease in µs, `$4` token, `$5`

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// SQL for a `timestamptz` expression as epoch microseconds (`bigint`).
-pub(crate) fn micros_sql(expr: &str) -> String {
+pub fn micros_sql(expr: &str) -> String {
     format!("(extract(epoch from {expr}) * 1000000)::bigint")
 }
 
@@ -11,13 +11,14 @@ pub(crate) fn micros_sql(expr: &str) -> String {
 /// parameter `$n` (epoch µs, the previous batch's last value), or at the start when it is NULL
 /// (the first batch). One microsecond early, so rows that share the previous batch's last
 /// value, and a rounding of the epoch, are never passed over.
-pub(crate) fn batch_start_sql(n: u8) -> String {
+pub fn batch_start_sql(n: u8) -> String {
     format!(
         "coalesce(to_timestamp(0) + (${n}::bigint - 1) * interval '1 microsecond', '-infinity')"
     )
 }
 
-pub(crate) fn from_micros(micros: i64) -> SystemTime {
+/// Epoch microseconds (as the statements return times) as a `SystemTime`.
+pub fn from_micros(micros: i64) -> SystemTime {
     if micros >= 0 {
         UNIX_EPOCH + Duration::from_micros(micros.unsigned_abs())
     } else {
@@ -26,6 +27,6 @@ pub(crate) fn from_micros(micros: i64) -> SystemTime {
 }
 
 /// A duration as whole microseconds for `$n * interval '1 microsecond'`, saturating.
-pub(crate) fn duration_micros(duration: Duration) -> i64 {
+pub fn duration_micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }

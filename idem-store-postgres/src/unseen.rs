@@ -12,6 +12,6 @@
 /// batch's number of keys (one, against a thousand), it always did: the work queue's claims
 /// were planned at every execution through the pool, for 0.7 ms each against 0.25 ms running
 /// (BENCHMARKS.md, "Work queue").
-pub(crate) fn unseen(param: &str, ty: &str) -> String {
+pub fn unseen(param: &str, ty: &str) -> String {
     format!("(SELECT {param}::{ty})::{ty}")
 }

@@ -21,7 +21,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::wire::CountingProxy;
+use support::CountingProxy;
 use support::TestStore;
 
 const LEASE: Duration = Duration::from_secs(600);

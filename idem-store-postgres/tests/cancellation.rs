@@ -241,7 +241,7 @@ async fn a_claim_acquired_for_a_caller_that_left_is_released() {
 async fn a_claim_answered_after_its_lease_lapsed_does_not_run_beside_the_takeover() {
     let test = TestStore::new("cancel_lapsed", 4).await;
     let store = &test.store;
-    let other = idem_testdb::named_pool(2, &test.schema).await;
+    let other = idem_store_postgres::testing::named_pool(2, &test.schema).await;
     let lease = Duration::from_millis(300);
 
     let (first, held) = claim_held_by(&test, "first").await;

@@ -12,11 +12,7 @@ use support::TestStore;
 
 /// On a fresh store (its tables new and never analyzed, as a new deployment's), every
 /// statement's generic plan finds its rows by key; and again once the empty tables are
-/// analyzed (an `ANALYZE` of the database right after the first `migrate`). The queue's claims
-/// failed the first before their check for a pre-scope record became a lookup per key: their
-/// plan read every entry of the records' primary key with `scope = ''`, once per claim. The
-/// queue's `done` and `release` failed the second while they found their jobs by a join to the
-/// batch alone: the planner, told the queue was empty, read its whole primary key and joined.
+/// analyzed (an `ANALYZE` of the database right after the first `migrate`).
 #[tokio::test]
 async fn every_statement_finds_its_rows_by_key_in_a_fresh_stores_generic_plan() {
     let test = TestStore::new("plans", 4).await;
@@ -24,10 +20,8 @@ async fn every_statement_finds_its_rows_by_key_in_a_fresh_stores_generic_plan() 
     let mut conn = pool.acquire().await.unwrap();
     let mut failures = Vec::new();
     let (schema_name, table) = (&test.schema, idem_store_postgres::DEFAULT_TABLE);
-    let analyze = format!(
-        "ANALYZE \"{schema_name}\".\"{table}\", \"{schema_name}\".\"{table}_effects\",
-                 \"{schema_name}\".\"{table}_queue\""
-    );
+    let analyze =
+        format!("ANALYZE \"{schema_name}\".\"{table}\", \"{schema_name}\".\"{table}_effects\"");
     for (state, before) in [("never analyzed", None), ("analyzed empty", Some(analyze))] {
         if let Some(sql) = before {
             sqlx::raw_sql(&sql).execute(&mut *conn).await.unwrap();
@@ -46,11 +40,10 @@ async fn every_statement_finds_its_rows_by_key_in_a_fresh_stores_generic_plan() 
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// On a store that grew fast since it was created (50,000 records and as many jobs, never
+/// On a store that grew fast since it was created (50,000 records, never
 /// analyzed: autovacuum had not come yet), no statement's generic plan reads a table whole or
 /// scans a batch's array of keys once per row. Without statistics the planner guesses that
-/// `key = ANY($1)` matches 5% of a table, and it made the batched completion (and the queue's
-/// completions, which embed it) a nested loop that scanned the batch's whole array again for
+/// `key = ANY($1)` matches 5% of a table, and it made the batched completion a nested loop that scanned the batch's whole array again for
 /// each of its keys: at about 128 keys, 8-21 ms against about 1.5 ms with one scan.
 #[tokio::test]
 async fn no_statement_scans_a_batch_per_row_on_a_store_grown_since_its_migration() {
@@ -59,11 +52,8 @@ async fn no_statement_scans_a_batch_per_row_on_a_store_grown_since_its_migration
     sqlx::raw_sql(&format!(
         "INSERT INTO {table} (key, scope, fence, expires_at, purge_at)
              SELECT 'k' || i, '', i, now() + interval '1 day', now() + interval '1 day'
-             FROM generate_series(1, 50000) i;
-         INSERT INTO \"{schema}\".idem_records_queue (key, payload, max_attempts)
-             SELECT 'job:' || i, to_jsonb(i), 25 FROM generate_series(1, 50000) i",
+             FROM generate_series(1, 50000) i",
         table = store.table(),
-        schema = test.schema,
     ))
     .execute(pool)
     .await

@@ -8,14 +8,12 @@
 //! version first). `initdb` refuses to run as root, so when run as root every server command
 //! runs as the `postgres` user if it exists, else as `nobody`, through `runuser`.
 //!
-//! It also builds every test `PgStore` ([`pg_store`], [`TestStore`]): the unit and conformance
-//! tests of `idem-store-postgres`, the worker processes and the multi-process tests share it.
+//! It knows nothing of idem's stores (the test stores are `idem_store_postgres::testing`'s), so
+//! every crate may use it in its tests, the PostgreSQL store's included.
 
 mod redis;
-mod store;
 
 pub use redis::{redis_cluster_urls, redis_url, RedisCluster, RedisServer, REDIS_INSTALL_HINT};
-pub use store::{named_pool, pg_store, pool, unique_schema, TestStore};
 
 use std::fmt;
 use std::net::{TcpListener, TcpStream};
@@ -38,19 +36,6 @@ impl std::error::Error for ClusterError {}
 
 pub(crate) fn fail(message: impl Into<String>) -> ClusterError {
     ClusterError(message.into())
-}
-
-/// The server that PostgreSQL tests use: `DATABASE_URL`, which `scripts/test` sets (starting a
-/// throwaway cluster when it was unset). There is no fallback: a PostgreSQL test without a
-/// server fails, loudly, with this message.
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
-        panic!(
-            "DATABASE_URL is not set. PostgreSQL tests need a real server: run them with \
-             `scripts/test`, which starts a throwaway PostgreSQL, or set DATABASE_URL to a \
-             server you can create schemas on"
-        )
-    })
 }
 
 /// How to install a server, for the error when none is found.

@@ -1,4 +1,4 @@
-//! Work-queue throughput: idem's queue (`idem_store_postgres::queue`) against the article's
+//! Work-queue throughput: idem's queue (`idem_queue`) against the article's
 //! hand-written `FOR UPDATE SKIP LOCKED` loop, draining the same items with 1, 2, 4 and 8
 //! workers, side by side in one run.
 //!
@@ -26,7 +26,7 @@
 
 use idem_bench::cpu;
 use idem_bench::spread::{median_by, Spread};
-use idem_store_postgres::queue::{Job, NewJob, Queue};
+use idem_queue::{Job, NewJob, Queue};
 use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -120,7 +120,7 @@ async fn round(
             builder = builder.through_pool();
         }
         let store = builder.build().unwrap();
-        store.migrate().await.unwrap();
+        Queue::new(&store).migrate().await.unwrap();
         sqlx::raw_sql(&format!(
             "TRUNCATE {schema}.idem_records_queue, {schema}.idem_records"
         ))
@@ -349,8 +349,8 @@ async fn purge(pool: &PgPool, jobs: u64) {
         .schema(schema)
         .build()
         .unwrap();
-    store.migrate().await.unwrap();
     let queue = Queue::new(&store);
+    queue.migrate().await.unwrap();
     let fill = |hours_ago: u32| async move {
         // Done a microsecond apart, `hours_ago`; no records; then vacuumed, so runs start alike.
         sqlx::raw_sql(&format!(

@@ -5,7 +5,7 @@
 
 use axum::Router;
 use idem_core::{MemoryStore, Store};
-use idem_testdb::TestStore;
+use idem_store_postgres::testing::TestStore;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

@@ -13,7 +13,7 @@
 
 use clap::Parser;
 use idem_process_tests::{Random, WorkerFlags};
-use idem_store_postgres::queue::{Job, Queue};
+use idem_queue::{Job, Queue};
 use idem_store_postgres::sqlx::{self, PgPool};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -7,7 +7,7 @@ use idem_store_postgres::sqlx::{self, PgPool, Row};
 use idem_store_postgres::PgStore;
 use std::process::{Child, Command, Stdio};
 
-pub use idem_testdb::database_url;
+pub use idem_store_postgres::testing::database_url;
 
 /// A migrated store in a fresh schema, with the `executions` and `lost_claims` tables the
 /// worker writes to. The schema is dropped at the end.
@@ -20,13 +20,13 @@ pub struct Schema {
 impl Schema {
     pub async fn new(prefix: &str) -> Schema {
         let name = format!("idem_t_{prefix}_{}", std::process::id());
-        let store = idem_testdb::pg_store(&name, 4, None).await;
+        let store = idem_store_postgres::testing::pg_store(&name, 4, None).await;
         let pool = store.pool().clone();
         sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE"))
             .execute(&pool)
             .await
             .unwrap();
-        store.migrate().await.unwrap();
+        idem_queue::Queue::new(&store).migrate().await.unwrap();
         sqlx::raw_sql(&format!(
             "CREATE TABLE \"{name}\".executions (
                  key text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());

@@ -43,7 +43,7 @@ use policy::{on_one_worker, BackOfRunQueue};
 
 /// One kind of batched operation. The batcher only queues, groups and answers requests: how a
 /// statement reaches the database is the operation's, through its executor.
-pub(crate) trait Op: Send + Sync + Sized + 'static {
+pub trait Op: Send + Sync + Sized + 'static {
     /// What the operation's statements are sent through (a store and its connections); the
     /// driver's task keeps a clone.
     type Executor: Clone + Send + Sync + 'static;
@@ -161,7 +161,7 @@ struct State<O: Op> {
 }
 
 /// The queue of one batched operation.
-pub(crate) struct Batcher<O: Op> {
+pub struct Batcher<O: Op> {
     state: Mutex<State<O>>,
     drivers: usize,
     hasher: RandomState,
@@ -284,7 +284,7 @@ impl<O: Op> Batcher<O> {
 
 /// Sends `request` in the next statement of `batcher` (through `executor`) and waits for
 /// its answer.
-pub(crate) async fn submit<O: Op>(
+pub async fn submit<O: Op>(
     executor: &O::Executor,
     batcher: &Arc<Batcher<O>>,
     request: O::Request,
@@ -432,7 +432,7 @@ impl<O: Op> Drop for Slot<O> {
 }
 
 /// A helper for [`Op::record`]: a record named by key and scope.
-pub(crate) fn hash_record(key: &str, scope: &str, state: &mut impl Hasher) {
+pub fn hash_record(key: &str, scope: &str, state: &mut impl Hasher) {
     key.hash(state);
     scope.hash(state);
 }

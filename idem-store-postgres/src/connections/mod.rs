@@ -22,6 +22,7 @@ mod setup;
 
 pub(crate) use lend::Lent;
 pub(crate) use retry::{is_connection_lost, on_conn, retry_budget, Conn};
+pub use retry::{Attempts, StoreConnection};
 pub(crate) use setup::Tuning;
 
 use idle::{lock, Idle, Own};

@@ -4,7 +4,7 @@
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres};
 
-use super::{Checkout, Direct};
+use super::{Checkout, Direct, Tuning};
 
 /// Errors after which the connection is gone: retrying on a fresh one is safe.
 pub(crate) fn is_connection_lost(error: &sqlx::Error) -> bool {
@@ -69,16 +69,126 @@ impl Conn<'_> {
     }
 }
 
-/// Runs `$body` (an expression using the `&mut PgConnection` bound to `$conn`) on a connection of
-/// `$store`, settling the connection and retrying on another while idle connections turn out
-/// dead (at most once per connection the store may hold, plus one). Evaluates to
-/// `Result<_, sqlx::Error>`. `on_conn!(indexed store, ..)` runs it on a connection set up for
-/// the store's own statements ([`Tuning::Indexed`](super::Tuning::Indexed)); without `indexed`, on one with the
+/// One statement's tries on a store's connections, for [`on_connection!`](crate::on_connection):
+/// it hands out a connection for each try and says, from the try's result, whether to try again
+/// on another (only while idle connections turn out dead, and only for statements that may be
+/// sent again).
+pub struct Attempts<'s> {
+    direct: Option<&'s Direct>,
+    pool: &'s PgPool,
+    tuning: Tuning,
+    retries: usize,
+}
+
+impl std::fmt::Debug for Attempts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempts")
+            .field("retries", &self.retries)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'s> Attempts<'s> {
+    /// The tries of one statement on `store`'s connections, set up for the store's own
+    /// statements (generic plans, the store's lock timeout).
+    pub fn new(store: &'s crate::PgStore, resend: crate::extend::Resend) -> Attempts<'s> {
+        let retries = match resend {
+            crate::extend::Resend::Never => 0,
+            crate::extend::Resend::OnLostConnection => retry_budget(store.direct(), store.pool()),
+        };
+        Attempts::with(store.direct(), store.pool(), Tuning::Indexed, retries)
+    }
+
+    pub(crate) fn with(
+        direct: Option<&'s Direct>,
+        pool: &'s PgPool,
+        tuning: Tuning,
+        retries: usize,
+    ) -> Attempts<'s> {
+        Attempts {
+            direct,
+            pool,
+            tuning,
+            retries,
+        }
+    }
+
+    /// A connection for the next try.
+    pub async fn connection(&self) -> Result<StoreConnection<'s>, sqlx::Error> {
+        Direct::checkout_or_pool(self.direct, self.pool, self.tuning)
+            .await
+            .map(StoreConnection)
+    }
+
+    /// Settles `conn` after a try that gave `result`: gives it back, or closes it when it was
+    /// lost. Returns whether to try again on another connection.
+    pub fn again<R>(&mut self, conn: StoreConnection<'s>, result: &Result<R, sqlx::Error>) -> bool {
+        conn.0.settle(result, &mut self.retries)
+    }
+}
+
+/// A connection lent for one try of a statement (see [`Attempts`]).
+pub struct StoreConnection<'s>(Conn<'s>);
+
+impl std::fmt::Debug for StoreConnection<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConnection").finish_non_exhaustive()
+    }
+}
+
+impl StoreConnection<'_> {
+    /// The connection.
+    pub fn get(&mut self) -> &mut PgConnection {
+        self.0.get()
+    }
+}
+
+/// Runs `$body` (an expression using the `&mut PgConnection` bound to `$conn`, awaited) on a
+/// connection of the store `$store` (a [`PgStore`](crate::PgStore)), settling the connection
+/// and, with [`Resend::OnLostConnection`](crate::extend::Resend), sending it again on another
+/// while idle connections turn out dead (at most once per connection the store may hold, plus
+/// one). Evaluates to `Result<_, sqlx::Error>`; use it in an `async` context.
+///
+/// ```no_run
+/// # async fn f(store: idem_store_postgres::PgStore) -> Result<(), idem_store_postgres::sqlx::Error> {
+/// use idem_store_postgres::extend::Resend;
+/// let key = "job-1";
+/// let n: i64 = idem_store_postgres::on_connection!(store, Resend::OnLostConnection, conn =>
+///     idem_store_postgres::sqlx::query_scalar("SELECT count(*) FROM my_jobs WHERE key = $1")
+///         .bind(key)
+///         .fetch_one(&mut *conn))?;
+/// # Ok(()) }
+/// ```
+#[macro_export]
+macro_rules! on_connection {
+    ($store:expr, $resend:expr, $conn:ident => $body:expr) => {
+        $crate::on_connection!(@tries $crate::extend::Attempts::new(&$store, $resend), $conn => $body)
+    };
+    (@tries $attempts:expr, $conn:ident => $body:expr) => {{
+        let mut attempts = $attempts;
+        loop {
+            let mut connection = match attempts.connection().await {
+                Ok(connection) => connection,
+                Err(e) => break Err(e),
+            };
+            let result = {
+                let $conn = connection.get();
+                $body.await
+            };
+            if !attempts.again(connection, &result) {
+                break result;
+            }
+        }
+    }};
+}
+
+/// [`on_connection!`](crate::on_connection) for the store's own statements:
+/// `on_conn!(indexed store, ..)` runs `$body` on a connection set up for the store's own
+/// statements ([`Tuning::Indexed`](super::Tuning::Indexed)); without `indexed`, on one with the
 /// server's defaults (what takes turns with transactions).
 ///
 /// `on_conn!(once indexed store, ..)` never sends `$body` again: for a statement that is not
-/// safe to repeat once it may have been applied (the queue's claims, which take whatever jobs
-/// are free: a second sending would claim a second set while the first sits claimed).
+/// safe to repeat once it may have been applied.
 macro_rules! on_conn {
     (once indexed $store:expr, $conn:ident => $body:expr) => {
         $crate::connections::on_conn!(@run $crate::connections::Tuning::Indexed, 0, $store, $conn => $body)
@@ -91,28 +201,10 @@ macro_rules! on_conn {
         $crate::connections::on_conn!(@run $crate::connections::Tuning::Default,
             $crate::connections::retry_budget($store.direct(), $store.pool()), $store, $conn => $body)
     };
-    (@run $tuning:expr, $retries:expr, $store:expr, $conn:ident => $body:expr) => {{
-        let mut retries: usize = $retries;
-        loop {
-            let mut checkout = match $crate::connections::Direct::checkout_or_pool(
-                $store.direct(),
-                $store.pool(),
-                $tuning,
-            )
-            .await
-            {
-                Ok(checkout) => checkout,
-                Err(e) => break Err(e),
-            };
-            let result = {
-                let $conn = checkout.get();
-                $body.await
-            };
-            if !checkout.settle(&result, &mut retries) {
-                break result;
-            }
-        }
-    }};
+    (@run $tuning:expr, $retries:expr, $store:expr, $conn:ident => $body:expr) => {
+        $crate::on_connection!(@tries $crate::extend::Attempts::with(
+            $store.direct(), $store.pool(), $tuning, $retries), $conn => $body)
+    };
 }
 
 pub(crate) use on_conn;

@@ -8,5 +8,6 @@ mod rows;
 mod sql;
 
 pub(crate) use ops::*;
-pub(crate) use rows::{fence, fence_param, fenced, judge, token_param, ClaimRow, Judged};
-pub(crate) use sql::*;
+pub use rows::fence_param;
+pub(crate) use rows::{fence, fenced, judge, token_param, ClaimRow, Judged};
+pub use sql::{batch_rows, RecordsSql};

@@ -100,7 +100,7 @@ pub(crate) fn judge(
 }
 
 /// A fence as the bigint column keeps it.
-pub(crate) fn fence_param(fence: Fence) -> i64 {
+pub fn fence_param(fence: Fence) -> i64 {
     i64::try_from(fence.0).unwrap_or(i64::MAX)
 }
 

@@ -4,8 +4,8 @@
 //! Every `Store` operation is one statement and one round trip; only the takeover of a lapsed
 //! claim costs a second statement.
 //!
-//! This is also the narrow interface through which the work queue (which sits on top of the
-//! store) reaches the records of its jobs: it embeds [`RecordsSql::complete_many`] in its own
+//! This is also the narrow interface through which a crate that builds on the store (the work
+//! queue) reaches the records of its rows: it embeds [`RecordsSql::complete_many`] in its own
 //! statements, and asks for what a job's record needs beyond it ([`RecordsSql::unheld`],
 //! [`RecordsSql::hold`], [`RecordsSql::held_by_another`], [`RecordsSql::insert_completed`]).
 //! No other file spells the records table's SQL.
@@ -25,38 +25,38 @@ use crate::time::{batch_start_sql, micros_sql};
 /// $3 fingerprints, $4 leases, $5 tokens); complete_many: $1 keys, $2 fences, $3 outputs,
 /// $4 keeps.
 #[derive(Debug)]
-pub(crate) struct RecordsSql {
+pub struct RecordsSql {
     /// The quoted, schema-qualified table name.
     pub table: String,
     /// The quoted fence sequence name, as a `nextval` argument.
     seq: String,
-    pub claim: String,
-    pub claim_completed: String,
-    pub claim_many: String,
-    pub takeover: String,
-    pub complete: String,
+    pub(crate) claim: String,
+    pub(crate) claim_completed: String,
+    pub(crate) claim_many: String,
+    pub(crate) takeover: String,
+    pub(crate) complete: String,
     /// `complete` inside a transaction: `keep` counts from this statement, not from the
     /// transaction's start (`now()`), so a body that ran long does not commit a record whose
     /// `keep` has run out.
-    pub complete_in_transaction: String,
-    pub complete_many: String,
-    pub release: String,
-    pub renew: String,
-    pub get: String,
-    pub look_up: String,
-    pub purge: String,
+    pub(crate) complete_in_transaction: String,
+    pub(crate) complete_many: String,
+    pub(crate) release: String,
+    pub(crate) renew: String,
+    pub(crate) get: String,
+    pub(crate) look_up: String,
+    pub(crate) purge: String,
     /// The operator's statements (`inspect.rs`): through the pool, not on the hot path.
-    pub inspect: InspectSql,
-    pub effect: String,
-    pub record_effect: String,
+    pub(crate) inspect: InspectSql,
+    pub(crate) effect: String,
+    pub(crate) record_effect: String,
     /// A block of [`FENCE_BLOCK`](crate::fresh_claim::FENCE_BLOCK) fences from the sequence.
-    pub fence_block: String,
+    pub(crate) fence_block: String,
     /// Prepares, on a connection, the claim of a fresh key in a transactional call: it writes
     /// the key's record ($1 key, $2 scope, $3 fence, $4 fingerprint, $6 token, $7 holder),
     /// completed and kept for $5 µs, and fails (dividing by the zero records it wrote) when the
     /// key has a record in its scope, or one from before scopes, so that the transaction it is
     /// sent in is open exactly when the key was fresh (`fresh_claim.rs`).
-    pub claim_fresh_prepare: String,
+    pub(crate) claim_fresh_prepare: String,
     /// The name [`claim_fresh_prepare`](Self::claim_fresh_prepare) prepares.
     fresh_claim: String,
 }
@@ -94,7 +94,7 @@ const CLAIM_COLUMNS: &str =
 /// whole array was sorted and scanned again for each of its keys, n² index descents, 5-14
 /// times the server time of a batch of 128 (BENCHMARKS.md); with the join alone (on a table
 /// analyzed empty), the whole primary key was read. `tests/plans.rs` checks both states.
-pub(crate) fn batch_rows(table: &str, keys: &str, batch: &str) -> String {
+pub fn batch_rows(table: &str, keys: &str, batch: &str) -> String {
     format!("{table}.key = ANY({keys}) AND {table}.key = {batch}.key COLLATE \"C\"")
 }
 
@@ -112,7 +112,7 @@ fn fresh_claim_name(schema: &str, table: &str) -> String {
 }
 
 impl RecordsSql {
-    pub fn new(schema: &str, table: &str) -> RecordsSql {
+    pub(crate) fn new(schema: &str, table: &str) -> RecordsSql {
         let t = format!("\"{schema}\".\"{table}\"");
         let e = format!("\"{schema}\".\"{table}_effects\"");
         let seq = format!("'\"{schema}\".\"{table}_fence\"'");
@@ -399,8 +399,20 @@ impl RecordsSql {
     /// statement with `args` (SQL constants the caller made safe: key, scope, fence,
     /// fingerprint, keep in µs, token, holder), so it fails with `26000` on a connection that
     /// has not prepared it.
-    pub fn claim_fresh(&self, args: &str) -> String {
+    pub(crate) fn claim_fresh(&self, args: &str) -> String {
         format!("BEGIN; EXECUTE {}({args})", self.fresh_claim)
+    }
+
+    /// The completion of one record: `$1` key, `$2` fence, `$3` output, `$4` keep (µs); a row
+    /// for the record completed, none when its fence was taken over.
+    pub fn complete(&self) -> &str {
+        &self.complete
+    }
+
+    /// The completion of many records: [`complete`](Self::complete)'s parameters as arrays,
+    /// one element per record.
+    pub fn complete_many(&self) -> &str {
+        &self.complete_many
     }
 
     /// A `SELECT` (for a CTE of the caller's statement) that reserves a fresh fence for each

@@ -1,12 +1,12 @@
 //! Test support for PostgreSQL tests: a real server from `DATABASE_URL`, and a fresh schema per
-//! test so tests run in parallel without seeing each other's keys (from `idem-testdb`, which
-//! builds every test store).
+//! test so tests run in parallel without seeing each other's keys (from the store's `testing`
+//! feature, which builds every test store).
 
 #![allow(dead_code, unused_imports)]
 
-pub mod wire;
-
-pub use idem_testdb::{database_url, pool, unique_schema, TestStore};
+pub use idem_store_postgres::testing::{
+    database_url, lock_row, pool, unique_schema, CountingProxy, TestStore,
+};
 
 /// An account table (`id 42` with no credits) in the test's schema, for handlers whose effect
 /// is a write to the store's own database; returns its quoted name.
@@ -20,22 +20,6 @@ pub async fn accounts(test: &TestStore) -> String {
     .await
     .unwrap();
     accounts
-}
-
-/// Locks the row of `table` whose key is `key` in a transaction of `test`'s pool, as a claim's
-/// takeover holds the record it rewrites, until the returned transaction ends.
-pub async fn lock_row(
-    test: &TestStore,
-    table: &str,
-    key: &str,
-) -> idem_store_postgres::sqlx::Transaction<'static, idem_store_postgres::sqlx::Postgres> {
-    let mut holder = test.store.pool().begin().await.unwrap();
-    idem_store_postgres::sqlx::query(&format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"))
-        .bind(key)
-        .execute(&mut *holder)
-        .await
-        .unwrap();
-    holder
 }
 
 /// Inserts `key`'s record (scope `default`) in a transaction of `test`'s pool left open: a

@@ -8,8 +8,8 @@ use sqlx::Row;
 
 use super::job::{parse_payload, DeadJob, JobState, JobStatus, QueueStats};
 use super::{failed, sql, Queue};
-use crate::connections::on_conn;
-use crate::time::{duration_micros, from_micros};
+use idem_store_postgres::extend::Resend;
+use idem_store_postgres::extend::{duration_micros, from_micros};
 
 impl Queue {
     /// Counts of jobs by state (one statement, counting the table).
@@ -155,7 +155,7 @@ impl Queue {
         from: &Mutex<Option<i64>>,
     ) -> Result<u64, StoreError> {
         let start = *from.lock().unwrap_or_else(|e| e.into_inner());
-        let row = on_conn!(indexed self.store, conn => sqlx::query(&self.sql.purge_done)
+        let row = idem_store_postgres::on_connection!(self.store, Resend::OnLostConnection, conn => sqlx::query(&self.sql.purge_done)
             .bind(duration_micros(older_than))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(start)

@@ -1,14 +1,26 @@
 //! Test stores: the one place that builds a `PgStore` for a test, a test worker process or a
-//! multi-process test, on the server [`database_url`](crate::database_url) names.
+//! multi-process test, on the server [`database_url`] names.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use idem_store_postgres::sqlx::PgPool;
-use idem_store_postgres::PgStore;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
 
-use crate::database_url;
+use crate::PgStore;
+
+/// The server that PostgreSQL tests use: `DATABASE_URL`, which `scripts/test` sets (starting a
+/// throwaway cluster when it was unset). There is no fallback: a PostgreSQL test without a
+/// server fails, loudly, with this message.
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "DATABASE_URL is not set. PostgreSQL tests need a real server: run them with \
+             `scripts/test`, which starts a throwaway PostgreSQL, or set DATABASE_URL to a \
+             server you can create schemas on"
+        )
+    })
+}
 
 /// A pool of up to `max_connections` on `DATABASE_URL`.
 ///
@@ -122,6 +134,22 @@ impl TestStore {
     }
 }
 
+/// Locks the row of `table` whose key is `key` in a transaction of `test`'s pool, as a claim's
+/// takeover holds the record it rewrites, until the returned transaction ends.
+pub async fn lock_row(
+    test: &TestStore,
+    table: &str,
+    key: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut holder = test.store.pool().begin().await.unwrap();
+    sqlx::query(&format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"))
+        .bind(key)
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    holder
+}
+
 impl Drop for TestStore {
     fn drop(&mut self) {
         // Dropping the schema needs a connection and an async runtime; the test's runtime may be
@@ -139,9 +167,7 @@ impl Drop for TestStore {
                     let sql = format!(
                         "SET lock_timeout = '5s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
                     );
-                    let _ = idem_store_postgres::sqlx::raw_sql(&sql)
-                        .execute(&pool)
-                        .await;
+                    let _ = sqlx::raw_sql(&sql).execute(&pool).await;
                     pool.close().await;
                 }
             })

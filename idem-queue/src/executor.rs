@@ -17,7 +17,7 @@ use super::job::{parse_payload, Job};
 use super::job_store::JobStore;
 use super::producer::Claimed;
 use super::rescuer::rescue;
-use crate::time::from_micros;
+use idem_store_postgres::extend::from_micros;
 
 /// The longest error text kept with a job.
 const MAX_ERROR_LEN: usize = 2000;

@@ -1,17 +1,21 @@
-//! For the crate's own tests against PostgreSQL: a migrated store in a schema of its own, and
-//! the schema's removal at the test's end.
+//! For the crate's own tests against PostgreSQL: a store in a schema of its own, with the
+//! queue's tables, and the schema's removal at the test's end.
 
-use crate::PgStore;
+use idem_store_postgres::testing::{database_url, unique_schema};
+use idem_store_postgres::PgStore;
 use sqlx::postgres::PgPoolOptions;
 
-/// A pool of 4 to `DATABASE_URL`, a new schema named from `prefix`, and a migrated store in it.
+use crate::Queue;
+
+/// A pool of 4 to `DATABASE_URL`, a new schema named from `prefix`, and a store in it, migrated
+/// with its queue.
 pub(crate) async fn store_in_new_schema(prefix: &str) -> (sqlx::PgPool, String, PgStore) {
     let pool = PgPoolOptions::new()
         .max_connections(4)
-        .connect(&idem_testdb::database_url())
+        .connect(&database_url())
         .await
         .expect("DATABASE_URL names a reachable PostgreSQL (scripts/test starts one)");
-    let schema = idem_testdb::unique_schema(prefix);
+    let schema = unique_schema(prefix);
     sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
         .execute(&pool)
         .await
@@ -20,7 +24,7 @@ pub(crate) async fn store_in_new_schema(prefix: &str) -> (sqlx::PgPool, String, 
         .schema(schema.clone())
         .build()
         .unwrap();
-    store.migrate().await.unwrap();
+    Queue::new(&store).migrate().await.unwrap();
     (pool, schema, store)
 }
 

@@ -18,7 +18,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
 /// how often it may run.
 ///
 /// ```
-/// use idem_store_postgres::queue::NewJob;
+/// use idem_queue::NewJob;
 /// use std::time::Duration;
 ///
 /// let job = NewJob::new("welcome-email:42", &serde_json::json!({"user": 42}))

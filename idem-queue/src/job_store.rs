@@ -34,12 +34,12 @@ use super::completer::{settle, Settle};
 use super::producer::Claimed;
 use super::sql::QueueSql;
 use super::Queue;
-use crate::batch::{self, hash_record, Op};
-use crate::connections::on_conn;
-use crate::error::store_error;
-use crate::records::fence_param;
-use crate::time::duration_micros;
-use crate::PgStore;
+use idem_store_postgres::extend::duration_micros;
+use idem_store_postgres::extend::fence_param;
+use idem_store_postgres::extend::store_error;
+use idem_store_postgres::extend::Resend;
+use idem_store_postgres::extend::{self as batch, hash_record, Op};
+use idem_store_postgres::PgStore;
 
 /// The store a job's call runs on. Clones share the job's state.
 #[derive(Clone)]
@@ -171,7 +171,7 @@ impl Store for JobStore {
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
         let sql = &self.queue.sql.renew;
         let holder = self.state.workers.as_ref().map(|w| w.worker.as_str());
-        let row = on_conn!(indexed self.inner(), conn => sqlx::query(sql)
+        let row = idem_store_postgres::on_connection!(self.inner(), Resend::OnLostConnection, conn => sqlx::query(sql)
             .bind(key.as_str())
             .bind(fence_param(fence))
             .bind(duration_micros(lease))
@@ -391,11 +391,11 @@ impl Op for JobCompleteOp {
         store: &PgStore,
         batch: &[JobCompletion],
     ) -> Result<Vec<Self::Answer>, sqlx::Error> {
-        on_conn!(once indexed store, conn => JobCompleteOp::many_on(conn, batch))
+        idem_store_postgres::on_connection!(store, Resend::Never, conn => JobCompleteOp::many_on(conn, batch))
     }
 
     async fn one(store: &PgStore, c: &JobCompletion) -> Result<Self::Answer, StoreError> {
-        on_conn!(once indexed store, conn => JobCompleteOp::single(conn, c))
+        idem_store_postgres::on_connection!(store, Resend::Never, conn => JobCompleteOp::single(conn, c))
             .map_err(|e| store_error(e).during(Self::OPERATION))
     }
 

@@ -4,7 +4,7 @@
 
 mod support;
 
-use idem_store_postgres::queue::{Backoff, Job, NewJob, Queue};
+use idem_queue::{Backoff, Job, NewJob};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,7 +24,7 @@ fn attempts_durations_and_gauges_are_recorded() {
             .unwrap()
             .block_on(async {
                 let test = TestStore::new("q_metrics", 8).await;
-                let queue = Queue::new(&test.store);
+                let queue = support::queue(&test).await;
                 for key in ["m:1", "m:2", "m:flaky"] {
                     let job = NewJob::new(key, &serde_json::json!({}))
                         .unwrap()

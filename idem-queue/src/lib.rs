@@ -39,15 +39,15 @@
 //!   finished jobs are deleted by [`Queue::purge_done`] or [`Queue::spawn_purger`].
 //!
 //! ```no_run
-//! use idem_store_postgres::queue::{Job, NewJob, Queue};
+//! use idem_queue::{Job, NewJob, Queue};
 //! use idem_store_postgres::{sqlx::PgPool, PgStore};
 //! use std::time::Duration;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let pool = PgPool::connect(&std::env::var("DATABASE_URL")?).await?;
 //! let store = PgStore::new(pool);
-//! store.migrate().await?;
 //! let queue = Queue::new(&store); // once at start-up; clones share it
+//! queue.migrate().await?; // the store's records table and the queue's, created or upgraded
 //!
 //! // In the request handler: store the work, answer 202.
 //! let job = NewJob::new("welcome-email:42", &serde_json::json!({"user": 42}))?;
@@ -67,7 +67,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! For a table of your own, see [`claim_batch`](crate::claim_batch).
+//! For a table of your own, see [`claim_batch`](idem_store_postgres::claim_batch).
 //!
 //! **Layout, by role** (as River splits its queue): [`Queue`] is the client (`enqueue.rs`,
 //! `admin.rs`); the workers are a `producer` that claims batches into free slots, an `executor`
@@ -75,13 +75,16 @@
 //! completion also claims the next job for the slot it frees, so the slot's task runs it next), a
 //! `completer` that records how each claim ended, and a `rescuer` that decides what a claim
 //! whose worker died becomes. The queue sits on top of [`PgStore`]: the store knows nothing of
-//! it, and the queue reaches job records only through the store's records interface.
+//! it, and the queue reaches job records only through the store's extension interface
+//! ([`idem_store_postgres::extend`]).
 //!
 //! **Guarantees and limits.** A job's handler runs to completion once, unless its worker
 //! crashes, stalls longer than the lease, or loses the database mid-job: then it runs again
 //! (at least once), and the effect journal or provider idempotency keys (`job.key()`) keep the
 //! repeat harmless. A job is never lost: every claimed job ends done, retried, dead-lettered, or
 //! back in the queue when its lease lapses.
+
+#![warn(missing_docs)]
 
 mod admin;
 mod backoff;
@@ -96,15 +99,17 @@ mod listen;
 pub mod metrics;
 mod producer;
 mod rescuer;
-pub(crate) mod sql;
+mod sql;
+#[cfg(test)]
+mod test_store;
 mod workers;
 
 use std::sync::Arc;
 
 use idem_core::{Operation, StoreError};
 
-use crate::error::store_error;
-use crate::PgStore;
+use idem_store_postgres::extend::store_error;
+use idem_store_postgres::PgStore;
 
 pub use backoff::Backoff;
 pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL};
@@ -114,7 +119,7 @@ pub use job::{
 };
 pub use workers::{ShutdownReport, Workers};
 
-use crate::batch::Batcher;
+use idem_store_postgres::extend::Batcher;
 use job_store::JobCompleteOp;
 use sql::QueueSql;
 
@@ -132,8 +137,14 @@ pub const LAPSED_SQL: &str = "(state = 'running' AND available_at <= now())";
 /// record; purging a job that finished less than this ago writes its record for the rest.
 pub(crate) const JOB_KEEP: std::time::Duration = idem_core::DEFAULT_KEEP;
 
+/// The queue's migrations: its table, `<table>_queue`, beside the store's records, with its
+/// history in `<table>_queue_migrations`.
+static MIGRATIONS: idem_store_postgres::extend::Migrations =
+    idem_store_postgres::extend::Migrations::new("idem-queue", "queue_migrations", &MIGRATOR);
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
 /// The work queue of a [`PgStore`]: table `<table>_queue` next to its records, created by
-/// [`PgStore::migrate`]. Build it once at start-up ([`Queue::new`] writes its statements);
+/// [`Queue::migrate`]. Build it once at start-up ([`Queue::new`] writes its statements);
 /// clones are cheap and share them. See the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct Queue {
@@ -158,9 +169,17 @@ impl Queue {
             sql: Arc::new(QueueSql::new(store)),
             store: store.clone(),
             completions: store
-                .batches()
-                .map(|batches| Arc::new(Batcher::new(batches.claims.drivers().max(2)))),
+                .batch_drivers()
+                .map(|drivers| Arc::new(Batcher::new(drivers.max(2)))),
         }
+    }
+
+    /// Creates or upgrades the store's records table ([`PgStore::migrate`]) and the queue's
+    /// own, by applying the versioned migrations not applied yet. Safe to call from many
+    /// processes at once and on every start-up.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.store.migrate().await?;
+        MIGRATIONS.apply(&self.store).await
     }
 
     /// The store whose records the queue's jobs run under.

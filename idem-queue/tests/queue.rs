@@ -7,7 +7,7 @@
 mod support;
 
 use idem_core::{context, Call, Key, Outcome, Store};
-use idem_store_postgres::queue::{
+use idem_queue::{
     Backoff, EnqueueError, Enqueued, Job, JobState, NewJob, Queue, ShutdownReport, WorkerBuilder,
     Workers,
 };
@@ -65,7 +65,7 @@ impl Runs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_is_idempotent_on_the_key_and_refuses_another_payload() {
     let test = TestStore::new("q_enqueue", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let first = queue
         .enqueue(job("welcome:1", json!({"user": 1, "lang": "en"})))
         .await
@@ -118,7 +118,7 @@ async fn enqueue_is_idempotent_on_the_key_and_refuses_another_payload() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enqueue_in_a_transaction_commits_or_rolls_back_with_it() {
     let test = TestStore::new("q_tx", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let orders = format!("\"{}\".orders", test.schema);
     sqlx::query(&format!("CREATE TABLE {orders} (id int PRIMARY KEY)"))
         .execute(test.store.pool())
@@ -173,7 +173,7 @@ async fn workers_through_the_pool_run_each_job_once() {
 }
 
 async fn run_each_job_once(test: TestStore) {
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     for i in 0..300 {
         let _ = queue
             .enqueue(job(&format!("job:{i}"), json!({"i": i})))
@@ -230,7 +230,7 @@ async fn run_each_job_once(test: TestStore) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewed_and_short_jobs_side_by_side_run_once_with_their_records_settled() {
     let test = TestStore::new("q_renew_mix", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     const JOBS: usize = 120;
     for i in 0..JOBS {
         let _ = queue
@@ -268,7 +268,7 @@ async fn renewed_and_short_jobs_side_by_side_run_once_with_their_records_settled
          WHERE scope = $1 ORDER BY key",
         test.schema
     ))
-    .bind(idem_store_postgres::queue::QUEUE_SCOPE)
+    .bind(idem_queue::QUEUE_SCOPE)
     .fetch_all(test.store.pool())
     .await
     .unwrap();
@@ -286,10 +286,10 @@ async fn a_job_completed_before_its_claim_was_settled_does_not_run_again() {
     // A worker that died between finishing a job and settling its row: the job's idempotent
     // call is complete, the row is not. The next claim must see the completion.
     let test = TestStore::new("q_settle", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     // The job's call: its key in the queue's scope.
     let outcome = Call::new(&test.store, "charge:9")
-        .scope(idem_store_postgres::queue::QUEUE_SCOPE)
+        .scope(idem_queue::QUEUE_SCOPE)
         .run(async { Ok::<_, std::io::Error>(()) })
         .await
         .unwrap();
@@ -313,7 +313,7 @@ async fn a_job_completed_before_its_claim_was_settled_does_not_run_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_jobs_back_off_more_each_time_then_dead_letter() {
     let test = TestStore::new("q_poison", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let poison = |key: &str| job(key, json!({"poison": true})).max_attempts(4);
     let _ = queue.enqueue(poison("poison:err")).await.unwrap();
     let _ = queue.enqueue(poison("poison:panic")).await.unwrap();
@@ -409,7 +409,7 @@ async fn failing_jobs_back_off_more_each_time_then_dead_letter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_after_holds_a_job_back() {
     let test = TestStore::new("q_later", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let later = job("later", json!(1)).delay(Duration::from_secs(3600));
     let _ = queue.enqueue(later).await.unwrap();
     let past = job("past", json!(2)).run_after(SystemTime::now() - Duration::from_secs(5));
@@ -434,7 +434,7 @@ async fn run_after_holds_a_job_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_job_keeps_its_claim_for_many_leases() {
     let test = TestStore::new("q_slow", 30).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let _ = queue.enqueue(job("slow", json!({}))).await.unwrap();
     let runs = Runs::default();
     let lease = Duration::from_millis(300);
@@ -471,7 +471,7 @@ async fn a_slow_job_keeps_its_claim_for_many_leases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_workers_wake_on_notification_not_polling() {
     let test = TestStore::new("q_wake", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let runs = Runs::default();
     // Polling once an hour: only a notification can get these jobs run within the test.
     let workers = recording(&queue, &runs, Duration::ZERO)
@@ -502,7 +502,7 @@ async fn idle_workers_wake_on_notification_not_polling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_notifications_polling_still_finds_the_work() {
     let test = TestStore::new("q_poll", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let runs = Runs::default();
     let workers = recording(&queue, &runs, Duration::ZERO)
         .listen(false)
@@ -553,7 +553,7 @@ fn recording_for(
 /// Ten jobs `<prefix>:0..10` and four workers, once four of the jobs (each `work` long) run.
 async fn four_running(prefix: &str, work: Duration) -> (TestStore, Queue, Runs, Workers) {
     let test = TestStore::new(&format!("q_{prefix}"), 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     for i in 0..10 {
         let _ = queue
             .enqueue(job(&format!("{prefix}:{i}"), json!(i)))
@@ -625,7 +625,7 @@ async fn shutdown_past_its_deadline_gives_jobs_back_and_loses_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_over_its_timeout_is_a_failed_attempt() {
     let test = TestStore::new("q_timeout", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let _ = queue
         .enqueue(job("stuck", json!({})).max_attempts(2))
         .await
@@ -672,7 +672,7 @@ async fn a_job_over_its_timeout_is_a_failed_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purging_deletes_finished_jobs_only() {
     let test = TestStore::new("q_purge", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     for i in 0..3 {
         let _ = queue
             .enqueue(job(&format!("old:{i}"), json!(i)))
@@ -737,11 +737,11 @@ async fn purging_deletes_finished_jobs_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purged_job_leaves_its_record_for_the_rest_of_its_keep() {
     let test = TestStore::new("q_purge_keep", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let record = |key: &str| {
         let key = Key::new(key)
             .unwrap()
-            .with_scope(idem_store_postgres::queue::QUEUE_SCOPE)
+            .with_scope(idem_queue::QUEUE_SCOPE)
             .unwrap();
         let store = test.store.clone();
         async move { store.get(&key).await.unwrap() }
@@ -814,7 +814,7 @@ async fn done_jobs(test: &TestStore, n: u32) -> String {
 #[tokio::test]
 async fn a_drain_of_done_jobs_passes_over_nothing() {
     let test = TestStore::new("q_purge_cursor", 4).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let table = done_jobs(&test, 5000).await;
     sqlx::query(&format!(
         "INSERT INTO {table} (key, payload, max_attempts, state, attempts, finished_at)
@@ -843,7 +843,7 @@ async fn a_drain_of_done_jobs_passes_over_nothing() {
 #[tokio::test]
 async fn a_done_job_locked_during_a_drain_is_purged_by_the_next() {
     let test = TestStore::new("q_purge_locked", 4).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let table = done_jobs(&test, 3000).await;
     let holder = support::lock_row(&test, &table, "done:10").await;
     assert_eq!(
@@ -860,7 +860,7 @@ async fn the_journal_skips_a_done_effect_when_a_job_is_retried() {
     use idem_core::journal::{Effect, Journal};
 
     let test = TestStore::new("q_journal", 20).await;
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let _ = queue
         .enqueue(job("order:7", json!({"cents": 900})))
         .await
@@ -944,7 +944,7 @@ async fn a_handler_and_a_job_with_one_key_both_run() {
         .await
         .unwrap();
     assert!(handler.is_executed());
-    let queue = Queue::new(&test.store);
+    let queue = support::queue(&test).await;
     let _ = queue.enqueue(job("welcome:1", json!(1))).await.unwrap();
     let runs = Runs::default();
     let workers = recording(&queue, &runs, Duration::ZERO)

@@ -3,10 +3,10 @@
 //! records interface ([`RecordsSql`]) rather than spelling the records SQL again.
 
 use super::LAPSED_SQL;
-use crate::records::{batch_rows, RecordsSql};
-use crate::time::{batch_start_sql, duration_micros, micros_sql};
-use crate::unseen::unseen;
-use crate::PgStore;
+use idem_store_postgres::extend::unseen;
+use idem_store_postgres::extend::{batch_rows, RecordsSql};
+use idem_store_postgres::extend::{batch_start_sql, duration_micros, micros_sql};
+use idem_store_postgres::PgStore;
 
 /// The channel idle workers LISTEN on; the payload names the queue (`schema.table`).
 pub(crate) const CHANNEL: &str = "idem_queue";
@@ -105,7 +105,7 @@ impl QueueSql {
             super::QUEUE_SCOPE,
             "SELECT key FROM claimed WHERE attempts <= max_attempts",
         );
-        let complete_many = &records.complete_many;
+        let complete_many = &records.complete_many();
         let (is_running, q_is_running) =
             (in_state("state", "running"), in_state("q.state", "running"));
         let (is_done, q_is_done, is_dead) = (
@@ -164,7 +164,7 @@ impl QueueSql {
              ),
              updated AS ({} RETURNING 1)",
             records.held_by_another(super::QUEUE_SCOPE, "$1", "$2"),
-            records.complete,
+            records.complete(),
         );
         let completion_answer = format!(
             "EXISTS (SELECT 1 FROM updated) OR EXISTS (SELECT 1 FROM done)
@@ -356,7 +356,79 @@ impl QueueSql {
 #[cfg(test)]
 mod tests {
     use super::QueueSql;
-    use crate::testing::{generic_plan, whole_reads};
+    use idem_store_postgres::testing::{
+        arrays_scanned_per_row, generic_plan, generic_plan_json, whole_reads,
+    };
+
+    /// Every statement the queue runs, by name.
+    fn statements(q: QueueSql) -> Vec<(&'static str, String)> {
+        vec![
+            ("enqueue", q.enqueue),
+            ("same_payload", q.same_payload),
+            ("claim", q.claim),
+            ("renew", q.renew),
+            ("done", q.done),
+            ("complete_and_done_many", q.complete_and_done_many),
+            ("complete_and_claim_many", q.complete_and_claim_many),
+            ("complete_and_done_one", q.complete_and_done_one),
+            ("complete_and_claim_one", q.complete_and_claim_one),
+            ("retry", q.retry),
+            ("dead", q.dead),
+            ("release", q.release),
+            ("status", q.status),
+            ("retry_dead", q.retry_dead),
+            ("discard", q.discard),
+            ("purge_done", q.purge_done),
+        ]
+    }
+
+    /// Every statement finds its rows by key in the generic plan a connection of the store's
+    /// keeps: on a fresh queue (never analyzed, as a new deployment's), once its empty tables
+    /// are analyzed, and on one that grew fast since (50,000 jobs and records, never analyzed),
+    /// where no statement may scan a batch's array of keys once per row either. The claims
+    /// failed the first while their check for a pre-scope record was an anti-join (it read
+    /// every entry of the records' primary key with `scope = ''`); `done` and `release` failed
+    /// the second while they found their jobs by a join to the batch alone.
+    #[tokio::test]
+    async fn every_statement_finds_its_rows_by_key_as_the_queue_grows() {
+        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_fresh").await;
+        let mut conn = pool.acquire().await.unwrap();
+        let states = [
+            ("never analyzed", String::new()),
+            (
+                "analyzed empty",
+                format!("ANALYZE {schema}.idem_records, {schema}.idem_records_queue"),
+            ),
+            (
+                "grown",
+                format!(
+                    "INSERT INTO {schema}.idem_records (key, scope, fence, expires_at, purge_at)
+                         SELECT 'k' || i, '', i, now() + interval '1 day', now() + interval '1 day'
+                         FROM generate_series(1, 50000) i;
+                     INSERT INTO {schema}.idem_records_queue (key, payload, max_attempts)
+                         SELECT 'job:' || i, to_jsonb(i), 25 FROM generate_series(1, 50000) i"
+                ),
+            ),
+        ];
+        let mut failures = Vec::new();
+        for (state, setup) in states {
+            if !setup.is_empty() {
+                sqlx::raw_sql(&setup).execute(&mut *conn).await.unwrap();
+            }
+            for (name, statement) in statements(QueueSql::new(&store)) {
+                let plan = generic_plan(&mut conn, &statement, false).await;
+                let reads = whole_reads(&plan);
+                let json = generic_plan_json(&mut conn, &statement).await;
+                let per_row = arrays_scanned_per_row(&json);
+                if !reads.is_empty() || !per_row.is_empty() {
+                    failures.push(format!("{name} ({state}): {reads:?} {per_row:?}\n{plan}"));
+                }
+            }
+        }
+        drop(conn);
+        crate::test_store::drop_schema(&pool, &schema).await;
+        assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    }
 
     /// Both claims find the jobs they pick by primary key in a generic plan, whatever the
     /// planner makes of `LIMIT $n`, with sequential scans allowed or not: written as
@@ -426,9 +498,10 @@ mod tests {
             .await
             .unwrap();
             // A connection of its own, so that no statement is prepared on it yet.
-            let mut conn = sqlx::PgConnection::connect(&idem_testdb::database_url())
-                .await
-                .unwrap();
+            let mut conn =
+                sqlx::PgConnection::connect(&idem_store_postgres::testing::database_url())
+                    .await
+                    .unwrap();
             sqlx::raw_sql("SET plan_cache_mode = auto")
                 .execute(&mut conn)
                 .await

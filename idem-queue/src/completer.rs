@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::builder::Shared;
 use super::producer::Claimed;
-use crate::connections::on_conn;
-use crate::time::duration_micros;
+use idem_store_postgres::extend::duration_micros;
+use idem_store_postgres::extend::Resend;
 
 /// How a job's claim ends.
 pub(crate) enum Settle {
@@ -47,7 +47,8 @@ pub(crate) async fn settle(shared: &Shared, job: &Claimed, settle: Settle) {
             .bind(vec![job.attempt])
             .bind(duration_micros(*delay)),
     };
-    match on_conn!(indexed shared.queue.store, conn => query().execute(&mut *conn)) {
+    match idem_store_postgres::on_connection!(shared.queue.store, Resend::OnLostConnection, conn => query().execute(&mut *conn))
+    {
         Ok(done) if done.rows_affected() == 0 => tracing::warn!(
             "the job's claim was taken over before it was settled (its lease lapsed)"
         ),
@@ -72,7 +73,7 @@ pub(crate) async fn release_held(shared: &Shared) -> usize {
         .iter()
         .map(|(key, attempt)| (key.as_str(), *attempt))
         .unzip();
-    let result = on_conn!(indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.release)
+    let result = idem_store_postgres::on_connection!(shared.queue.store, Resend::OnLostConnection, conn => sqlx::query(&shared.queue.sql.release)
         .bind(&keys)
         .bind(&attempts)
         .bind(0i64)

@@ -1,13 +1,9 @@
-//! Hooks for tests and benchmarks, with the `testing` feature: not part of the store's API.
-//!
 //! The plans the store's connections keep: one generic plan per statement, made on its first
 //! execution, with sequential scans off (`connections/setup.rs`). A generic plan made while a
 //! table is new and never analyzed (a fresh deployment's) is kept for the connection's life, so
 //! each statement must find its rows by key in any such plan: a read of a whole index costs more
 //! with every row the table gains. These read a statement's generic plan and what in it reads a
 //! table whole, for the tests that hold the store to that.
-
-use crate::queue::sql::QueueSql;
 
 /// The generic plan of `statement` on `conn`, as a connection of the store's (or, with
 /// `seqscan`, one with sequential scans allowed) would keep it. The plan does not depend on
@@ -151,10 +147,9 @@ pub fn whole_reads(plan: &str) -> Vec<String> {
     found
 }
 
-/// Every statement the store and its queue run on the hot path, by name.
+/// Every statement the store runs on the hot path, by name.
 pub fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
     let r = store.records();
-    let q = QueueSql::new(store);
     vec![
         ("records claim", r.claim.clone()),
         ("records claim_completed", r.claim_completed.clone()),
@@ -169,22 +164,6 @@ pub fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
         ("records effect", r.effect.clone()),
         ("records record_effect", r.record_effect.clone()),
         ("records purge", r.purge.clone()),
-        ("queue enqueue", q.enqueue),
-        ("queue same_payload", q.same_payload),
-        ("queue claim", q.claim),
-        ("queue renew", q.renew),
-        ("queue done", q.done),
-        ("queue complete_and_done_many", q.complete_and_done_many),
-        ("queue complete_and_claim_many", q.complete_and_claim_many),
-        ("queue complete_and_done_one", q.complete_and_done_one),
-        ("queue complete_and_claim_one", q.complete_and_claim_one),
-        ("queue retry", q.retry),
-        ("queue dead", q.dead),
-        ("queue release", q.release),
-        ("queue status", q.status),
-        ("queue retry_dead", q.retry_dead),
-        ("queue discard", q.discard),
-        ("queue purge_done", q.purge_done),
     ]
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// together do not retry together.
 ///
 /// ```
-/// use idem_store_postgres::queue::Backoff;
+/// use idem_queue::Backoff;
 /// use std::time::Duration;
 ///
 /// let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(3600));

@@ -4,8 +4,8 @@ use idem_core::{Operation, StoreError};
 use sqlx::{PgExecutor, Row};
 
 use super::{EnqueueError, Enqueued, NewJob, Queue};
-use crate::error::store_error;
-use crate::time::duration_micros;
+use idem_store_postgres::extend::duration_micros;
+use idem_store_postgres::extend::store_error;
 
 impl Queue {
     /// Stores `job` unless a job with its key is stored already, and says which. Idle workers
@@ -18,7 +18,7 @@ impl Queue {
     /// transaction (`&mut *tx`), so the job is stored if and only if the transaction commits.
     ///
     /// ```no_run
-    /// # use idem_store_postgres::queue::{NewJob, Queue};
+    /// # use idem_queue::{NewJob, Queue};
     /// # async fn run(queue: Queue) -> Result<(), Box<dyn std::error::Error>> {
     /// let mut tx = queue.store().pool().begin().await?;
     /// sqlx::query("INSERT INTO orders (id) VALUES (7)").execute(&mut *tx).await?;

@@ -19,8 +19,8 @@ use super::completer::release_held;
 use super::executor::run;
 use super::listen::listen;
 use super::workers::ShutdownReport;
-use crate::connections::on_conn;
-use crate::time::duration_micros;
+use idem_store_postgres::extend::duration_micros;
+use idem_store_postgres::extend::Resend;
 
 /// How long calls cut at the shutdown's deadline get to settle before their tasks are aborted.
 const SETTLE_AFTER_CUT: Duration = Duration::from_secs(5);
@@ -173,7 +173,7 @@ fn log_join(joined: Result<(), JoinError>) {
 async fn claim(shared: &Shared, limit: usize) -> Result<Vec<Claimed>, sqlx::Error> {
     // Never sent again: a claim applied but unanswered would leave its jobs claimed while a
     // second claim took others; unanswered, they return to the queue when their lease lapses.
-    let rows = on_conn!(once indexed shared.queue.store, conn => sqlx::query(&shared.queue.sql.claim)
+    let rows = idem_store_postgres::on_connection!(shared.queue.store, Resend::Never, conn => sqlx::query(&shared.queue.sql.claim)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .bind(duration_micros(shared.lease))
         .bind(&shared.worker)

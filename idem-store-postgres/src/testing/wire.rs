@@ -5,10 +5,14 @@
 //! - pings: a `Sync` sent on its own, which is how sqlx 0.8's pool tests a connection when it
 //!   is returned (no statement runs).
 
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
+use sqlx::PgPool;
 
 const SSL_REQUEST: u32 = 80_877_103;
 const GSSENC_REQUEST: u32 = 80_877_104;
@@ -20,12 +24,34 @@ struct Counts {
     pings: AtomicU64,
 }
 
+/// The proxy: point a pool at `127.0.0.1:port` and read [`counts`](CountingProxy::counts).
 pub struct CountingProxy {
+    /// The port it listens on.
     pub port: u16,
     counts: Arc<Counts>,
 }
 
 impl CountingProxy {
+    /// A pool of up to `max_connections` to `DATABASE_URL` through a new proxy. The pool does
+    /// not ping a connection before lending it, so what the proxy counts is the store's own.
+    pub async fn pool(max_connections: u32) -> (PgPool, CountingProxy) {
+        let options = PgConnectOptions::from_str(&super::database_url()).unwrap();
+        let proxy = CountingProxy::start(options.get_host().to_owned(), options.get_port()).await;
+        let options = options
+            .host("127.0.0.1")
+            .port(proxy.port)
+            .ssl_mode(PgSslMode::Disable);
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await
+            .unwrap();
+        (pool, proxy)
+    }
+
+    /// Listens on a free port and forwards each connection to the server at `upstream_host`
+    /// and `upstream_port`.
     pub async fn start(upstream_host: String, upstream_port: u16) -> CountingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -1,0 +1,18 @@
+//! Hooks for tests and benchmarks, with the `testing` feature: not part of the store's API.
+//!
+//! - [`TestStore`] and friends build the store a test runs on, in a schema of its own on the
+//!   server `DATABASE_URL` names: idem's own tests, test worker processes and benchmarks share
+//!   them.
+//! - [`CountingProxy`] counts the statements and round trips a pool sends.
+//! - The plan helpers read the plans the store's connections keep, for the tests that hold
+//!   every statement to reading its rows by key.
+
+mod plans;
+mod store;
+mod wire;
+
+pub use plans::{
+    arrays_scanned_per_row, fresh_claim, generic_plan, generic_plan_json, statements, whole_reads,
+};
+pub use store::{database_url, lock_row, named_pool, pg_store, pool, unique_schema, TestStore};
+pub use wire::CountingProxy;
