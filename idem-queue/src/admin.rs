@@ -122,8 +122,9 @@ impl Queue {
     ///
     /// Purging also keeps claims fast: a claim reads past the index entries of every job run
     /// since the table was last vacuumed, and autovacuum comes once dead row versions reach a
-    /// share of the table's rows (a hundredth since migration 8), so the more finished jobs
-    /// the table keeps, the longer between vacuums (the README's Tuning section).
+    /// share of the table's rows (a hundredth: the queue's migrations set it), so the more
+    /// finished jobs the table keeps, the longer between vacuums (see the crate's
+    /// [tuning notes](super#tuning)).
     pub async fn purge_done(&self, older_than: Duration, limit: usize) -> Result<u64, StoreError> {
         self.purge_done_from(older_than, limit, &Mutex::new(None))
             .await

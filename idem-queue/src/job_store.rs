@@ -265,7 +265,7 @@ impl JobCompleteOp {
     /// One job's completion (and the claim of the next job for its slot, when it frees one),
     /// answered as [`Op::many`] answers each job of a batch. Its statement takes scalars, so
     /// the server sets up no arrays to unnest and join: at one worker, where every completion
-    /// goes alone, that cut the server's CPU per job by a fifth (BENCHMARKS.md).
+    /// goes alone, that is a sizeable share of the server's CPU per job.
     async fn single(
         conn: &mut PgConnection,
         c: &JobCompletion,

@@ -1,42 +1,22 @@
-//! Respond fast, work later: a durable work queue in PostgreSQL, behind idem's idempotency
-//! rules.
+//! # idem-queue: respond fast, work later, and never do the work twice
 //!
-//! A handler that takes long makes duplicates likely: callers time out and retry while it is
-//! still working. Instead, accept the request, [enqueue](Queue::enqueue) the work under its
-//! idempotency key, answer at once (an HTTP 202), and let [workers](Queue::worker) process it.
+//! A durable work queue in PostgreSQL, behind idem's idempotency rules. A handler that takes
+//! long makes duplicates likely: callers time out and retry while it is still working.
+//! Instead, accept the request, [enqueue](Queue::enqueue) the work under its idempotency key,
+//! answer at once (an HTTP 202), and let [workers](Queue::worker) process it. The key is the
+//! job's identity: a retried request never enqueues twice, and each job runs inside an
+//! idempotent call ([`idem_core::Call`]), so a job whose worker died after finishing it is
+//! recognised as done and not run again.
 //!
-//! - **Enqueue is idempotent on the key.** A second enqueue of a key stores nothing and returns
-//!   [`Enqueued::Duplicate`]; the same key with a different payload is refused
-//!   ([`EnqueueError::KeyReused`]). [`Queue::enqueue_in`] enqueues inside the caller's own
-//!   transaction, so the job exists exactly when the business write commits.
-//! - **Claim, then process.** Workers in any number of processes claim batches with one
-//!   `UPDATE .. WHERE key = ANY(ARRAY(SELECT .. FOR UPDATE SKIP LOCKED)) RETURNING ..`
-//!   statement, so concurrent workers get different jobs. A claim is a lease, renewed while the
-//!   job runs: a slow worker that is alive keeps its jobs; a crashed one's jobs return once the
-//!   lease lapses.
-//! - **Each job runs as an idempotent call** keyed by the job's key ([`idem_core::Call`]), so a
-//!   job whose worker died after finishing it is recognised as done and not run again, and
-//!   [`idem_core::context`], keyed clients and the [`idem_core::journal::Journal`] work in handlers
-//!   unchanged. The call renews its lease on idem-core's one policy ([`idem_core::lease`]); for
-//!   a job, each renewal also extends the job's claim, in the same statement.
-//! - **A job's row is its record.** The claim that takes a job reserves its call's fence and
-//!   writes no idempotency record, and the completion marks the row done and writes none
-//!   either: the claimed row holds the key, and the done row says it ran. A record is written
-//!   only when the call needs one (its first lease renewal, or a journal entry), and when
-//!   [`Queue::purge_done`] deletes a done job it writes the job's record, completed, for the
-//!   rest of its keep (a day), so the key enqueued again within it is still recognised as
-//!   done. A job that runs once, briefly, thus writes its row twice and nothing else, as the
-//!   hand-written loop does (it wrote a record twice more before: BENCHMARKS.md).
-//! - **Failures retry** with exponential backoff and jitter ([`Backoff`]) up to the job's
-//!   [`max_attempts`](NewJob::max_attempts); then the job is dead-lettered with its last error,
-//!   where it can be [listed](Queue::dead), [retried](Queue::retry_dead) or
-//!   [discarded](Queue::discard).
-//! - **Idle workers sleep** until PostgreSQL notifies them of new work (`LISTEN idem_queue`), with
-//!   polling as the fallback for retries that come due and for missed notifications.
-//! - **Graceful shutdown** ([`Workers::shutdown`]) stops claiming, lets running jobs finish until
-//!   a deadline, and gives the rest back to the queue.
-//! - **Timeouts** ([`WorkerBuilder::timeout`]) count a job that runs too long as a failed attempt;
-//!   finished jobs are deleted by [`Queue::purge_done`] or [`Queue::spawn_purger`].
+//! - [Setup](#setup) · [Enqueue](#enqueue) · [Workers](#workers) ·
+//!   [Job states](#job-states) · [Dead letters](#dead-letters) · [Purging](#purging) ·
+//!   [Stats and metrics](#stats-and-metrics) · [How it works](#how-it-works) ·
+//!   [Tuning](#tuning) · [Guarantees and limits](#guarantees-and-limits)
+//!
+//! ## Setup
+//!
+//! The queue sits on a [`PgStore`] (`idem-store-postgres`): its table, `<table>_queue`, lives
+//! next to the store's records, and its jobs' calls run on that store.
 //!
 //! ```no_run
 //! use idem_queue::{Job, NewJob, Queue};
@@ -62,12 +42,172 @@
 //!     })
 //!     .concurrency(8)
 //!     .start();
-//! // ... on SIGTERM:
+//! // ... on SIGTERM: stop claiming, give running jobs 20 s, hand the rest back.
 //! let report = workers.shutdown(Duration::from_secs(20)).await;
 //! # Ok(()) }
 //! ```
 //!
-//! For a table of your own, see [`claim_batch`](idem_store_postgres::claim_batch).
+//! [`Queue::migrate`] runs [`PgStore::migrate`] (the records table, its journal and sequence)
+//! and then the queue's own versioned migrations: the table `<table>_queue` with its indexes
+//! and the trigger that notifies idle workers, with their history in
+//! `<table>_queue_migrations`. It is safe to call from many processes at once and on every
+//! start-up (they take turns on an advisory lock).
+//!
+//! ## Enqueue
+//!
+//! A [`NewJob`] is a key (an idem [`Key`](idem_core::Key): non-empty, at most 512 bytes, no
+//! control characters) and a JSON payload (any `Serialize` value, stored as `jsonb`), with
+//! optional [`delay`](NewJob::delay), [`run_after`](NewJob::run_after) and
+//! [`max_attempts`](NewJob::max_attempts) (default [`DEFAULT_MAX_ATTEMPTS`], 20). A payload
+//! PostgreSQL cannot store exactly (a NUL character, a whole number beyond ±2^53) is refused
+//! before anything is stored ([`EnqueueError::Payload`]).
+//!
+//! - **Enqueue is idempotent on the key.** A second enqueue of a stored key stores nothing
+//!   and returns [`Enqueued::Duplicate`], whatever the job's state; the same key with a
+//!   *different* payload is refused ([`EnqueueError::KeyReused`]), since it names other work.
+//!   A finished job's key stays a duplicate until the job is purged.
+//! - **In a transaction.** [`Queue::enqueue_in`] enqueues on the caller's own transaction, so
+//!   the job exists exactly when the business write commits:
+//!
+//! ```no_run
+//! # use idem_queue::{NewJob, Queue};
+//! # async fn run(queue: Queue) -> Result<(), Box<dyn std::error::Error>> {
+//! let mut tx = queue.store().pool().begin().await?;
+//! sqlx::query("INSERT INTO orders (id) VALUES (7)").execute(&mut *tx).await?;
+//! let job = NewJob::new("receipt:7", &7)?.delay(std::time::Duration::from_secs(60));
+//! queue.enqueue_in(&mut *tx, job).await?;
+//! tx.commit().await?; // the order and its job, or neither
+//! # Ok(()) }
+//! ```
+//!
+//! Idle workers are woken when the enqueue commits (a rolled-back enqueue wakes nobody).
+//!
+//! ## Workers
+//!
+//! [`Queue::worker`] takes the handler: an async function of a [`Job`] (its
+//! [`key`](Job::key), [`payload`](Job::payload) or [`payload_as`](Job::payload_as),
+//! [`attempt`](Job::attempt)) that returns `Result<(), E>` for any `E: Display`. Its `Err` and
+//! its panics are failures. Configure the [`WorkerBuilder`], then
+//! [`start`](WorkerBuilder::start) it on the current Tokio runtime, in as many processes as
+//! you like:
+//!
+//! | option | default | what it does |
+//! | --- | --- | --- |
+//! | [`concurrency`](WorkerBuilder::concurrency) | 4 | jobs running at once in this process |
+//! | [`batch_size`](WorkerBuilder::batch_size) | the concurrency | the most jobs one claim statement takes; never more than the free slots, so no claimed job waits behind another |
+//! | [`lease`](WorkerBuilder::lease) | [`idem_core::DEFAULT_LEASE`], 30 s | how long a claim holds without renewal; renewed every third of it while the job runs, so a slow-but-alive worker keeps its jobs and a crashed one's come back once it lapses |
+//! | [`timeout`](WorkerBuilder::timeout) | none | stops a handler that runs longer and counts a failed attempt (`timed out after ..`); a job done just at its limit is done |
+//! | [`backoff`](WorkerBuilder::backoff) | [`Backoff::default`]: 1 s doubling, capped at 1 hour | the wait after each failed attempt: between half and all of `base * 2^(n-1)`, so waits grow and workers that failed together do not retry together |
+//! | [`listen`](WorkerBuilder::listen) | on | idle workers `LISTEN` for new work (one connection per set of workers); off, they only poll |
+//! | [`poll_interval`](WorkerBuilder::poll_interval) | [`DEFAULT_POLL_INTERVAL`], 1 s | how often idle workers look for work no notification announces: retries and delayed jobs coming due, lapsed leases, and anything missed while the listener was reconnecting |
+//!
+//! ```no_run
+//! use idem_queue::{Backoff, Job, Queue};
+//! use std::time::Duration;
+//!
+//! # async fn run(queue: Queue) {
+//! let workers = queue
+//!     .worker(|job: Job| async move {
+//!         let order: u64 = job.payload_as().map_err(|e| e.to_string())?;
+//!         // ... send the receipt for `order`, keyed by job.key()
+//!         Ok::<_, String>(())
+//!     })
+//!     .concurrency(16)
+//!     .lease(Duration::from_secs(60))
+//!     .timeout(Duration::from_secs(300))
+//!     .backoff(Backoff::new(Duration::from_secs(5), Duration::from_secs(1800)))
+//!     .start();
+//! let report = workers.shutdown(Duration::from_secs(20)).await;
+//! println!("{} finished, {} given back", report.finished, report.released);
+//! # }
+//! ```
+//!
+//! **Shutdown.** [`Workers::shutdown`]`(deadline)` stops claiming at once, lets running jobs
+//! finish until the deadline, then cuts the rest off and gives them back to the queue (their
+//! attempt not counted, their idempotency records freed), so another worker starts them at
+//! once; the [`ShutdownReport`] says how many finished and how many were given back. Only the
+//! handlers are cut, never their calls: a job whose handler finished just before is recorded
+//! as done. Dropping [`Workers`] stops them with no time for running jobs.
+//! [`Workers::wait_idle`] waits until nothing runs and no work is waiting (for tests and
+//! maintenance).
+//!
+//! ## Job states
+//!
+//! | state | meaning | becomes |
+//! | --- | --- | --- |
+//! | `queued` | waits until its run-after time (enqueued, or a retry's backoff) | `running` when a worker claims it (its attempt counted) |
+//! | `running` | claimed by a worker, on a lease renewed while it runs | `done` when the handler returns `Ok` (or its call was completed before); `queued` again for a retry after a failure with attempts left; `dead` after a failure on its last attempt; `queued` without counting the attempt when given back (shutdown, another run holding the key, the store failing around it) |
+//! | `running`, lease lapsed (`stale`) | its worker died, stalled or lost the database | claimable again: the next claim takes it over and runs it again, or dead-letters it if that was its last attempt |
+//! | `done` | finished; its key stays a duplicate | deleted by [purging](#purging) |
+//! | `dead` | failed its last attempt, with its last error | `queued` with fresh attempts by [`Queue::retry_dead`]; deleted by [`Queue::discard`] |
+//!
+//! [`Queue::status`] gives one job's [`JobStatus`]; [`QueueStats::stale`] counts the lapsed
+//! claims ([`LAPSED_SQL`] is their condition), which `idem jobs` (the `idem-cli` crate) shows
+//! as `stale`.
+//!
+//! ## Dead letters
+//!
+//! A job that fails [`max_attempts`](NewJob::max_attempts) times is dead-lettered with its
+//! last error, and stays until an operator decides (or a worker dies during its last attempt:
+//! it is dead-lettered with an error that says so, rather than run beyond its limit):
+//!
+//! ```no_run
+//! # use idem_queue::Queue;
+//! # async fn run(queue: Queue) -> Result<(), Box<dyn std::error::Error>> {
+//! for dead in queue.dead(100).await? {
+//!     println!("{} failed {} times: {:?}", dead.key, dead.attempts, dead.last_error);
+//! }
+//! queue.retry_dead("welcome-email:42").await?; // back in the queue with fresh attempts, now
+//! queue.discard("welcome-email:7").await?; // gone; the key can be enqueued anew
+//! # Ok(()) }
+//! ```
+//!
+//! ## Purging
+//!
+//! Finished jobs stay in the table, and their keys stay duplicates, until purged:
+//! [`Queue::purge_done`]`(older_than, limit)` deletes one batch, [`Queue::purge_all_done`]
+//! drains them in batches, and [`Queue::spawn_purger`]`(every, older_than, batch)` does it
+//! periodically. Dead jobs are kept. A job that finished less than a day ago (its call's
+//! `keep`) leaves its idempotency record, completed, for the rest of that day, so its key
+//! enqueued again within it is still recognised as done. Purge the records too, as for any
+//! store: [`Purge::spawn_purger`](idem_core::Purge::spawn_purger) on the store.
+//!
+//! ## Stats and metrics
+//!
+//! [`Queue::stats`] counts the jobs by state in one statement ([`QueueStats`]: `queued`,
+//! `running`, `stale`, `done`, `dead`): fine for dashboards, not for a hot path. The
+//! [`metrics`] module lists what the queue records through the `metrics` facade (attempts by
+//! outcome, each attempt's duration, and gauges of jobs by state, set by every `stats()`;
+//! [`Queue::spawn_metrics`] reads them periodically). Each job also counts as an idem call of
+//! the handler `idem::queue::run`. Workers run inside a `tracing` span
+//! `idem::queue::workers` (field `queue`), and each job inside `idem::queue::job` (`key`,
+//! `attempt`) around its call's `idem` span; retries, dead-lettering, takeovers and shutdown
+//! are logged there.
+//!
+//! ## How it works
+//!
+//! - **Claim, then process.** Workers claim up to as many jobs as they have free slots with
+//!   one `UPDATE .. WHERE key = ANY(ARRAY(SELECT .. FOR UPDATE SKIP LOCKED)) RETURNING ..`
+//!   statement, so concurrent workers in any number of processes get different jobs, in the
+//!   order they became available. A claim is a lease, renewed while the job runs.
+//! - **Each job runs as an idempotent call** keyed by the job's key, in the queue's own scope
+//!   ([`QUEUE_SCOPE`]: a job and an `#[idempotent]` handler with the same key text are two
+//!   units of work), so [`idem_core::context`], keyed clients and the
+//!   [`idem_core::journal::Journal`] work in handlers unchanged. The call renews its lease on
+//!   idem-core's one policy ([`idem_core::lease`]); for a job, each renewal also extends the
+//!   job's claim, in the same statement.
+//! - **A job's row is its record.** The claim that takes a job reserves its call's fence and
+//!   writes no idempotency record, and the completion marks the row done and writes none
+//!   either: the claimed row holds the key, and the done row says it ran. A record is written
+//!   only when the call needs one (its first lease renewal, or a journal entry), and when a
+//!   purge deletes a done job within its keep. A job that runs once, briefly, thus writes its
+//!   row twice and nothing else, as a hand-written claim-then-process loop does.
+//! - **A job's completion claims the next.** The statement that marks a job done also claims
+//!   the next job for the slot it frees (until the workers stop), and the completions of jobs
+//!   that finish together share one statement: while work waits, a job costs its share of one
+//!   statement, and no job is claimed before a slot is free to run it.
+//! - **Idle workers sleep** until PostgreSQL notifies them of new work (`LISTEN idem_queue`,
+//!   sent by the table's insert trigger at commit), with polling as the fallback.
 //!
 //! **Layout, by role** (as River splits its queue): [`Queue`] is the client (`enqueue.rs`,
 //! `admin.rs`); the workers are a `producer` that claims batches into free slots, an `executor`
@@ -76,13 +216,39 @@
 //! `completer` that records how each claim ended, and a `rescuer` that decides what a claim
 //! whose worker died becomes. The queue sits on top of [`PgStore`]: the store knows nothing of
 //! it, and the queue reaches job records only through the store's extension interface
-//! ([`idem_store_postgres::extend`]).
+//! ([`idem_store_postgres::extend`]). For claim-then-process on a table of your own, see
+//! [`claim_batch`](idem_store_postgres::claim_batch).
 //!
-//! **Guarantees and limits.** A job's handler runs to completion once, unless its worker
-//! crashes, stalls longer than the lease, or loses the database mid-job: then it runs again
-//! (at least once), and the effect journal or provider idempotency keys (`job.key()`) keep the
-//! repeat harmless. A job is never lost: every claimed job ends done, retried, dead-lettered, or
-//! back in the queue when its lease lapses.
+//! ## Tuning
+//!
+//! - **The store's connections.** The queue's statements run on the store's own connections
+//!   and share its batching; a store built with
+//!   [`through_pool`](idem_store_postgres::PgStoreBuilder::through_pool) runs the queue at a
+//!   round trip more per statement and without batching, well below its speed on the store's
+//!   own connections.
+//! - **VACUUM.** A claim reads the `available_at` index from its start, past the entries of
+//!   every job claimed since the table was last vacuumed, so claims slow down as jobs run until
+//!   autovacuum comes. Finished jobs stay until purged, and PostgreSQL's default vacuums once a
+//!   fifth of a table is dead row versions, so the more jobs a queue keeps, the longer between
+//!   vacuums: the queue's migrations set `autovacuum_vacuum_scale_factor = 0.01` on its table
+//!   (a value you set there yourself is kept). Purge finished jobs you no longer need as
+//!   duplicates; a long-running transaction anywhere in the database holds every vacuum back.
+//! - **Enqueue rate.** `NOTIFY` serialises the commits of the transactions that send one (a
+//!   database-wide lock at commit), which bounds how fast jobs can be enqueued one
+//!   transaction at a time.
+//!
+//! ## Guarantees and limits
+//!
+//! - **A job is never lost**: every claimed job ends done, retried, dead-lettered, given back,
+//!   or back in the queue when its lease lapses.
+//! - **A job's handler runs to completion once**, unless it is cut off: its worker crashes,
+//!   stalls longer than the lease, loses the database mid-job, or reaches the shutdown
+//!   deadline. Then it runs again from the start (at least once), and the effect journal or
+//!   provider idempotency keys (`job.key()`) keep the repeat harmless.
+//! - **Failures retry** with backoff up to `max_attempts`, then dead-letter; a worker that
+//!   dies during a job's last attempt leaves it dead-lettered too.
+//! - **Order and features**: jobs run in the order they become available (`available_at`),
+//!   with no priorities, named queues or recurring jobs.
 
 #![warn(missing_docs)]
 
@@ -152,8 +318,8 @@ pub struct Queue {
     sql: Arc<QueueSql>,
     /// The completions of concurrent jobs, batched as the store batches calls' (when it does),
     /// with at least two statements in flight: each also claims the next jobs for the slots it
-    /// frees, so with one in flight two workers' jobs took turns on the wire (measured: 0.25 of
-    /// the hand-written loop at two workers, 0.52-0.60 with two in flight).
+    /// frees, so with one in flight two workers' jobs would take turns on the wire, each
+    /// waiting for the other's completion to claim its next job.
     completions: Option<Arc<Batcher<JobCompleteOp>>>,
 }
 
@@ -201,3 +367,8 @@ impl Queue {
         WorkerBuilder::new(self.clone(), handler)
     }
 }
+
+/// The README's example, compiled with the doc tests so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -14,10 +14,10 @@ pub(crate) const CHANNEL: &str = "idem_queue";
 /// `column = 'state'`, compared in the "C" collation (bytes, as the default collation's
 /// equality does) so that no plan can find a job through one of the queue's partial indexes,
 /// whose predicates name the state in the default collation: a statement that finds its jobs by
-/// key also checks their state this way. A generic plan made on a queue never analyzed, or
-/// analyzed while empty (an `ANALYZE` right after `migrate`), read every queued and running job
-/// (`q_avail`) to find one by key, or every done job (`q_finished`); the plan is kept until the
-/// queue is analyzed again. `tests/plans.rs` checks both states.
+/// key also checks their state this way. Otherwise a generic plan made on a queue never
+/// analyzed, or analyzed while empty (an `ANALYZE` right after `migrate`), may read every queued
+/// and running job (`q_avail`) to find one by key, or every done job (`q_finished`), and the
+/// plan is kept until the queue is analyzed again. `tests/plans.rs` checks both states.
 fn in_state(column: &str, state: &str) -> String {
     format!("{column} COLLATE \"C\" = '{state}'")
 }
@@ -130,10 +130,10 @@ impl QueueSql {
         // writes the record then, for the rest of its keep). Answered by
         // `completion_answers`: a completion sent again (its answer lost) finds its job done
         // with its attempt (`done_before`), and applies again. Both find the batch's jobs by
-        // key (`batch_rows`): a check per completion by `key = ($1)[n.i]` was a subquery the
-        // planner may run hashed, reading every done job into the hash, and it did so in a
-        // generic plan made while the queue had few done jobs or none counted (a fresh
-        // deployment's, kept until the queue is analyzed again).
+        // key (`batch_rows`): a check per completion by `key = ($1)[n.i]` would be a subquery
+        // the planner may run hashed, reading every done job into the hash, as a generic plan
+        // made while the queue had few done jobs or none counted does (a fresh deployment's,
+        // kept until the queue is analyzed again).
         let complete_and_done = format!(
             "WITH done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
@@ -153,8 +153,8 @@ impl QueueSql {
             in_batch = batch_rows("q", &keys, "d"),
         );
         // The same for one job, with scalar parameters: no arrays for the server to unnest and
-        // join, which cost a lone completion (every one at one worker) a fifth of its
-        // server time.
+        // join, a sizeable share of a lone completion's server time (and at one worker every
+        // completion goes alone).
         let complete_and_done_one = format!(
             "WITH done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
@@ -181,9 +181,9 @@ impl QueueSql {
         // skipping any that `also` (a condition on `key`) rules out. The picked keys are an
         // array (`= ANY(ARRAY(..))`, not `IN (..)`) so that the update finds them by primary
         // key in any plan: a generic plan (the store's connections keep one per statement)
-        // estimates a `LIMIT $n` at a tenth of the table, and planned `IN (..)` as a hash join
-        // over a sequential scan of the whole queue (2.2 ms a claim at 20,000 jobs, against
-        // 0.26 ms this way; a custom plan instead costs 0.5-0.7 ms of planning per execution).
+        // estimates a `LIMIT $n` at a tenth of the table, and plans `IN (..)` as a hash join
+        // over a sequential scan of the whole queue, a cost that grows with the queue (and a
+        // custom plan instead costs more planning per execution than the claim takes to run).
         // The limit, and the keys `also` names, are `unseen`, so that a connection that chooses
         // between custom and generic plans (the pool's) settles on the generic one too.
         let claimed = |limit: &str, lease: &str, worker: &str, also: &str| {
@@ -325,7 +325,8 @@ impl QueueSql {
             discard: format!("DELETE FROM {q} WHERE key = $1 AND {is_dead}"),
             // In `finished_at` order from where the drain's previous batch ended ($3), as the
             // records' purge does: the index entries of the jobs a drain deleted stay until
-            // VACUUM, and a batch that started at the start of the done jobs read past them all.
+            // VACUUM, and a batch that started at the start of the done jobs would read past
+            // them all.
             purge_done: format!(
                 "WITH due AS (
                      SELECT key, finished_at FROM {q}
@@ -385,10 +386,10 @@ mod tests {
     /// Every statement finds its rows by key in the generic plan a connection of the store's
     /// keeps: on a fresh queue (never analyzed, as a new deployment's), once its empty tables
     /// are analyzed, and on one that grew fast since (50,000 jobs and records, never analyzed),
-    /// where no statement may scan a batch's array of keys once per row either. The claims
-    /// failed the first while their check for a pre-scope record was an anti-join (it read
-    /// every entry of the records' primary key with `scope = ''`); `done` and `release` failed
-    /// the second while they found their jobs by a join to the batch alone.
+    /// where no statement may scan a batch's array of keys once per row either. A claim whose
+    /// check for a pre-scope record is an anti-join fails the first (it reads every entry of
+    /// the records' primary key with `scope = ''`); `done` and `release` fail the second if
+    /// they find their jobs by a join to the batch alone.
     #[tokio::test]
     async fn every_statement_finds_its_rows_by_key_as_the_queue_grows() {
         let (pool, schema, store) = crate::test_store::store_in_new_schema("q_fresh").await;
@@ -432,10 +433,10 @@ mod tests {
 
     /// Both claims find the jobs they pick by primary key in a generic plan, whatever the
     /// planner makes of `LIMIT $n`, with sequential scans allowed or not: written as
-    /// `key IN (SELECT .. LIMIT $n ..)`, the generic plan updated them through a hash join over
-    /// a sequential scan of the whole queue, which is why the store's connections could not
-    /// keep one generic plan for the queue's statements (and planned each execution anew
-    /// instead, for longer than it ran). (On a fresh store, every statement is checked in
+    /// `key IN (SELECT .. LIMIT $n ..)`, the generic plan would update them through a hash join
+    /// over a sequential scan of the whole queue, and the store's connections could not keep
+    /// one generic plan for the queue's statements (they would plan each execution anew
+    /// instead, for longer than it runs). (On a fresh store, every statement is checked in
     /// `tests/plans.rs`; this one has 5,000 jobs queued and analyzed.)
     #[tokio::test]
     async fn claims_find_their_jobs_by_key_in_a_generic_plan() {

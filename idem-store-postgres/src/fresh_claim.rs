@@ -13,7 +13,7 @@
 //! - A claim that succeeded left the transaction open with the record written: the call's
 //!   body runs at once, and the COMMIT completes the call. A fresh call is two round trips.
 //! - A claim that failed left its transaction block failed: the store rolls it back and
-//!   begins again in one round trip, and claims the key as before. A duplicate then costs a
+//!   begins again in one round trip, and claims the key as usual. A duplicate then costs a
 //!   round trip more than without this, and the server logs the failure (why it is opt-in);
 //!   the store reads first above a quarter of duplicates (`duplicate_rate.rs`).
 //! - On a connection that has not prepared the claim, it fails as not prepared; the store
@@ -121,7 +121,7 @@ impl<'a> FreshArgs<'a> {
 /// as they are, every other character as a Unicode escape (`E'\u0027'`, `E'\U0001f600'`),
 /// which PostgreSQL converts to the server's encoding as it does a bound parameter. A
 /// constant, unlike `convert_from(decode(..))` (a stable function, which the planner does not
-/// fold: the check for a record from before scopes then scanned the whole table).
+/// fold: the check for a record from before scopes would then scan the whole table).
 pub(crate) fn text_literal(text: &str) -> String {
     let mut literal = String::with_capacity(text.len() * 2 + 3);
     literal.push_str("E'");

@@ -24,9 +24,9 @@ fn setup(e: sqlx::Error) -> StoreError {
     store_error(e).during(Operation::Setup)
 }
 
-/// The records' migrations. Versions 3 and 8 created and tuned the work queue's table before
-/// the queue became a crate of its own (`idem-queue`, whose migrations now own that table): a
-/// history that lists them is one this version knows.
+/// The records' migrations. Versions 3 and 8 are retired: they created and tuned the work
+/// queue's table, which `idem-queue`'s own migrations own (and adopt where those two made it),
+/// so a history that lists them is one this version knows.
 pub(crate) const RECORDS: Migrations = Migrations {
     owner: "idem-store-postgres",
     history: "migrations",

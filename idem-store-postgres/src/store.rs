@@ -151,8 +151,8 @@ impl PgStoreBuilder {
     /// pool of one connection is used as [`through_pool`](Self::through_pool) does) out of the
     /// pool as it needs them and keeps them: its statements then cost one round trip each
     /// (sqlx 0.8's pool tests every connection with a round trip when it is given back, which
-    /// for idem's one-statement operations doubles the round trips and triples the client CPU;
-    /// see BENCHMARKS.md), and the server never sees more connections than the pool allows.
+    /// for idem's one-statement operations doubles the round trips, and the client CPU with
+    /// them), and the server never sees more connections than the pool allows.
     /// Use this to size the store apart from a pool that the application's own queries need
     /// whole. Fewer connections make bigger batches under load; more let more statements run at
     /// once. The cost: up to `connections` server connections besides the pool's.
@@ -202,14 +202,13 @@ impl PgStoreBuilder {
 
     /// How many batched statements of one kind (claims, completions) may be on the wire at once
     /// (default [`DEFAULT_BATCHES_IN_FLIGHT`], one; never more than the store's connections). A
-    /// call that finds them busy joins the next batch, which goes out as soon as one returns. One
-    /// makes the biggest batches and so the least work per call for the server: with fresh keys,
-    /// two ran 0.79-0.92 of one's calls per second at 4 to 64 callers, medians of runs that
-    /// alternated (BENCHMARKS.md, "A second batch in flight"). More let a batch that waits on a row
-    /// lock hold up fewer calls. A claim waits on a lock only while another transaction has
-    /// inserted or taken over the same key in the same scope and not committed: a transactional
-    /// handler given the same `scope` as a lease-mode one, or a transaction of your own on idem's
-    /// table. Raise this if your handlers do that.
+    /// call that finds them busy joins the next batch, which goes out as soon as one returns.
+    /// One makes the biggest batches and so the least work per call for the server: a second
+    /// splits the same calls into smaller batches, and serves fewer calls per second for it.
+    /// More let a batch that waits on a row lock hold up fewer calls. A claim waits on a lock
+    /// only while another transaction has inserted or taken over the same key in the same scope
+    /// and not committed: a transactional handler given the same `scope` as a lease-mode one,
+    /// or a transaction of your own on idem's table. Raise this if your handlers do that.
     pub fn max_batches_in_flight(mut self, batches: usize) -> Self {
         self.in_flight = batches.max(1);
         self
@@ -218,9 +217,8 @@ impl PgStoreBuilder {
     /// Whether a transactional call claims a fresh key in the round trip of its BEGIN (default
     /// off). A fresh call is then two round trips (BEGIN with the claim, COMMIT) instead of
     /// three, whether the transaction runs on a connection the store lends or, past those, on
-    /// one of the pool: measured 1.55 times the fresh calls per second at one caller and
-    /// 1.06-1.07 at 16, with a fifth less client CPU per call (BENCHMARKS.md, "The claim with
-    /// the BEGIN").
+    /// one of the pool. That gains most at few callers, where a call's time is its round trips,
+    /// and also saves client CPU per call.
     ///
     /// The cost, and why it is off by default: sqlx sends nothing with a BEGIN but plain text
     /// whose rows it does not return, so the claim answers by failing when the key is not fresh

@@ -207,7 +207,7 @@ impl PgStore {
     /// would answer the same way (a completion is final until it expires, and an expired one
     /// counts as lapsed here too); `None` for anything a claim must decide (no record, one in
     /// progress or lapsed, one inserted but not yet committed: invisible here, so the claim in
-    /// the transaction waits on it as before).
+    /// the transaction waits on it as usual).
     async fn settled(&self, request: &ClaimRequest<'_>) -> Result<Option<Claim>, sqlx::Error> {
         let sql = &self.records().look_up;
         // On a connection with the server's settings, as the transactions' own: set up for
@@ -258,7 +258,7 @@ impl TransactionalStore for PgStore {
 
     /// A fresh key's record is written as completed (no output, kept for `keep`), so the
     /// commit completes the call: a fresh call is BEGIN, the claim and COMMIT, three round
-    /// trips, where writing the completion on its own took four; two with
+    /// trips, where writing the completion on its own would take four; two with
     /// [`claim_with_begin`](crate::PgStoreBuilder::claim_with_begin), which sends the claim
     /// with the BEGIN (`fresh_claim.rs`).
     async fn claim_in_transaction(

@@ -3,28 +3,25 @@
 //!
 //! A lone call starts a driver too, rather than sending its statement from its own task:
 //! requests that arrive together (the callers a batch answered at once) then share the
-//! driver's first statement. Measured (BENCHMARKS.md), a lone call sent from its own task
-//! ran no faster at one caller and ran 2 callers at 0.3-0.4 of this, each call of a pair
-//! waiting for the other's statement. A new driver first steps to the back of its worker's run
-//! queue, behind the callers woken with the one that started it, so that they queue in time
-//! for its first statement instead of waiting for its second (`BackOfRunQueue`).
+//! driver's first statement. Sent from its own task, a lone call would gain nothing, and two
+//! concurrent calls would each wait for the other's statement instead of sharing one. A new
+//! driver first steps to the back of its worker's run queue, behind the callers woken with the
+//! one that started it, so that they queue in time for its first statement instead of waiting
+//! for its second (`BackOfRunQueue`).
 //!
-//! The claims and the completions of lease mode are a pair of batchers ([`Batcher::pair`](super::Batcher::pair)): a
-//! caller goes from one to the other and back. Left alone they fall into step: every caller in
-//! one statement, then every caller in the other's, while the first one's connection waits
-//! (measured at 64 callers on one Tokio worker: batches of 57-60 of the 64, and about a core
-//! idle). So a new driver whose partner has no statement running sends half of what is queued
-//! first, and the rest as its next statement: the first half's callers then move on to the
-//! partner while the second half is on the wire, and from there on the two statements run side
-//! by side, each carrying about half of the callers. Only a driver's first batch is split; one
-//! that is already running takes whatever queued, as before. And only on a runtime with one
-//! worker thread, where the callers move in step: on two they do not, and there the split only
-//! cost. Measured (BENCHMARKS.md, "Where the time goes"), fresh calls/s on one Tokio worker
-//! rose 1.10-1.49x at 64 callers and 1.29-1.55x at 2; on two workers fresh calls moved
-//! 0.90-1.27x, within the host's noise, but the article's HTTP endpoint at 32-128 connections
-//! (each key delivered twice, so claim drivers start often while completions idle, and every
-//! such start halved a batch) lost about 30%, and got it back when the split was limited to one
-//! worker.
+//! The claims and the completions of lease mode are a pair of batchers
+//! ([`Batcher::pair`](super::Batcher::pair)): a caller goes from one to the other and back.
+//! Left alone they fall into step: every caller in one statement, then every caller in the
+//! other's, while the first one's connection waits (on one Tokio worker, nearly all the callers
+//! end up in each batch, and the worker idles meanwhile). So a new driver whose partner has no
+//! statement running sends half of what is queued first, and the rest as its next statement:
+//! the first half's callers then move on to the partner while the second half is on the wire,
+//! and from there on the two statements run side by side, each carrying about half of the
+//! callers. Only a driver's first batch is split; one that is already running takes whatever
+//! queued. And only on a runtime with one worker thread, where the callers move in step: on
+//! more they do not, and there the split only costs (where claim drivers start often while
+//! completions idle, as at an HTTP endpoint whose keys arrive twice, every such start would
+//! halve a batch for nothing).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -53,14 +50,12 @@ pub(super) fn on_one_worker() -> bool {
 /// Reschedules the calling task once, at the back of its worker's run queue.
 ///
 /// A driver is spawned by the call that found no driver running, from a runtime worker. Tokio
-/// puts a task spawned from a worker in that worker's LIFO slot, so without this the driver ran
-/// as soon as its caller awaited and took a queue of one, while the other callers the last
-/// answers woke (already in the run queue) waited a whole statement longer. A task that wakes
-/// itself is rescheduled as a yield: behind the tasks already queued, not deferred until the
-/// worker parks (as `tokio::task::yield_now` is), so it costs a lone call one scheduler pass.
-/// Measured (BENCHMARKS.md, "Where the time goes"), the claim statements carrying a single
-/// request at 16 and 64 callers fell from 4,205 to 1,426 (completions from 6,253 to 2,133), and
-/// fresh calls/s there moved by 0.99-1.17x.
+/// puts a task spawned from a worker in that worker's LIFO slot, so without this the driver
+/// would run as soon as its caller awaited and take a queue of one, while the other callers the
+/// last answers woke (already in the run queue) would wait a whole statement longer. A task
+/// that wakes itself is rescheduled as a yield: behind the tasks already queued, not deferred
+/// until the worker parks (as `tokio::task::yield_now` is), so it costs a lone call one
+/// scheduler pass. Under load it makes far fewer statements that carry a single request.
 pub(super) struct BackOfRunQueue {
     pub(super) yielded: bool,
 }

@@ -1,14 +1,13 @@
 //! The store's own connections: a small set of connections that PgStore keeps checked out and
 //! runs its statements on, instead of checking one out of the pool for every statement.
 //!
-//! sqlx 0.8's pool tests every connection with a round trip when it is returned, so a
-//! one-statement store operation through the pool costs two round trips and about three times
-//! the client CPU of the statement alone (see BENCHMARKS.md). On connections of its own a store
-//! operation is one round trip. They are either held from the pool (the default: taken from it
-//! once and kept, so the store never makes the server hold more connections than the pool
-//! allows) or opened apart from the pool with its connect options (`dedicated_connections`).
-//! A connection whose operation failed or was cancelled mid-way is closed rather than reused,
-//! since its state is unknown.
+//! sqlx 0.8's pool tests every connection with a round trip when it is returned, so a one-statement
+//! store operation through the pool costs two round trips, and the client CPU of both. On
+//! connections of its own a store operation is one round trip. They are either held from the pool
+//! (the default: taken from it once and kept, so the store never makes the server hold more
+//! connections than the pool allows) or opened apart from the pool with its connect options
+//! (`dedicated_connections`). A connection whose operation failed or was cancelled mid-way is
+//! closed rather than reused, since its state is unknown.
 //!
 //! By concern, as sqlx splits its pool: `idle.rs` (the idle list and the connections in it),
 //! `setup.rs` (a connection's session settings), `lend.rs` (connections lent to open
@@ -162,7 +161,7 @@ impl Direct {
     /// none, or all it may are out) waits for this first: otherwise a burst of transactions
     /// could take the pool's last connections while the store was still opening its own, and
     /// their bodies' lease-mode calls, which need those, would wait on the pool until its
-    /// `acquire_timeout` (seen in CI, on a cluster slow to open connections). Connections
+    /// `acquire_timeout` (likeliest on a server slow to open connections). Connections
     /// opened apart from the pool (`dedicated_connections`) never wait on it.
     pub async fn hold_reserve(&self) -> Result<(), sqlx::Error> {
         if matches!(self.source, Source::Options(_)) {

@@ -21,15 +21,13 @@ pub(crate) enum Tuning {
 /// - `enable_seqscan = off`: each of those statements finds its rows through an index (the
 ///   primary key, or `expires_at` for the purge), but on a table that is new, small, or was
 ///   analyzed while it was empty, the planner believes a sequential scan is cheaper and keeps
-///   that plan as the table grows: measured, a store whose table was analyzed empty ran 25
-///   times slower, and one on a new table 4 times (BENCHMARKS.md). With sequential scans off,
-///   the index is used whatever the statistics say.
+///   that plan as the table grows, so the store slows down as its table fills. With sequential
+///   scans off, the index is used whatever the statistics say.
 /// - `plan_cache_mode = force_generic_plan`: prepared statements keep one generic plan. The
 ///   batched statements take arrays, for which the default plans every execution anew (a
-///   custom plan looks cheaper for the array in hand), and planning costs more than running
-///   them: the queue's completion that claims the next job spent 0.69 ms planning against
-///   0.32 running. (The queue's claims pick their jobs as an array for this: see
-///   `queue/sql.rs`.)
+///   custom plan looks cheaper for the array in hand), and planning them costs more than
+///   running them, the queue's completion that claims the next job most of all. (The queue's
+///   claims pick their jobs as an array for this: see `idem-queue`'s `sql.rs`.)
 ///
 /// - `lock_timeout` ([`PgStoreBuilder::lock_timeout`](crate::PgStoreBuilder::lock_timeout),
 ///   5 s by default): a store statement waits on a row lock only while another
@@ -43,7 +41,7 @@ pub(crate) enum Tuning {
 /// [`Tuning::Default`] resets them, for transactions, where the caller's own SQL runs with the
 /// server's settings. The settings stay on the connection only: a held one is closed, never
 /// given back to the pool with them. A server that lacks a setting (`plan_cache_mode` before
-/// PostgreSQL 12) plans as before.
+/// PostgreSQL 12) goes without it.
 pub(super) async fn tune(
     conn: &mut PgConnection,
     tuning: Tuning,

@@ -91,9 +91,9 @@ const CLAIM_COLUMNS: &str =
 /// which the index cannot serve. Paired by plain `key = batch.key`, the planner could look
 /// each row up by that join in a loop over the batch instead: with `ANY(keys)` beside it (a
 /// generic plan made without statistics, on a table that grew fast since it was created), the
-/// whole array was sorted and scanned again for each of its keys, n² index descents, 5-14
-/// times the server time of a batch of 128 (BENCHMARKS.md); with the join alone (on a table
-/// analyzed empty), the whole primary key was read. `tests/plans.rs` checks both states.
+/// whole array is then sorted and scanned again for each of its keys, n² index descents; with
+/// the join alone (on a table analyzed empty), the whole primary key is read.
+/// `tests/plans.rs` checks both states.
 pub fn batch_rows(table: &str, keys: &str, batch: &str) -> String {
     format!("{table}.key = ANY({keys}) AND {table}.key = {batch}.key COLLATE \"C\"")
 }
@@ -301,30 +301,28 @@ impl RecordsSql {
                         expires_at <= now(), token, scope
                  FROM {t} WHERE key = $1 AND scope IN ($2, '') ORDER BY scope DESC LIMIT 1"
             ),
-            // Bounded batches in `purge_at` order, records and journal entries in one
-            // statement; rows locked by a concurrent claim are skipped. Of the due records, the
-            // expired ones are deleted and the others are filed again at their `expires_at`
-            // (0007_purge_at.sql); the second column counts those. A row is deleted (or filed
-            // again) by its `ctid`, which the batch's own row lock keeps: no join, and a TID
-            // scan on the store's connections (one that allows sequential scans reads a table
-            // the planner thinks tiny whole). Matching the batch back by key and scope was a
-            // join, and the generic plan the store's connections keep, not knowing the batch's
-            // size, could compare each row with the whole batch: a batch of 10,000 took 16 s
-            // (BENCHMARKS.md). A row that was updated after the statement's snapshot and before
-            // the batch locked it is locked at its new version, which the statement does not
-            // see: it is left as it is, due for the next drain.
+            // Bounded batches in `purge_at` order, records and journal entries in one statement;
+            // rows locked by a concurrent claim are skipped. Of the due records, the expired ones
+            // are deleted and the others are filed again at their `expires_at` (0007_purge_at.sql);
+            // the second column counts those. A row is deleted (or filed again) by its `ctid`,
+            // which the batch's own row lock keeps: no join, and a TID scan on the store's
+            // connections (one that allows sequential scans reads a table the planner thinks tiny
+            // whole). Matching the batch back by key and scope would be a join, and the generic
+            // plan the store's connections keep, not knowing the batch's size, may compare each row
+            // with the whole batch: quadratic in the batch's size. A row that was updated after the
+            // statement's snapshot and before the batch locked it is locked at its new version,
+            // which the statement does not see: it is left as it is, due for the next drain.
             // $1 the records' limit, $2 the journal entries'.
             //
             // A drain's batches each start where the one before ended ($3, $4: the latest
-            // `purge_at` and journal `expires_at` it took, returned as the last two columns),
-            // not at the index's start: the entries of the rows a drain deleted stay in the index
-            // until VACUUM, and a batch that started at the start read past all of them (a
-            // 1,000,000-record drain's last batches took 5.4 ms against its first's 4.3; from
-            // where the last ended, 3.6 throughout: BENCHMARKS.md). One microsecond before that
-            // end, so rows that share it (a batched claim's records do) and a rounding of the
-            // epoch are never passed over. What a drain passes over (a row locked when its
-            // batch came, a completion that moved `purge_at` back) is due for the next drain,
-            // which starts at the start.
+            // `purge_at` and journal `expires_at` it took, returned as the last two columns), not
+            // at the index's start: the entries of the rows a drain deleted stay in the index until
+            // VACUUM, and a batch that started at the start would read past all of them, so each
+            // batch of a long drain would be slower than the one before. One microsecond before
+            // that end, so rows that share it (a batched claim's records do) and a rounding of the
+            // epoch are never passed over. What a drain passes over (a row locked when its batch
+            // came, a completion that moved `purge_at` back) is due for the next drain, which
+            // starts at the start.
             purge: format!(
                 "WITH due AS (
                     SELECT ctid, purge_at, expires_at <= now() AS expired FROM {t}
@@ -425,9 +423,8 @@ impl RecordsSql {
     /// A key with a record from before scopes (scope `''`) counts as held. The check is a
     /// lookup per key: `OFFSET 0` keeps it a subquery run per key, because as an anti-join a
     /// generic plan made while the table was small (a fresh deployment's, kept by the store's
-    /// connections for their life) read every entry of the primary key with `scope = ''`, for
-    /// each claim, at a cost that grew with the table (0.33 ms of a 0.47 ms statement at 10,000
-    /// records).
+    /// connections for their life) reads every entry of the primary key with `scope = ''`, for
+    /// each claim, at a cost that grows with the table.
     pub fn unheld(&self, scope: &str, source: &str) -> String {
         let scope = scope_literal(scope);
         let (t, seq) = (&self.table, &self.seq);

@@ -58,7 +58,7 @@ async fn explain_generic(
 /// parameter (`= ANY ($n)`) on the inner side of a nested loop, where they run again for every
 /// outer row. Each run sorts the whole array again (comparing keys in the column's collation)
 /// and descends the index once per element, so a batch of n keys costs n sorts and n² descents:
-/// at about 128 keys, 8-21 ms for a completion that takes about 1.5 ms (BENCHMARKS.md).
+/// at a full batch, many times the cost of the statement planned as it should be.
 pub fn arrays_scanned_per_row(plan: &serde_json::Value) -> Vec<String> {
     fn walk(node: &serde_json::Value, per_row: bool, found: &mut Vec<String>) {
         let kind = node["Node Type"].as_str().unwrap_or_default();
