@@ -1,13 +1,12 @@
 //! The effect journal: for side effects whose provider takes no idempotency key, record each
 //! named effect of a claimed run in the store, so a retry of the same work skips what was done.
 //!
-//! Two modes, the two ends of the article:
+//! Two modes, for the two ways a crash between the effect and its record can be allowed to go:
 //!
 //! - [`Journal::at_least_once`]: run the effect, then record it. A crash between the two
-//!   repeats the effect on the retry (the article's "record 'sent' before marking the job
-//!   complete, and accept that a crash in between could still send twice").
+//!   repeats the effect on the retry: an effect is never skipped, and may happen twice.
 //! - [`Journal::at_most_once`]: record the intent first, then run the effect, then record it
-//!   done ("write the effect key before the side effect"). A crash between intent and done
+//!   done. An effect never happens twice, and may be skipped: a crash between intent and done
 //!   skips the effect on the retry, and the retry learns [`Effect::Unknown`], so an operator
 //!   can reconcile. An effect that returned `Err` also stays unknown: its provider may have
 //!   acted before failing.

@@ -1,5 +1,5 @@
 //! Keyed clients: hand the idempotency key to every side-effect client, so the payment provider
-//! or email API drops repeats too (the article's `Idempotency-Key` header).
+//! or email API drops repeats too (as with the `Idempotency-Key` header payment APIs take).
 //!
 //! `#[idempotent(.., clients(payments, mailer))]` rebinds each named parameter, before the body
 //! runs, to `client.keyed(key)`: the client's keyed view for this call. A client supports this

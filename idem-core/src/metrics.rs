@@ -4,7 +4,7 @@
 //!
 //! | name | kind | labels | what |
 //! | --- | --- | --- | --- |
-//! | `idem_calls_total` | counter | `handler`, `outcome` | calls, by how they ended: `executed`, `duplicate`, `in_progress`, `handler_error`, `store_error`, `invalid_key`, `key_reused`, `lost_claim`, `codec_error`, `panicked`, `dropped` (the caller went away) |
+//! | `idem_calls_total` | counter | `handler`, `outcome` | calls, by how they ended: `executed`, `duplicate`, `in_progress`, `handler_error`, `store_error`, `invalid_key`, `invalid_option`, `key_reused`, `lost_claim`, `codec_error`, `panicked`, `dropped` (the caller went away) |
 //! | `idem_store_errors_total` | counter | `handler`, `operation` | store failures that ended a call (`claim`, `complete`, ...) |
 //! | `idem_lost_claims_total` | counter | `handler` | runs whose completion was refused because a newer run took the key over |
 //! | `idem_claim_seconds` | histogram | `handler` | the claim's round trip to the store, each attempt |

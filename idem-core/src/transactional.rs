@@ -63,7 +63,7 @@ pub trait TransactionalStore: Store {
     /// completed already (with no output, kept for `keep`): the commit then completes the
     /// call, and [`commit_completion`](Self::commit_completion) of a completion with no output
     /// and that `keep` only commits, which saves a statement and a write (PostgreSQL does this;
-    /// a completion with an output is written as before).
+    /// a completion with an output is still written in the transaction before the commit).
     async fn claim_in_transaction(
         &self,
         request: ClaimRequest<'_>,

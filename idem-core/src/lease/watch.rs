@@ -3,11 +3,11 @@
 //!
 //! Most bodies finish long before a third of their lease, so most claims are never renewed.
 //! Spawning a renewal task for every call (and yielding so it starts before the body can block
-//! the thread) cost more than the rest of a call on the in-memory store. Instead a call puts
-//! its claim on the watch (a slot in one table: a lock and a write) and takes it off when it
-//! settles. The watch's thread sleeps until the earliest first renewal of the claims on it;
+//! the thread) would cost more than the rest of a call on the in-memory store. Instead a call
+//! puts its claim on the watch (a slot in one table: a lock and a write) and takes it off when
+//! it settles. The watch's thread sleeps until the earliest first renewal of the claims on it;
 //! for each one still running by then it spawns the renewal task on the call's runtime, which
-//! from then on renews every third of a lease as before.
+//! from then on renews every third of a lease ([`super::renew_every`]).
 //!
 //! The watch thread is not a runtime worker, so a body that blocks its worker does not stop
 //! it, and a task it spawns goes to the runtime's shared queue, which any free worker takes.

@@ -11,8 +11,7 @@ use crate::key::Key;
 
 /// Records per slab chunk (64 KiB). The slab grows a chunk at a time, never moving the records
 /// of full chunks; a new chunk doubles its way up to this size, so a fresh store holds little
-/// and no growth copies more than one chunk. (Allocating each chunk whole was measured: no
-/// faster per fresh call, and 123 bytes per record at 1,000,000 against 120.)
+/// and no growth copies more than one chunk.
 const CHUNK: usize = 1024;
 
 const COMPLETED: u8 = 1;
