@@ -7,7 +7,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::problem::DEFAULT_PROBLEM_BASE;
 use crate::scope::ScopeFn;
 
 /// The largest request body the layer reads by default (1 MiB); larger ones get 413.
@@ -43,7 +42,7 @@ pub(crate) struct Config {
     pub max_response_body: usize,
     pub records: Arc<dyn Fn(StatusCode) -> bool + Send + Sync>,
     pub replay_headers: Vec<HeaderName>,
-    pub problem_base: Cow<'static, str>,
+    pub problem_base: Option<Cow<'static, str>>,
     pub retry_after: Duration,
     pub finish_when_client_leaves: bool,
 }
@@ -64,7 +63,7 @@ impl Config {
             max_response_body: DEFAULT_MAX_RESPONSE_BODY,
             records: Arc::new(default_records),
             replay_headers: Vec::new(),
-            problem_base: Cow::Borrowed(DEFAULT_PROBLEM_BASE),
+            problem_base: None,
             retry_after: DEFAULT_RETRY_AFTER,
             finish_when_client_leaves: true,
         }

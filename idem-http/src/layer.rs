@@ -154,12 +154,13 @@ impl IdempotencyLayer {
         self.with(|c| c.finish_when_client_leaves = finish)
     }
 
-    /// Where the `type` links of the layer's problem answers point (default
-    /// [`DEFAULT_PROBLEM_BASE`](crate::DEFAULT_PROBLEM_BASE)); each adds `#` and an anchor
-    /// naming the rule, such as `#idempotency-key-reused`.
+    /// Where the `type` links of the layer's problem answers point: your documentation of the
+    /// layer's rules. Each answer adds `#` and an anchor naming its rule, such as
+    /// `#idempotency-key-reused` (the anchors of the repository README's table). By default
+    /// `type` is `about:blank`, RFC 9457's "no more than the status says".
     pub fn problem_base(self, base: impl Into<Cow<'static, str>>) -> IdempotencyLayer {
         let base = base.into();
-        self.with(|c| c.problem_base = base)
+        self.with(|c| c.problem_base = Some(base))
     }
 }
 

@@ -29,7 +29,7 @@
 //! | a body over the limit (default 1 MiB) | 413, nothing claimed |
 //! | a new key | the inner service runs; its answer is recorded if kept (below) |
 //! | a completed key, same request | the recorded status, headers and body, plus `Idempotent-Replayed: true` |
-//! | a completed or running key, other method, path, query or body | 422 |
+//! | a completed or running key, the same method and path, another query or body | 422, nothing runs |
 //! | a key whose first request is still running | 409 with `Retry-After` (or, with `wait(d)`, the first answer once it is there) |
 //! | the client goes away before the answer | the request runs to its end and its answer is recorded for the retry (with `finish_when_client_leaves(false)`: it stops where it was and the key is freed) |
 //! | the store cannot be reached | 503 with `Retry-After`; nothing runs (fail closed) |
@@ -63,8 +63,55 @@
 //! the layer); if the server dies, a retry runs again once the lease lapses. Recorded answers
 //! are replayed for [`keep`](IdempotencyLayer::keep) (default 24 h).
 //!
-//! Every answer the layer makes itself is `application/problem+json` (RFC 9457) whose `type`
-//! links to the README's entry for the rule broken.
+//! Every answer the layer makes itself is `application/problem+json` (RFC 9457). Its `type` is
+//! `about:blank` (the status and `detail` say what happened) unless
+//! [`problem_base`](IdempotencyLayer::problem_base) names your documentation: then it links to
+//! the entry for the rule broken (`#idempotency-key-reused`, ...; the repository README has a
+//! table of them to copy).
+//!
+//! ## Options
+//!
+//! | option | default | what it does |
+//! | --- | --- | --- |
+//! | [`methods`](IdempotencyLayer::methods) | POST, PATCH | the methods the layer applies to |
+//! | [`require_key`](IdempotencyLayer::require_key) | `true` | 400 for a request without a key, or pass it through |
+//! | [`scope`](IdempotencyLayer::scope) | hash of `Authorization` | names the caller; `None` is 401 |
+//! | [`fingerprint_header`](IdempotencyLayer::fingerprint_header) | none | adds a request header to the fingerprint (method, path, query, SHA-256 of the body) |
+//! | [`wait`](IdempotencyLayer::wait) | none (409 at once) | waits for an in-flight first request's answer |
+//! | [`lease`](IdempotencyLayer::lease) | 30 s | how long a claim holds unrenewed; a dead server's key is free after it |
+//! | [`keep`](IdempotencyLayer::keep) | 24 h | how long answers are replayed |
+//! | [`max_request_body`](IdempotencyLayer::max_request_body) | 1 MiB | larger bodies get 413 |
+//! | [`max_response_body`](IdempotencyLayer::max_response_body) | 1 MiB | larger answers are sent, not recorded |
+//! | [`records`](IdempotencyLayer::records) | [`default_records`] | which statuses are kept |
+//! | [`replay_header`](IdempotencyLayer::replay_header) | none | replays a header of [`NOT_REPLAYED`] |
+//! | [`retry_after`](IdempotencyLayer::retry_after) | 1 s | the `Retry-After` of 409 and 503 |
+//! | [`problem_base`](IdempotencyLayer::problem_base) | none (`about:blank`) | where problem `type` links point |
+//! | [`finish_when_client_leaves`](IdempotencyLayer::finish_when_client_leaves) | `true` | a request whose client goes away runs to its end |
+//!
+//! **Limits.** The layer records the answer *after* the inner service returns: a server that
+//! dies between the side effect and the record repeats it on the retry after the lease. Pass
+//! the request's key to your provider, or journal the effect, so that repeat is absorbed. The
+//! whole request body is read before the claim (to fingerprint it), so the body limit bounds
+//! the memory per request.
+//!
+//! ## The draft, requirement by requirement
+//!
+//! Checked against draft-ietf-httpapi-idempotency-key-header-06, the latest text in the
+//! working group's repository.
+//!
+//! | the draft | what the layer does |
+//! | --- | --- |
+//! | the header is an Item Structured Field whose value is a String | reads an sf-string (`"abc"`, with `\"` and `\\` escapes) and, as Stripe's clients send it, a bare token; 1 to 255 characters; anything else 400 |
+//! | uniqueness of the key is defined by the resource owner; a UUID is recommended | any key in the limits; a record is per caller, method and path, so one key sent to two endpoints is two requests |
+//! | the key MUST NOT be reused with a different request payload; a reuse SHOULD get 422 | 422 for the same method and path with another query, body or fingerprinted header |
+//! | the server MAY expire keys and SHOULD publish its expiry policy | [`keep`](IdempotencyLayer::keep) (default 24 h); after it the key is new |
+//! | a fingerprint MAY be used with the key | method, path, query and SHA-256 of the body, plus any headers named |
+//! | a first request is processed and its result stored; a retry gets the stored result | one atomic claim before the inner service runs; the answer recorded after; retries get it with `Idempotent-Replayed: true` |
+//! | a missing key on an endpoint that requires one SHOULD get 400 | 400, as problem details |
+//! | a retry while the first request is still processing SHOULD get 409 | 409 with `Retry-After`, or with [`wait`](IdempotencyLayer::wait) the first answer |
+//! | error bodies MAY use problem details (RFC 9457) | every answer of the layer's own |
+//! | security: combine the key with client-specific attributes | the caller's scope is part of the record's key; credentials hashed, never stored |
+//! | security: bound what an attacker can make the server store | the request body limit (413), the response record limit, `keep` |
 //!
 //! Inside the inner service, [`idem_core::context::current`] is the request's call: hand its
 //! key (or a [`sub_key`](idem_core::context::CallContext::sub_key)) to a payment provider as
@@ -87,6 +134,11 @@ pub use config::{
 };
 pub use header::{BadKey, IDEMPOTENCY_KEY, MAX_CLIENT_KEY_LEN};
 pub use layer::IdempotencyLayer;
-pub use problem::{DEFAULT_PROBLEM_BASE, PROBLEM_JSON};
+pub use problem::PROBLEM_JSON;
 pub use service::{Idempotency, RequestBody, ResponseBody};
 pub use stored::{IDEMPOTENT_REPLAYED, NOT_REPLAYED};
+
+/// The README's example, compiled with the doc tests so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

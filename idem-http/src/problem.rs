@@ -1,5 +1,6 @@
-//! The layer's own answers: `application/problem+json` (RFC 9457), each with a `type` link to
-//! the README's entry for the rule the request broke.
+//! The layer's own answers: `application/problem+json` (RFC 9457). Their `type` is
+//! `about:blank` (RFC 9457's default: the status says what happened), or, when the user named
+//! their documentation with `problem_base`, a link to its entry for the rule the request broke.
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
@@ -7,11 +8,6 @@ use http::{Response, StatusCode};
 use http_body_util::Full;
 
 use crate::header::BadKey;
-
-/// Where the `type` links of problem answers point by default: the README's table of the
-/// layer's answers, one anchor per rule.
-pub const DEFAULT_PROBLEM_BASE: &str =
-    concat!(env!("CARGO_PKG_REPOSITORY"), "/blob/main/README.md");
 
 /// The media type of every answer the layer makes itself.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -99,8 +95,8 @@ impl Problem {
                     .to_owned()
             }
             Problem::KeyReused => "this Idempotency-Key was first used with another request \
-                                   (method, path, query or body differ); nothing was run. Use a \
-                                   new key for a new request"
+                                   to this endpoint (its query, body or fingerprinted headers \
+                                   differ); nothing was run. Use a new key for a new request"
                 .to_owned(),
             Problem::InProgress { retry_after } => format!(
                 "the first request with this Idempotency-Key has not finished; retry in \
@@ -122,12 +118,20 @@ impl Problem {
         }
     }
 
-    /// The answer, with `type` pointing into `base`.
-    pub fn to_response(&self, base: &str) -> Response<Full<Bytes>> {
+    /// The answer, with `type` pointing into `base` (its anchor added), or `about:blank` (and
+    /// the status's reason phrase as its title, as RFC 9457 asks) without one.
+    pub fn to_response(&self, base: Option<&str>) -> Response<Full<Bytes>> {
         let status = self.status();
+        let (kind, title) = match base {
+            Some(base) => (format!("{base}#{}", self.anchor()), self.title()),
+            None => (
+                "about:blank".to_owned(),
+                status.canonical_reason().unwrap_or("Error"),
+            ),
+        };
         let body = serde_json::json!({
-            "type": format!("{base}#{}", self.anchor()),
-            "title": self.title(),
+            "type": kind,
+            "title": title,
             "status": status.as_u16(),
             "detail": self.detail(),
         });
@@ -151,7 +155,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_problem_is_problem_json_with_a_link_to_its_rule() {
-        let response = Problem::InProgress { retry_after: 1 }.to_response("https://docs/x");
+        let response = Problem::InProgress { retry_after: 1 }.to_response(Some("https://docs/x"));
         assert_eq!(response.status(), StatusCode::CONFLICT);
         assert_eq!(response.headers()[CONTENT_TYPE], PROBLEM_JSON);
         assert_eq!(response.headers()[RETRY_AFTER], "1");
@@ -160,6 +164,18 @@ mod tests {
         assert_eq!(json["type"], "https://docs/x#idempotency-in-progress");
         assert_eq!(json["status"], 409);
         assert!(json["title"].as_str().unwrap().contains("in progress"));
+    }
+
+    /// Without a base, `type` is RFC 9457's `about:blank`, whose title is the status's phrase:
+    /// no link to a page the user never named.
+    #[tokio::test]
+    async fn without_a_base_a_problem_is_about_blank() {
+        let response = Problem::KeyReused.to_response(None);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["type"], "about:blank");
+        assert_eq!(json["title"], "Unprocessable Entity");
+        assert!(json["detail"].as_str().unwrap().contains("nothing was run"));
     }
 
     #[test]

@@ -87,7 +87,10 @@ where
         }
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let problem = |p: Problem| Ok(p.to_response(&config.problem_base).map(Either::Left));
+            let problem = |p: Problem| {
+                Ok(p.to_response(config.problem_base.as_deref())
+                    .map(Either::Left))
+            };
             let Some(caller) = (config.scope)(&parts) else {
                 return problem(Problem::UnknownCaller);
             };
@@ -139,7 +142,10 @@ where
     ResBody: Body<Data = Bytes>,
     ResBody::Error: Into<BoxError>,
 {
-    let problem = |p: Problem| Ok(p.to_response(&config.problem_base).map(Either::Left));
+    let problem = |p: Problem| {
+        Ok(p.to_response(config.problem_base.as_deref())
+            .map(Either::Left))
+    };
     // The answer as the inner service gave it, every header included (the record leaves some
     // out): for this client, also when recording it failed.
     let live: Mutex<Option<Response<Full<Bytes>>>> = Mutex::new(None);

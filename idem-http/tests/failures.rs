@@ -73,7 +73,8 @@ async fn a_store_that_is_down_gets_503_and_nothing_runs() {
         .unwrap();
     let store = idem_store_postgres::PgStore::new(pool);
     let runs = Arc::new(Runs::default());
-    let base = serve(app(IdempotencyLayer::new(store), runs.clone())).await;
+    let layer = IdempotencyLayer::new(store).problem_base("https://docs.test/idempotency");
+    let base = serve(app(layer, runs.clone())).await;
     let answer = send("POST", &format!("{base}/slow"), Some("down"), "").await;
     assert_eq!(answer.status, 503);
     assert_eq!(answer.header("retry-after"), Some("1"));
@@ -82,7 +83,9 @@ async fn a_store_that_is_down_gets_503_and_nothing_runs() {
         Some("application/problem+json")
     );
     assert!(
-        answer.body.contains("#idempotency-store-unavailable"),
+        answer
+            .body
+            .contains("\"https://docs.test/idempotency#idempotency-store-unavailable\""),
         "{}",
         answer.body
     );
