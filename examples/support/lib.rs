@@ -163,3 +163,9 @@ pub async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {}
     }
 }
+
+/// The repository README's examples, compiled as doc-tests (the complete one also runs), so
+/// that the front page's code cannot drift from the crates.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

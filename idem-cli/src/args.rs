@@ -21,7 +21,7 @@ pub struct Args {
     /// The key prefix of a Redis store (`RedisStore::prefix`).
     #[arg(long, default_value = "idem", global = true)]
     pub redis_prefix: String,
-    /// Print one JSON document instead of a table (fields documented in the README).
+    /// Print one JSON document instead of a table (fields listed in the crate documentation).
     #[arg(long, global = true)]
     pub json: bool,
     /// What to do.

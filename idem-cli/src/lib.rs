@@ -8,6 +8,30 @@
 //! (`redis://..`, several for a cluster; `--redis-prefix`). The work queue's commands need
 //! PostgreSQL.
 //!
+//! ```sh
+//! cargo install --path idem-cli
+//! idem --database-url URL <command>      # or DATABASE_URL; --schema S --table T for other names
+//! ```
+//!
+//! | command | what it does |
+//! | --- | --- |
+//! | `idem migrate` | applies the store's migrations (on PostgreSQL, the work queue's too) |
+//! | `idem show KEY [--scope S]` | the key's records: state (`claimed`, `stale`, `completed`, `expired`), fence, lease left or completion and keep, holder (`host:pid`), fingerprint, replay size, journal entries |
+//! | `idem list [--state claimed\|stale\|completed] [--scope S] [--prefix P] [--limit N]` | records, newest first; `stale` is claimed with the lease lapsed: its run died, and the holder names the process |
+//! | `idem release KEY [--scope S] [--force]` | frees a claim so the next delivery runs it; refuses a live lease without `--force` and says what that risks (a double run) |
+//! | `idem forget KEY [--scope S] --yes` | deletes a completed record so the work runs again; without `--yes` says what it would delete |
+//! | `idem effects KEY [--scope S]` | the key's effect journal |
+//! | `idem purge [--dry-run] [--batch N]` | deletes expired records and journal entries in batches, printing each batch's count |
+//! | `idem jobs stats` / `list [--state queued\|running\|stale\|done\|dead]` / `show ID` / `retry ID\|--all-dead` / `discard ID` | the work queue; `stale` is running with the lease lapsed: its worker died (`worker` names it) and the next claim takes it again |
+//!
+//! Tables for people, `--json` for scripts: one JSON document per command, with the same
+//! fields (`records`: `key`, `scope`, `state`, `fence`, `holder`, `lease_expires_at`,
+//! `lease_left_s`, `completed_at`, `keep_until`, `fingerprint`, `output_bytes`, and under
+//! `show` `journal`; `jobs`: `id`, `state`, `attempts`, `max_attempts`, `worker`,
+//! `last_error`, `created_at`, `available_at`, `finished_at`, `payload`; changes: `message` and
+//! what changed). Every destructive command prints what it changed. On Redis, `list` and a
+//! `show` without `--scope` walk the prefix's keys with `SCAN`.
+//!
 //! The binary is `idem`; [`run`] is the same command as a function (tests call it in process).
 //! Exit status: 0 done, 1 no such key or job, 2 usage error, 3 refused for safety, 4 the
 //! database failed.
