@@ -217,7 +217,7 @@
 //! whose worker died becomes. The queue sits on top of [`PgStore`]: the store knows nothing of
 //! it, and the queue reaches job records only through the store's extension interface
 //! ([`idem_store_postgres::extend`]). For claim-then-process on a table of your own, see
-//! [`claim_batch`](idem_store_postgres::claim_batch).
+//! [`own_table`](idem_store_postgres::own_table).
 //!
 //! ## Tuning
 //!

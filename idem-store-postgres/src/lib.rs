@@ -13,7 +13,7 @@
 //! - [Lease mode or transactional mode](#lease-mode-or-transactional-mode).
 //! - [Purging](#purging) expired records, and [inspection](#inspection) for operators.
 //! - [Claim, then process](#claim-then-process-on-your-own-table) on a table of your own
-//!   ([`claim_batch`]).
+//!   ([`own_table`]).
 //! - [Building on the store](#building-on-the-store) ([`extend`]), as `idem-queue` does.
 //!
 //! ## Setup
@@ -212,10 +212,10 @@
 //! ## Claim, then process, on your own table
 //!
 //! For batch jobs over a table of your own (rows with a status column),
-//! [`ClaimBatch`](claim_batch::ClaimBatch) writes the claim-then-process statement from
+//! [`ClaimBatch`](own_table::ClaimBatch) writes the claim-then-process statement from
 //! validated names: each row is marked claimed in the same statement that selects it
 //! (`FOR UPDATE SKIP LOCKED`), so overlapping runs get different rows and a re-run picks up
-//! only what is left. See [`claim_batch`]; run each row's work through `#[idempotent]` keyed
+//! only what is left. See [`own_table`]; run each row's work through `#[idempotent]` keyed
 //! by its id to make a repeat harmless.
 //!
 //! ## Building on the store
@@ -249,7 +249,6 @@
 #![warn(missing_docs)]
 
 mod batch;
-pub mod claim_batch;
 mod connections;
 mod duplicate_rate;
 mod error;
@@ -259,6 +258,7 @@ mod ident;
 mod inspect;
 mod lease_ops;
 mod migrate;
+pub mod own_table;
 mod records;
 mod store;
 #[cfg(feature = "testing")]

@@ -6,7 +6,7 @@
 ///
 /// A connection that keeps the server's `plan_cache_mode = auto` (the pool's, with
 /// [`through_pool`](crate::PgStoreBuilder::through_pool), or a user's pool running a
-/// [`ClaimBatch`](crate::claim_batch::ClaimBatch)) plans a statement anew at every execution
+/// [`ClaimBatch`](crate::own_table::ClaimBatch)) plans a statement anew at every execution
 /// for as long as its custom plans cost less than its generic plan. Where a custom plan reads a
 /// claim's `LIMIT` (a job or a few, against a tenth of the table in the generic plan) or a
 /// batch's number of keys (one, against a thousand), it always does, and for statements as

@@ -3,7 +3,7 @@
 
 mod support;
 
-use idem_store_postgres::claim_batch::ClaimBatch;
+use idem_store_postgres::own_table::ClaimBatch;
 use idem_store_postgres::sqlx::{self, Row};
 use std::collections::HashSet;
 use support::TestStore;

@@ -23,7 +23,7 @@
 //! claim anew, which for a statement this short costs about as much as running it:
 //!
 //! ```no_run
-//! use idem_store_postgres::claim_batch::ClaimBatch;
+//! use idem_store_postgres::own_table::ClaimBatch;
 //! use idem_store_postgres::sqlx::{PgPool, Row};
 //!
 //! # async fn run(pool: PgPool) -> Result<(), Box<dyn std::error::Error>> {
