@@ -85,6 +85,32 @@ pub enum Command {
     /// The work queue.
     #[command(subcommand)]
     Jobs(Jobs),
+    /// The work queue's schedules (PostgreSQL).
+    #[command(subcommand)]
+    Schedules(Schedules),
+}
+
+/// The schedules' commands.
+#[derive(Debug, Subcommand)]
+pub enum Schedules {
+    /// Every schedule: what it fires on, its last and next tick, missed ticks, last success,
+    /// whether it is paused.
+    List,
+    /// Pause a schedule without a deploy: its ticks are passed over, neither run nor missed.
+    Pause {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Resume a paused schedule from its next tick.
+    Resume {
+        /// The schedule's name.
+        name: String,
+    },
+    /// Delete a schedule's state (for one removed from the code; its jobs stay).
+    Remove {
+        /// The schedule's name.
+        name: String,
+    },
 }
 
 /// A key, and the scope it is in (all scopes when not given, where that is unambiguous).

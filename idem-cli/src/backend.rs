@@ -80,7 +80,7 @@ pub(crate) enum Backend {
     },
 }
 
-fn micros_of(at: SystemTime) -> i64 {
+pub(crate) fn micros_of(at: SystemTime) -> i64 {
     match at.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_micros() as i64,
         Err(e) => -(e.duration().as_micros() as i64),

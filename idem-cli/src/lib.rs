@@ -43,6 +43,7 @@ mod backend;
 mod jobs;
 mod output;
 mod records;
+mod schedules;
 
 use clap::Parser;
 use idem_store_postgres::sqlx;
@@ -226,5 +227,6 @@ async fn execute(ctx: &Ctx, out: &mut Out<'_>, command: &Command) -> Result<i32,
         Command::Effects(key) => records::effects(ctx, out, &key.key, key.scope.as_deref()).await,
         Command::Purge { dry_run, batch } => records::purge(ctx, out, *dry_run, *batch).await,
         Command::Jobs(jobs) => jobs::run(ctx, out, jobs).await,
+        Command::Schedules(command) => schedules::run(ctx, out, command).await,
     }
 }

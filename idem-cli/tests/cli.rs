@@ -438,3 +438,43 @@ async fn a_job_whose_worker_died_is_listed_as_stale() {
         2
     );
 }
+
+/// `idem schedules`: a declared schedule is listed with its spec and missed ticks, paused and
+/// resumed, and removed; an unknown name exits 1.
+#[tokio::test]
+async fn schedules_are_listed_paused_resumed_and_removed() {
+    let test = TestStore::new("cli_schedules", 4).await;
+    let queue = Queue::new(&test.store);
+    queue.migrate().await.unwrap();
+    let schedule = idem_queue::Schedule::cron("nightly", "0 3 * * *")
+        .unwrap()
+        .time_zone("Europe/Paris")
+        .unwrap();
+    let scheduler = queue.scheduler(vec![schedule]).unwrap();
+    let now = std::time::SystemTime::now();
+    scheduler.declare_at(now).await.unwrap();
+    scheduler.pass_at(now).await.unwrap();
+    let list = json(&test, &["schedules", "list"]);
+    let row = &list["schedules"][0];
+    assert_eq!(row["name"], "nightly");
+    assert_eq!(row["spec"], "0 3 * * * (Europe/Paris)");
+    assert_eq!(row["paused"], false);
+    assert_eq!(row["missed"], 0);
+    assert!(row["next_tick"].is_string(), "{row}");
+    assert_eq!(status(&idem(&test, &["schedules", "pause", "nightly"])), 0);
+    assert_eq!(
+        json(&test, &["schedules", "list"])["schedules"][0]["paused"],
+        true
+    );
+    assert_eq!(status(&idem(&test, &["schedules", "resume", "nightly"])), 0);
+    assert_eq!(
+        json(&test, &["schedules", "list"])["schedules"][0]["paused"],
+        false
+    );
+    assert_eq!(status(&idem(&test, &["schedules", "pause", "nope"])), 1);
+    assert_eq!(status(&idem(&test, &["schedules", "remove", "nightly"])), 0);
+    assert_eq!(
+        json(&test, &["schedules", "list"])["schedules"],
+        serde_json::json!([])
+    );
+}

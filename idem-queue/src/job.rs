@@ -23,7 +23,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
 ///
 /// let job = NewJob::new("welcome-email:42", &serde_json::json!({"user": 42}))
 ///     .unwrap()
-///     .delay(Duration::from_secs(60))
+///     .after(Duration::from_secs(60))
 ///     .max_attempts(5);
 /// assert_eq!(job.key(), "welcome-email:42");
 /// ```
@@ -66,17 +66,17 @@ impl NewJob {
         })
     }
 
-    /// Not before `at` (the default is now).
-    pub fn run_after(mut self, at: SystemTime) -> Self {
+    /// Runs at `at` or later (the default is now): a delayed job, or a schedule's tick.
+    pub fn run_at(mut self, at: SystemTime) -> Self {
         self.run_after = Some(at);
         self
     }
 
-    /// Not before `delay` from now by the database's clock (added to [`run_after`] if both are
-    /// given).
+    /// Runs `delay` from now or later, by the database's clock (added to [`run_at`] if both
+    /// are given).
     ///
-    /// [`run_after`]: NewJob::run_after
-    pub fn delay(mut self, delay: Duration) -> Self {
+    /// [`run_at`]: NewJob::run_at
+    pub fn after(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
     }
@@ -222,6 +222,15 @@ pub struct Job {
 }
 
 impl Job {
+    /// The schedule and tick this job was enqueued for, if a [`Scheduler`](crate::Scheduler)
+    /// enqueued it (its key is `schedule:NAME:TIME`).
+    pub fn tick(&self) -> Option<crate::Tick> {
+        crate::schedules::parse_tick_key(&self.key).map(|(schedule, at)| crate::Tick {
+            schedule: schedule.to_owned(),
+            at,
+        })
+    }
+
     /// The job's key; also the key of the idempotent call the handler runs in, so
     /// `idem_core::context::current()` and the journal see it.
     pub fn key(&self) -> &str {

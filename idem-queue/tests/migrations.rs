@@ -86,5 +86,8 @@ async fn a_queue_table_made_by_the_records_migrations_is_adopted_with_its_jobs()
     .fetch_one(test.store.pool())
     .await
     .unwrap();
-    assert_eq!(applied, 2);
+    assert_eq!(
+        applied, 3,
+        "the queue's three migrations, recorded in its own history"
+    );
 }

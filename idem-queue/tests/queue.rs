@@ -410,9 +410,9 @@ async fn failing_jobs_back_off_more_each_time_then_dead_letter() {
 async fn run_after_holds_a_job_back() {
     let test = TestStore::new("q_later", 20).await;
     let queue = support::queue(&test).await;
-    let later = job("later", json!(1)).delay(Duration::from_secs(3600));
+    let later = job("later", json!(1)).after(Duration::from_secs(3600));
     let _ = queue.enqueue(later).await.unwrap();
-    let past = job("past", json!(2)).run_after(SystemTime::now() - Duration::from_secs(5));
+    let past = job("past", json!(2)).run_at(SystemTime::now() - Duration::from_secs(5));
     let _ = queue.enqueue(past).await.unwrap();
     let _ = queue.enqueue(job("now", json!(3))).await.unwrap();
     let runs = Runs::default();

@@ -1,0 +1,82 @@
+//! The schedules' commands: list, pause, resume, remove, through the queue's API.
+
+use std::time::SystemTime;
+
+use idem_queue::{Queue, ScheduleState};
+use idem_store_postgres::sqlx;
+use serde_json::{json, Map, Value};
+
+use crate::args::Schedules;
+use crate::backend::{micros_of, rfc3339};
+use crate::output::{Out, NOT_FOUND, OK, USAGE};
+use crate::Ctx;
+
+fn time(at: Option<SystemTime>) -> Value {
+    at.map_or(Value::Null, |at| json!(rfc3339(micros_of(at))))
+}
+
+fn row(state: &ScheduleState) -> Map<String, Value> {
+    Map::from_iter([
+        ("name".into(), json!(state.name)),
+        ("spec".into(), json!(state.spec)),
+        ("paused".into(), json!(state.paused)),
+        ("last_tick".into(), time(state.last_tick)),
+        ("next_tick".into(), time(state.next_tick)),
+        ("missed".into(), json!(state.missed)),
+        ("last_missed_at".into(), time(state.last_missed_at)),
+        ("last_success_at".into(), time(state.last_success_at)),
+        ("seen_at".into(), time(Some(state.seen_at))),
+    ])
+}
+
+fn failed(e: idem_core::StoreError) -> sqlx::Error {
+    sqlx::Error::Protocol(e.to_string())
+}
+
+pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Schedules) -> Result<i32, sqlx::Error> {
+    let Some((_, store, _)) = ctx.backend.postgres() else {
+        out.message(
+            "schedules are the work queue's, in PostgreSQL: `idem schedules` needs a postgres:// \
+             --database-url",
+            Map::new(),
+        );
+        return Ok(USAGE);
+    };
+    let queue = Queue::new(store);
+    let (name, done, verb) = match command {
+        Schedules::List => {
+            let states = queue.schedules().await.map_err(failed)?;
+            let rows: Vec<_> = states.iter().map(row).collect();
+            out.rows(
+                "schedules",
+                &[
+                    "name",
+                    "spec",
+                    "paused",
+                    "last_tick",
+                    "next_tick",
+                    "missed",
+                    "last_success_at",
+                ],
+                &rows,
+            );
+            return Ok(OK);
+        }
+        Schedules::Pause { name } => (name, queue.pause_schedule(name).await, "paused"),
+        Schedules::Resume { name } => (name, queue.resume_schedule(name).await, "resumed"),
+        Schedules::Remove { name } => (name, queue.remove_schedule(name).await, "removed"),
+    };
+    if done.map_err(failed)? {
+        out.message(
+            &format!("{verb} the schedule {name:?}"),
+            Map::from_iter([(verb.into(), json!(name))]),
+        );
+        Ok(OK)
+    } else {
+        out.message(
+            &format!("no schedule {name:?}"),
+            Map::from_iter([("found".into(), json!(false))]),
+        );
+        Ok(NOT_FOUND)
+    }
+}

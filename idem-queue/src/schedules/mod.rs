@@ -1,0 +1,462 @@
+//! Schedules: cron expressions (or fixed intervals) whose every tick is an idempotent enqueue.
+//!
+//! Every replica runs the same [`Scheduler`]; each computes the same ticks and enqueues each as
+//! a job keyed by the schedule's name and the tick's time, so the enqueue dedupes and each tick
+//! runs once, with no leader. A table beside the queue's (`<table>_schedules`) keeps, per
+//! schedule, the last tick considered, so that after downtime the ticks within
+//! [`catch_up`](Schedule::catch_up) are enqueued once each and the older ones are counted as
+//! missed, never silently dropped; and whether each tick's job completed within
+//! [`grace`](Schedule::grace), the heartbeat check that says when a scheduled job did not run.
+//!
+//! This file is the schedule itself (parse, validate, compute ticks); `scheduler.rs` the loop
+//! that fires them, `state.rs` the table and what operators read and change in it.
+
+mod scheduler;
+mod state;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use chrono_tz::Tz;
+use croner::parser::{CronParser, Seconds};
+use croner::Cron;
+use serde_json::Value;
+
+pub use scheduler::{PassReport, Scheduler, SchedulerHandle, DEFAULT_CHECK_EVERY};
+pub(crate) use state::ScheduleSql;
+pub use state::{ScheduleState, Tick};
+
+/// How far back a scheduler that was down enqueues the ticks it missed, by default: ticks
+/// older than this when it comes back are counted as missed instead. An hour: a restart or a
+/// deploy catches up, a weekend-long outage does not flood the queue with stale work.
+pub const DEFAULT_CATCH_UP: Duration = Duration::from_secs(3600);
+
+/// How long a tick's job may take to complete, by default, before the tick is reported as
+/// missed (a metric, a warning, and `idem schedules list`).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(15 * 60);
+
+/// The longest schedule name: the name and an RFC 3339 time make the job's key.
+pub const MAX_NAME_LEN: usize = 100;
+
+/// The prefix of every scheduled job's key: `schedule:NAME:TIME`.
+pub(crate) const KEY_PREFIX: &str = "schedule:";
+
+/// Why a schedule cannot be built: said when it is declared, never at its first tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleError(String);
+
+impl fmt::Display for ScheduleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ScheduleError {}
+
+/// When a schedule fires.
+#[derive(Clone)]
+enum When {
+    /// A cron expression read in a time zone.
+    Cron { cron: Box<Cron>, zone: Tz },
+    /// Every `interval`, counted from the Unix epoch (so every replica agrees on the ticks).
+    Every(Duration),
+}
+
+/// A named schedule: when it fires, and the job each tick enqueues.
+///
+/// ```
+/// use idem_queue::Schedule;
+/// use std::time::Duration;
+///
+/// // 06:00 every day, Paris time; 5-field expressions, or 6 with seconds first.
+/// let daily = Schedule::cron("daily-report", "0 6 * * *")?.time_zone("Europe/Paris")?;
+/// // Every 30 seconds, with a payload for the handler and a shorter catch-up window.
+/// let poll = Schedule::every("poll-feeds", Duration::from_secs(30))?
+///     .payload(serde_json::json!({"feeds": "all"}))
+///     .catch_up(Duration::from_secs(300));
+/// assert_eq!(daily.name(), "daily-report");
+/// # Ok::<_, idem_queue::ScheduleError>(())
+/// ```
+#[derive(Clone)]
+pub struct Schedule {
+    name: String,
+    expression: String,
+    when: When,
+    payload: Value,
+    catch_up: Duration,
+    grace: Duration,
+    max_attempts: u32,
+}
+
+impl fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Schedule")
+            .field("name", &self.name)
+            .field("spec", &self.spec())
+            .field("catch_up", &self.catch_up)
+            .field("grace", &self.grace)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_name(name: &str) -> Result<(), ScheduleError> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(ScheduleError(format!(
+            "invalid schedule name {name:?}: 1 to {MAX_NAME_LEN} ASCII letters, digits, '-', '_' \
+             or '.'"
+        )))
+    }
+}
+
+impl Schedule {
+    /// A schedule named `name` firing on the cron expression `expression`: five fields
+    /// (minute, hour, day of month, month, day of week) or six (seconds first), with lists,
+    /// ranges, steps, names and `@daily`-style nicknames. Read in UTC unless
+    /// [`time_zone`](Self::time_zone) says otherwise.
+    ///
+    /// Fails, saying why, for an invalid name or expression, or one that never fires.
+    pub fn cron(name: impl Into<String>, expression: &str) -> Result<Schedule, ScheduleError> {
+        let name = name.into();
+        check_name(&name)?;
+        let cron = CronParser::builder()
+            .seconds(Seconds::Optional)
+            .build()
+            .parse(expression)
+            .map_err(|e| {
+                ScheduleError(format!(
+                    "schedule {name:?}: invalid cron expression {expression:?}: {e}"
+                ))
+            })?;
+        let schedule = Schedule::new(
+            name,
+            expression.to_owned(),
+            When::Cron {
+                cron: Box::new(cron),
+                zone: Tz::UTC,
+            },
+        );
+        if schedule.next_after(SystemTime::now()).is_none() {
+            return Err(ScheduleError(format!(
+                "schedule {:?}: the cron expression {expression:?} never fires",
+                schedule.name
+            )));
+        }
+        Ok(schedule)
+    }
+
+    /// A schedule named `name` firing every `interval` (at least one second), on the multiples
+    /// of `interval` since the Unix epoch: every replica computes the same ticks.
+    pub fn every(name: impl Into<String>, interval: Duration) -> Result<Schedule, ScheduleError> {
+        let name = name.into();
+        check_name(&name)?;
+        if interval < Duration::from_secs(1) || interval.subsec_nanos() != 0 {
+            return Err(ScheduleError(format!(
+                "schedule {name:?}: an interval is whole seconds, at least one (got {interval:?})"
+            )));
+        }
+        let expression = format!("every {}s", interval.as_secs());
+        Ok(Schedule::new(name, expression, When::Every(interval)))
+    }
+
+    fn new(name: String, expression: String, when: When) -> Schedule {
+        Schedule {
+            name,
+            expression,
+            when,
+            payload: Value::Null,
+            catch_up: DEFAULT_CATCH_UP,
+            grace: DEFAULT_GRACE,
+            max_attempts: crate::DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+
+    /// Reads the cron expression in the IANA time zone `zone` (`"Europe/Paris"`). Across a
+    /// daylight-saving change a fixed time runs once: a time the clocks skip (02:30 on a
+    /// spring-forward night) runs at the first time after the gap, and a time they repeat runs
+    /// at its first occurrence only. Expressions with steps or wildcards in their time fields
+    /// run on each real occurrence instead. Fails for an unknown zone, or on an interval
+    /// schedule.
+    pub fn time_zone(mut self, zone: &str) -> Result<Schedule, ScheduleError> {
+        let parsed = Tz::from_str(zone).map_err(|_| {
+            ScheduleError(format!(
+                "schedule {:?}: unknown time zone {zone:?} (an IANA name such as \
+                 \"Europe/Paris\")",
+                self.name
+            ))
+        })?;
+        match &mut self.when {
+            When::Cron { zone, .. } => *zone = parsed,
+            When::Every(_) => {
+                return Err(ScheduleError(format!(
+                    "schedule {:?}: an interval has no time zone",
+                    self.name
+                )))
+            }
+        }
+        Ok(self)
+    }
+
+    /// The payload of every tick's job (default `null`).
+    pub fn payload(mut self, payload: Value) -> Schedule {
+        self.payload = payload;
+        self
+    }
+
+    /// How far back ticks missed while no scheduler ran are still enqueued (default
+    /// [`DEFAULT_CATCH_UP`]); older ones are counted as missed.
+    pub fn catch_up(mut self, window: Duration) -> Schedule {
+        self.catch_up = window;
+        self
+    }
+
+    /// How long a tick's job may take to complete before the tick is reported as missed
+    /// (default [`DEFAULT_GRACE`]).
+    pub fn grace(mut self, grace: Duration) -> Schedule {
+        self.grace = grace;
+        self
+    }
+
+    /// The attempts of each tick's job (default [`DEFAULT_MAX_ATTEMPTS`](crate::DEFAULT_MAX_ATTEMPTS)).
+    pub fn max_attempts(mut self, attempts: u32) -> Schedule {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// The schedule's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the schedule fires on, as stored and shown to operators: the cron expression and
+    /// its zone, or the interval.
+    pub fn spec(&self) -> String {
+        match &self.when {
+            When::Cron { zone, .. } => format!("{} ({zone})", self.expression),
+            When::Every(_) => self.expression.clone(),
+        }
+    }
+
+    /// The first tick strictly after `after`, or `None` when there is none.
+    pub fn next_after(&self, after: SystemTime) -> Option<SystemTime> {
+        match &self.when {
+            When::Every(interval) => {
+                let since = after.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+                let step = interval.as_secs();
+                let next = (since.as_secs() / step + 1) * step;
+                Some(SystemTime::UNIX_EPOCH + Duration::from_secs(next))
+            }
+            When::Cron { cron, zone } => {
+                let at = DateTime::<Utc>::from(after).with_timezone(zone);
+                cron.find_next_occurrence(&at, false)
+                    .ok()
+                    .map(|next| SystemTime::from(next.with_timezone(&Utc)))
+            }
+        }
+    }
+
+    /// The ticks in `(after, until]`, oldest first, at most `limit` of them.
+    pub(crate) fn ticks(
+        &self,
+        after: SystemTime,
+        until: SystemTime,
+        limit: usize,
+    ) -> Vec<SystemTime> {
+        let mut ticks = Vec::new();
+        let mut at = after;
+        while ticks.len() < limit {
+            match self.next_after(at) {
+                Some(next) if next <= until => {
+                    ticks.push(next);
+                    at = next;
+                }
+                _ => break,
+            }
+        }
+        ticks
+    }
+
+    /// The job key of the tick at `at`: `schedule:NAME:2026-11-01T06:00:00Z` (the same on every
+    /// replica, so the enqueue dedupes).
+    pub fn tick_key(&self, at: SystemTime) -> String {
+        tick_key(&self.name, at)
+    }
+
+    pub(crate) fn payload_value(&self) -> &Value {
+        &self.payload
+    }
+
+    pub(crate) fn catch_up_window(&self) -> Duration {
+        self.catch_up
+    }
+
+    pub(crate) fn grace_period(&self) -> Duration {
+        self.grace
+    }
+
+    pub(crate) fn attempts(&self) -> u32 {
+        self.max_attempts
+    }
+}
+
+/// The key of `name`'s tick at `at`.
+pub(crate) fn tick_key(name: &str, at: SystemTime) -> String {
+    let time = DateTime::<Utc>::from(at).to_rfc3339_opts(SecondsFormat::AutoSi, true);
+    format!("{KEY_PREFIX}{name}:{time}")
+}
+
+/// The schedule and tick time a scheduled job's key names, if it is one.
+pub(crate) fn parse_tick_key(key: &str) -> Option<(&str, SystemTime)> {
+    let rest = key.strip_prefix(KEY_PREFIX)?;
+    // The name has no ':'; the time does.
+    let (name, time) = rest.split_once(':')?;
+    let at = DateTime::parse_from_rfc3339(time).ok()?;
+    Some((name, SystemTime::from(at.with_timezone(&Utc))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> SystemTime {
+        SystemTime::from(Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap())
+    }
+
+    fn in_zone(zone: Tz, at: SystemTime) -> String {
+        DateTime::<Utc>::from(at)
+            .with_timezone(&zone)
+            .format("%Y-%m-%d %H:%M:%S %Z")
+            .to_string()
+    }
+
+    #[test]
+    fn five_and_six_field_expressions_fire_on_their_ticks() {
+        let minutely = Schedule::cron("m", "*/15 * * * *").unwrap();
+        let ticks = minutely.ticks(utc(2026, 1, 1, 0, 0, 0), utc(2026, 1, 1, 1, 0, 0), 100);
+        assert_eq!(ticks.len(), 4);
+        assert_eq!(ticks[0], utc(2026, 1, 1, 0, 15, 0));
+        let seconds = Schedule::cron("s", "*/20 * * * * *").unwrap();
+        let ticks = seconds.ticks(utc(2026, 1, 1, 0, 0, 0), utc(2026, 1, 1, 0, 1, 0), 100);
+        assert_eq!(
+            ticks,
+            [
+                utc(2026, 1, 1, 0, 0, 20),
+                utc(2026, 1, 1, 0, 0, 40),
+                utc(2026, 1, 1, 0, 1, 0)
+            ]
+        );
+        let daily = Schedule::cron("d", "@daily").unwrap();
+        assert_eq!(
+            daily.next_after(utc(2026, 1, 1, 12, 0, 0)),
+            Some(utc(2026, 1, 2, 0, 0, 0))
+        );
+    }
+
+    #[test]
+    fn wrong_expressions_names_and_zones_are_refused_when_declared() {
+        for bad in [
+            "",
+            "* * *",
+            "61 * * * *",
+            "* * * * * * * *",
+            "0 0 31 2 *",
+            "nonsense",
+        ] {
+            let error = Schedule::cron("bad", bad).unwrap_err().to_string();
+            assert!(error.contains("\"bad\""), "{bad:?}: {error}");
+        }
+        for name in ["", "with space", "a:b", &"n".repeat(MAX_NAME_LEN + 1)] {
+            assert!(Schedule::cron(name, "* * * * *").is_err(), "{name:?}");
+        }
+        let zone = Schedule::cron("z", "0 6 * * *")
+            .unwrap()
+            .time_zone("Mars/Olympus");
+        assert!(zone.unwrap_err().to_string().contains("Mars/Olympus"));
+        assert!(Schedule::every("i", Duration::from_millis(500)).is_err());
+        assert!(Schedule::every("i", Duration::from_secs(1))
+            .unwrap()
+            .time_zone("UTC")
+            .is_err());
+    }
+
+    /// Europe/Paris springs forward on 2026-03-29 at 02:00 (to 03:00): 02:30 does not exist
+    /// that night. The daily 02:30 schedule fires once that day, right after the gap, and on
+    /// the days around it at 02:30.
+    #[test]
+    fn a_time_the_clocks_skip_fires_once_after_the_gap() {
+        let zone = Tz::Europe__Paris;
+        let s = Schedule::cron("dst", "30 2 * * *")
+            .unwrap()
+            .time_zone("Europe/Paris")
+            .unwrap();
+        let ticks = s.ticks(utc(2026, 3, 27, 12, 0, 0), utc(2026, 3, 31, 12, 0, 0), 100);
+        let shown: Vec<String> = ticks.iter().map(|t| in_zone(zone, *t)).collect();
+        assert_eq!(
+            shown,
+            [
+                "2026-03-28 02:30:00 CET",
+                "2026-03-29 03:00:00 CEST",
+                "2026-03-30 02:30:00 CEST",
+                "2026-03-31 02:30:00 CEST",
+            ]
+        );
+    }
+
+    /// Europe/Paris falls back on 2026-10-25 at 03:00 (to 02:00): 02:30 happens twice that
+    /// night. The daily 02:30 schedule fires once, at the first.
+    #[test]
+    fn a_time_the_clocks_repeat_fires_once() {
+        let zone = Tz::Europe__Paris;
+        let s = Schedule::cron("dst", "30 2 * * *")
+            .unwrap()
+            .time_zone("Europe/Paris")
+            .unwrap();
+        let ticks = s.ticks(
+            utc(2026, 10, 24, 12, 0, 0),
+            utc(2026, 10, 26, 12, 0, 0),
+            100,
+        );
+        let shown: Vec<String> = ticks.iter().map(|t| in_zone(zone, *t)).collect();
+        assert_eq!(
+            shown,
+            ["2026-10-25 02:30:00 CEST", "2026-10-26 02:30:00 CET"]
+        );
+    }
+
+    #[test]
+    fn intervals_tick_on_multiples_of_themselves_since_the_epoch() {
+        let s = Schedule::every("i", Duration::from_secs(60)).unwrap();
+        let ticks = s.ticks(utc(2026, 1, 1, 0, 0, 30), utc(2026, 1, 1, 0, 3, 0), 100);
+        assert_eq!(
+            ticks,
+            [
+                utc(2026, 1, 1, 0, 1, 0),
+                utc(2026, 1, 1, 0, 2, 0),
+                utc(2026, 1, 1, 0, 3, 0)
+            ]
+        );
+        assert_eq!(
+            s.ticks(utc(2026, 1, 1, 0, 0, 0), utc(2027, 1, 1, 0, 0, 0), 10)
+                .len(),
+            10
+        );
+    }
+
+    #[test]
+    fn a_tick_key_names_the_schedule_and_its_utc_time_and_reads_back() {
+        let at = utc(2026, 11, 1, 6, 0, 0);
+        let key = tick_key("daily-report", at);
+        assert_eq!(key, "schedule:daily-report:2026-11-01T06:00:00Z");
+        assert_eq!(parse_tick_key(&key), Some(("daily-report", at)));
+        assert_eq!(parse_tick_key("welcome:42"), None);
+    }
+}

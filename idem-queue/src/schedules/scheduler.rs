@@ -1,0 +1,354 @@
+//! The scheduler: a loop that, on every replica, enqueues each schedule's due ticks (the
+//! enqueue dedupes, so each tick runs once with no leader), counts the ticks it cannot catch up
+//! as missed, and checks that each tick's job completed within its grace period.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use idem_core::{Operation, StoreError};
+use idem_store_postgres::extend::{duration_micros, from_micros};
+use sqlx::Row;
+use tokio::sync::watch;
+
+use super::{tick_key, Schedule, ScheduleError};
+use crate::{failed, EnqueueError, NewJob, Queue};
+
+/// How often a scheduler looks at its schedules when no tick falls due sooner, by default: a
+/// paused or resumed schedule, and a tick's grace running out, are seen within this.
+pub const DEFAULT_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// The most ticks one pass walks for one schedule: a schedule that ticks every second and a
+/// scheduler down for weeks count their missed ticks in bounded steps.
+const MAX_TICKS_PER_PASS: usize = 10_000;
+
+/// Schedules that fire on the queue; [`start`](Scheduler::start) it on every replica.
+///
+/// ```no_run
+/// use idem_queue::{Queue, Schedule};
+///
+/// # async fn run(queue: Queue) -> Result<(), Box<dyn std::error::Error>> {
+/// let scheduler = queue.scheduler(vec![
+///     Schedule::cron("daily-report", "0 6 * * *")?.time_zone("Europe/Paris")?,
+/// ])?;
+/// let running = scheduler.start().await?;
+/// // The queue's workers run the ticks' jobs: `job.tick()` names the schedule and its time.
+/// // ... on SIGTERM:
+/// running.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    queue: Queue,
+    schedules: Vec<Schedule>,
+    check_every: Duration,
+}
+
+/// A running scheduler; [`shutdown`](SchedulerHandle::shutdown) stops it.
+#[derive(Debug)]
+pub struct SchedulerHandle {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SchedulerHandle {
+    /// Stops the loop after its current pass and waits for it.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+impl Queue {
+    /// A scheduler of `schedules` on this queue. Fails for two schedules with one name.
+    pub fn scheduler(&self, schedules: Vec<Schedule>) -> Result<Scheduler, ScheduleError> {
+        let mut names = HashSet::new();
+        for schedule in &schedules {
+            if !names.insert(schedule.name()) {
+                return Err(ScheduleError(format!(
+                    "two schedules are named {:?}",
+                    schedule.name()
+                )));
+            }
+        }
+        Ok(Scheduler {
+            queue: self.clone(),
+            schedules,
+            check_every: DEFAULT_CHECK_EVERY,
+        })
+    }
+}
+
+/// How one pass went for one schedule ([`Scheduler::pass_at`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassReport {
+    /// The schedule's name.
+    pub schedule: String,
+    /// Ticks enqueued by this pass (or found already enqueued by another replica).
+    pub enqueued: usize,
+    /// Ticks counted as missed: older than the catch-up window.
+    pub not_enqueued: u64,
+    /// Ticks counted as missed: their job had not completed within the grace period.
+    pub not_completed: u64,
+}
+
+impl Scheduler {
+    /// How often the loop looks when no tick falls due sooner (default
+    /// [`DEFAULT_CHECK_EVERY`]).
+    pub fn check_every(mut self, every: Duration) -> Scheduler {
+        self.check_every = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Declares the schedules (a new one starts at its next tick: there is nothing to catch up
+    /// from before it existed) and runs the loop on the current Tokio runtime until
+    /// [`shutdown`](SchedulerHandle::shutdown). Needs the queue's tables
+    /// ([`Queue::migrate`]).
+    pub async fn start(self) -> Result<SchedulerHandle, StoreError> {
+        let now = self.database_now().await?;
+        self.declare_at(now).await?;
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                let now = match self.database_now().await {
+                    Ok(now) => now,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the scheduler cannot read the database's clock");
+                        SystemTime::now()
+                    }
+                };
+                self.pass(now).await;
+                let next = self
+                    .schedules
+                    .iter()
+                    .filter_map(|s| s.next_after(now))
+                    .min()
+                    .and_then(|next| next.duration_since(now).ok())
+                    .unwrap_or(self.check_every)
+                    .min(self.check_every);
+                tokio::select! {
+                    _ = tokio::time::sleep(next) => {}
+                    _ = stopped.changed() => break,
+                }
+            }
+        });
+        Ok(SchedulerHandle { stop, task })
+    }
+
+    /// Declares the schedules as of `now`, as [`start`](Self::start) does with the database's
+    /// clock: for tests with a manual clock, with [`pass_at`](Self::pass_at).
+    pub async fn declare_at(&self, now: SystemTime) -> Result<(), StoreError> {
+        for schedule in &self.schedules {
+            self.declare_one(schedule, now).await?;
+        }
+        Ok(())
+    }
+
+    /// One pass over every schedule as of `now`; failures are logged and retried next pass.
+    async fn pass(&self, now: SystemTime) -> Vec<PassReport> {
+        let mut passes = Vec::with_capacity(self.schedules.len());
+        for schedule in &self.schedules {
+            match self.fire(schedule, now).await {
+                Ok(pass) => passes.push(pass),
+                Err(e) => {
+                    tracing::warn!(schedule = schedule.name(), error = %e, "schedule pass failed");
+                    passes.push(PassReport::default());
+                }
+            }
+        }
+        passes
+    }
+
+    /// One pass over every schedule as if the clock read `now`, as the loop makes one with the
+    /// database's clock: enqueues the due ticks, counts the missed ones, checks those whose
+    /// grace ran out. For tests with a manual clock, and for callers that drive the scheduler
+    /// from a clock of their own. Stops at the first schedule whose statements fail.
+    pub async fn pass_at(&self, now: SystemTime) -> Result<Vec<PassReport>, StoreError> {
+        let mut passes = Vec::with_capacity(self.schedules.len());
+        for schedule in &self.schedules {
+            passes.push(self.fire(schedule, now).await?);
+        }
+        Ok(passes)
+    }
+
+    async fn database_now(&self) -> Result<SystemTime, StoreError> {
+        let now: i64 = sqlx::query_scalar(&self.queue.schedule_sql.now)
+            .fetch_one(self.queue.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        Ok(from_micros(now))
+    }
+
+    /// Enqueues `schedule`'s due ticks as of `now`, counts those past its catch-up window as
+    /// missed, then checks the ticks whose grace has run out.
+    async fn fire(&self, schedule: &Schedule, now: SystemTime) -> Result<PassReport, StoreError> {
+        let sql = &self.queue.schedule_sql;
+        let pool = self.queue.store.pool();
+        let row = sqlx::query(&sql.load)
+            .bind(schedule.name())
+            .fetch_optional(pool)
+            .await
+            .map_err(failed(Operation::Get))?;
+        let Some(row) = row else {
+            // Removed by an operator while still declared here: declared again, from now.
+            self.declare_one(schedule, now).await?;
+            return Ok(PassReport::default());
+        };
+        let paused: bool = row.get(0);
+        let last_tick = from_micros(row.get(1));
+        let verified_through = from_micros(row.get(2));
+        let mut pass = PassReport {
+            schedule: schedule.name().to_owned(),
+            ..PassReport::default()
+        };
+
+        let ticks = schedule.ticks(last_tick, now, MAX_TICKS_PER_PASS);
+        let latest = ticks.last().copied().unwrap_or(last_tick);
+        let cutoff = now
+            .checked_sub(schedule.catch_up_window())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        if !paused {
+            for &at in ticks.iter().filter(|&&at| at > cutoff) {
+                self.enqueue_tick(schedule, at).await?;
+                pass.enqueued += 1;
+            }
+            pass.not_enqueued = ticks.iter().filter(|&&at| at <= cutoff).count() as u64;
+        }
+        let next = schedule.next_after(latest.max(now));
+        let advanced = sqlx::query(&sql.advance)
+            .bind(schedule.name())
+            .bind(micros(last_tick))
+            .bind(micros(latest))
+            .bind(pass.not_enqueued as i64)
+            .bind(next.map(micros))
+            .execute(pool)
+            .await
+            .map_err(failed(Operation::Complete))?
+            .rows_affected()
+            > 0;
+        if !advanced {
+            // Another replica moved it on first: its pass counted what was missed.
+            pass.not_enqueued = 0;
+        } else if pass.not_enqueued > 0 {
+            tracing::warn!(
+                schedule = schedule.name(),
+                missed = pass.not_enqueued,
+                catch_up = ?schedule.catch_up_window(),
+                "ticks older than the catch-up window were not enqueued: counted as missed"
+            );
+            metrics::counter!(crate::metrics::SCHEDULE_MISSED, "schedule" => schedule.name().to_owned(), "reason" => "not_enqueued")
+                .increment(pass.not_enqueued);
+        }
+        if !paused {
+            pass.not_completed = self.verify(schedule, now, verified_through, latest).await?;
+        }
+        Ok(pass)
+    }
+
+    async fn declare_one(&self, schedule: &Schedule, now: SystemTime) -> Result<(), StoreError> {
+        sqlx::query(&self.queue.schedule_sql.register)
+            .bind(schedule.name())
+            .bind(schedule.spec())
+            .bind(micros(now))
+            .execute(self.queue.store.pool())
+            .await
+            .map_err(failed(Operation::Claim))?;
+        Ok(())
+    }
+
+    async fn enqueue_tick(&self, schedule: &Schedule, at: SystemTime) -> Result<(), StoreError> {
+        let key = tick_key(schedule.name(), at);
+        let job = NewJob::new(key.as_str(), schedule.payload_value())
+            .map_err(|e| StoreError::msg(e.to_string()).during(Operation::Claim))?
+            .run_at(at)
+            .max_attempts(schedule.attempts());
+        match self.queue.enqueue(job).await {
+            Ok(_) => Ok(()),
+            // The tick is there with another payload (a deploy changed it meanwhile): it runs
+            // as first enqueued.
+            Err(EnqueueError::KeyReused { .. }) => {
+                tracing::warn!(%key, "the tick was enqueued with another payload; it runs with that one");
+                Ok(())
+            }
+            Err(EnqueueError::Store(e)) => Err(e),
+            Err(e) => Err(StoreError::msg(e.to_string()).during(Operation::Claim)),
+        }
+    }
+
+    /// Checks the ticks in `(verified_through, min(now - grace, latest)]`: a tick whose job is
+    /// there and not done is missed (its job did not complete in time); a done one moves the
+    /// last success on. A tick with no job was either counted when it could not be enqueued
+    /// or purged after it ran. Returns the ticks counted as missed.
+    async fn verify(
+        &self,
+        schedule: &Schedule,
+        now: SystemTime,
+        verified_through: SystemTime,
+        latest: SystemTime,
+    ) -> Result<u64, StoreError> {
+        let Some(due) = now.checked_sub(schedule.grace_period()) else {
+            return Ok(0);
+        };
+        let upto = due.min(latest);
+        let ticks = schedule.ticks(verified_through, upto, MAX_TICKS_PER_PASS);
+        let Some(&last) = ticks.last() else {
+            return Ok(0);
+        };
+        let keys: Vec<String> = ticks.iter().map(|&at| schedule.tick_key(at)).collect();
+        let pool = self.queue.store.pool();
+        let rows = sqlx::query(&self.queue.schedule_sql.jobs)
+            .bind(&keys)
+            .fetch_all(pool)
+            .await
+            .map_err(failed(Operation::Get))?;
+        let mut late = Vec::new();
+        let mut success: Option<i64> = None;
+        for row in &rows {
+            let key: String = row.get(0);
+            let state: String = row.get(1);
+            if state == "done" {
+                success = success.max(row.get::<Option<i64>, _>(2));
+            } else {
+                late.push((key, state));
+            }
+        }
+        let verified = sqlx::query(&self.queue.schedule_sql.verify)
+            .bind(schedule.name())
+            .bind(micros(verified_through))
+            .bind(micros(last))
+            .bind(late.len() as i64)
+            .bind(success)
+            .execute(pool)
+            .await
+            .map_err(failed(Operation::Complete))?
+            .rows_affected()
+            > 0;
+        if !verified {
+            return Ok(0);
+        }
+        for (key, state) in &late {
+            tracing::warn!(
+                schedule = schedule.name(),
+                %key,
+                %state,
+                grace = ?schedule.grace_period(),
+                "a scheduled job did not complete within its grace period: counted as missed"
+            );
+        }
+        if !late.is_empty() {
+            metrics::counter!(crate::metrics::SCHEDULE_MISSED, "schedule" => schedule.name().to_owned(), "reason" => "not_completed")
+                .increment(late.len() as u64);
+        }
+        if let Some(success) = success {
+            metrics::gauge!(crate::metrics::SCHEDULE_LAST_SUCCESS, "schedule" => schedule.name().to_owned())
+                .set(success as f64 / 1e6);
+        }
+        Ok(late.len() as u64)
+    }
+}
+
+fn micros(at: SystemTime) -> i64 {
+    match at.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(since) => duration_micros(since),
+        Err(before) => -duration_micros(before.duration()),
+    }
+}
