@@ -276,6 +276,10 @@ async fn started_schedulers_enqueue_ticks_as_they_fall_due() {
     let keys = tick_keys(&queue, "loop").await;
     let distinct: HashSet<_> = keys.iter().collect();
     assert_eq!(distinct.len(), keys.len());
+    assert!(
+        keys.iter().all(|key| !key.contains('.')),
+        "ticks on whole seconds, whenever each replica started: {keys:?}"
+    );
     let state = &queue.schedules().await.unwrap()[0];
     assert_eq!(state.missed, 0);
 }

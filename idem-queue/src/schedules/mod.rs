@@ -255,6 +255,10 @@ impl Schedule {
                 Some(SystemTime::UNIX_EPOCH + Duration::from_secs(next))
             }
             When::Cron { cron, zone } => {
+                // Ticks fall on whole seconds, whatever the fraction of the moment searched
+                // from: replicas searching from different moments find the same ticks.
+                let whole = after.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
+                let after = SystemTime::UNIX_EPOCH + Duration::from_secs(whole);
                 let at = DateTime::<Utc>::from(after).with_timezone(zone);
                 cron.find_next_occurrence(&at, false)
                     .ok()
@@ -430,6 +434,22 @@ mod tests {
             shown,
             ["2026-10-25 02:30:00 CEST", "2026-10-26 02:30:00 CET"]
         );
+    }
+
+    /// Replicas search from different moments, most with a fraction of a second: the ticks
+    /// they find are the same whole seconds.
+    #[test]
+    fn ticks_fall_on_whole_seconds_whatever_the_moment_searched_from() {
+        let s = Schedule::cron("s", "* * * * * *").unwrap();
+        let base = utc(2026, 1, 1, 0, 0, 0);
+        for fraction in [0, 1, 527_750, 999_999] {
+            let from = base + Duration::from_micros(fraction);
+            assert_eq!(
+                s.next_after(from),
+                Some(base + Duration::from_secs(1)),
+                "{fraction}"
+            );
+        }
     }
 
     #[test]

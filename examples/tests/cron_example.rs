@@ -1,0 +1,191 @@
+//! `examples/cron.rs` as real processes on one PostgreSQL: replicas of a one-second schedule,
+//! one of them killed with SIGKILL, run every tick of the window once between them, and a
+//! replica that comes back after every replica was down catches up the ticks within its window
+//! and counts the older ones as missed (`idem schedules list --json`).
+
+mod example_process;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use example_process::example_binary;
+
+/// A replica of the example, its `ran` lines collected as they come.
+struct Replica {
+    child: Child,
+    ran: Arc<Mutex<Vec<String>>>,
+}
+
+fn replica(schema: &str, catch_up: &str) -> Replica {
+    let mut child = Command::new(example_binary("cron"))
+        .args([
+            "--database-url",
+            &idem_store_postgres::testing::database_url(),
+        ])
+        .args(["--schema", schema, "--name", "tick", "--catch-up", catch_up])
+        // A job the killed replica held comes back to the others within the test.
+        .args(["--lease", "2s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run the cron example");
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let lines = ran.clone();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("ran tick ") {
+                let time = rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                lines.lock().unwrap().push(time);
+            }
+        }
+    });
+    Replica { child, ran }
+}
+
+/// SIGTERM, then wait: the replica stops scheduling and drains.
+fn stop(replica: &mut Replica) {
+    let pid = replica.child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    replica.child.wait().unwrap();
+}
+
+fn kill(replica: &mut Replica) {
+    replica.child.kill().unwrap(); // SIGKILL
+    replica.child.wait().unwrap();
+}
+
+/// The tick times (`2026-12-05T10:00:01Z`) as seconds since the epoch.
+fn seconds(time: &str) -> i64 {
+    let t = time.trim_end_matches('Z');
+    let (date, clock) = t.split_once('T').unwrap();
+    let d: Vec<i64> = date.split('-').map(|x| x.parse().unwrap()).collect();
+    let c: Vec<i64> = clock.split(':').map(|x| x.parse().unwrap()).collect();
+    // Days from civil (Howard Hinnant's algorithm), enough for a test's own timestamps.
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    days * 86_400 + c[0] * 3600 + c[1] * 60 + c[2]
+}
+
+async fn fresh_schema(prefix: &str) -> String {
+    let schema = idem_store_postgres::testing::unique_schema(prefix);
+    let pool = idem_store_postgres::testing::pool(1).await;
+    idem_store_postgres::sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    schema
+}
+
+async fn drop_schema(schema: &str) {
+    let pool = idem_store_postgres::testing::pool(1).await;
+    let _ = idem_store_postgres::sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&pool)
+        .await;
+}
+
+fn runs(replicas: &[Replica]) -> HashMap<i64, usize> {
+    let mut runs = HashMap::new();
+    for replica in replicas {
+        for time in replica.ran.lock().unwrap().iter() {
+            *runs.entry(seconds(time)).or_insert(0) += 1;
+        }
+    }
+    runs
+}
+
+#[tokio::test]
+async fn three_replicas_one_killed_run_every_tick_once() {
+    let schema = fresh_schema("cron3").await;
+    let mut replicas: Vec<Replica> = (0..3).map(|_| replica(&schema, "1h")).collect();
+    std::thread::sleep(Duration::from_secs(7));
+    kill(&mut replicas[0]);
+    let killed_ran = replicas[0].ran.lock().unwrap().len();
+    std::thread::sleep(Duration::from_secs(8));
+    for replica in &mut replicas[1..] {
+        stop(replica);
+    }
+    let runs = runs(&replicas);
+    let (first, last) = (*runs.keys().min().unwrap(), *runs.keys().max().unwrap());
+    assert!(last - first >= 10, "about 15 s of ticks: {runs:?}");
+    // Every tick from the first to the last ran: none skipped, the kill included.
+    let skipped: Vec<i64> = (first..=last).filter(|t| !runs.contains_key(t)).collect();
+    assert!(skipped.is_empty(), "ticks that never ran: {skipped:?}");
+    // Each once. A tick runs twice only if the killed replica had printed it and not yet
+    // recorded it done when it died (its job comes back after the lease): a window of
+    // microseconds with no work to do.
+    let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "ticks run twice: {twice:?}");
+    assert!(
+        killed_ran > 0,
+        "the killed replica ran ticks before it died"
+    );
+    drop_schema(&schema).await;
+}
+
+#[tokio::test]
+async fn a_replica_back_after_downtime_catches_up_its_window_and_counts_the_rest_missed() {
+    let schema = fresh_schema("cron_catchup").await;
+    let mut first = replica(&schema, "3s");
+    let started = Instant::now();
+    while first.ran.lock().unwrap().len() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(30), "no tick ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(&mut first);
+    let last_before = first
+        .ran
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|t| seconds(t))
+        .max()
+        .unwrap();
+    // Every replica down for 10 s.
+    std::thread::sleep(Duration::from_secs(10));
+    let mut back = replica(&schema, "3s");
+    let started = Instant::now();
+    while back.ran.lock().unwrap().len() < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "nothing caught up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(&mut back);
+    let both = [first, back];
+    let runs = runs(&both);
+    let (earliest, latest) = (*runs.keys().min().unwrap(), *runs.keys().max().unwrap());
+    let not_run: Vec<i64> = (earliest..=latest)
+        .filter(|t| !runs.contains_key(t))
+        .collect();
+    // About 10 s down with a 3 s window: the older ticks were not run...
+    assert!(
+        not_run.len() >= 5,
+        "ran before {last_before}, then {runs:?}"
+    );
+    assert!(runs.values().all(|n| *n == 1), "each tick once: {runs:?}");
+    // ... and each was counted as missed, none silently dropped.
+    let pool = idem_store_postgres::testing::pool(2).await;
+    let store = idem_store_postgres::PgStore::builder(pool)
+        .schema(schema.clone())
+        .build()
+        .unwrap();
+    let states = idem_queue::Queue::new(&store).schedules().await.unwrap();
+    assert_eq!(states[0].missed, not_run.len() as u64, "{states:?}");
+    drop_schema(&schema).await;
+}
