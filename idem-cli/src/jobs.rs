@@ -28,6 +28,28 @@ fn columns() -> String {
     )
 }
 
+/// A job's attempts, oldest first: number, start, end, outcome, error.
+fn attempt_log(log: &[idem_queue::Attempt]) -> Value {
+    let time = |at: Option<std::time::SystemTime>| {
+        at.map_or(Value::Null, |at| {
+            json!(crate::backend::rfc3339(crate::backend::micros_of(at)))
+        })
+    };
+    Value::Array(
+        log.iter()
+            .map(|a| {
+                json!({
+                    "attempt": a.attempt,
+                    "started_at": time(a.started_at),
+                    "ended_at": time(a.ended_at),
+                    "outcome": a.outcome,
+                    "error": a.error,
+                })
+            })
+            .collect(),
+    )
+}
+
 fn job(row: &PgRow) -> Map<String, Value> {
     let payload: String = row.get("payload");
     Map::from_iter([
@@ -154,7 +176,13 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
         }
         Jobs::Show { id } => match find(pool, &table, id).await? {
             Some(row) => {
-                out.object(&job(&row));
+                let mut shown = job(&row);
+                let attempts = queue.status(id).await.map_err(store_failed)?;
+                let log = attempts
+                    .map(|status| status.attempt_log)
+                    .unwrap_or_default();
+                shown.insert("attempt_log".into(), attempt_log(&log));
+                out.object(&shown);
                 Ok(OK)
             }
             None => Ok(not_found(out, id)),

@@ -331,6 +331,17 @@ async fn a_dead_job_is_retried_and_then_runs_once() {
     assert_eq!(dead["jobs"][0]["id"], "report:1");
     assert_eq!(dead["jobs"][0]["last_error"], "the provider was down");
     assert_eq!(json(&test, &["jobs", "stats"])["dead"], 1);
+    // Its attempt log: the one attempt, its start and end, how it ended and why.
+    let shown = json(&test, &["jobs", "show", "report:1"]);
+    let log = &shown["attempt_log"];
+    assert_eq!(log.as_array().map(Vec::len), Some(1), "{shown}");
+    assert_eq!(log[0]["attempt"], 1);
+    assert_eq!(log[0]["outcome"], "dead");
+    assert_eq!(log[0]["error"], "the provider was down");
+    assert!(
+        log[0]["started_at"].is_string() && log[0]["ended_at"].is_string(),
+        "{shown}"
+    );
     assert_eq!(
         status(&idem(&test, &["jobs", "discard", "report:1", "--json"])),
         0,

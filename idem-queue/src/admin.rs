@@ -6,7 +6,7 @@ use std::time::Duration;
 use idem_core::{Operation, StoreError};
 use sqlx::Row;
 
-use super::job::{parse_payload, DeadJob, JobState, JobStatus, QueueStats};
+use super::job::{parse_payload, Attempt, DeadJob, JobState, JobStatus, QueueStats};
 use super::{failed, sql, Queue};
 use idem_store_postgres::extend::Resend;
 use idem_store_postgres::extend::{duration_micros, from_micros};
@@ -57,12 +57,18 @@ impl Queue {
             .fetch_optional(self.store.pool())
             .await
             .map_err(failed(Operation::Get))?;
-        Ok(row.map(|row| JobStatus {
-            state: JobState::parse(row.get(0)),
-            attempts: row.get::<i32, _>(1).unsigned_abs(),
-            max_attempts: row.get::<i32, _>(2).unsigned_abs(),
-            last_error: row.get(3),
-            payload: parse_payload(row.get(4)),
+        Ok(row.map(|row| {
+            let state = JobState::parse(row.get(0));
+            let attempts = row.get::<i32, _>(1).unsigned_abs();
+            let time = |i: usize| row.get::<Option<i64>, _>(i).map(from_micros);
+            JobStatus {
+                state,
+                attempts,
+                max_attempts: row.get::<i32, _>(2).unsigned_abs(),
+                last_error: row.get(3),
+                payload: parse_payload(row.get(4)),
+                attempt_log: Attempt::log(row.get(5), state, attempts, time(6), time(7)),
+            }
         }))
     }
 

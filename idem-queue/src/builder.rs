@@ -1,6 +1,7 @@
 //! Configuring workers: [`WorkerBuilder`], and the settings every role of a running set of
 //! workers shares.
 
+use crate::outcome::Failure;
 use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
@@ -19,7 +20,7 @@ use super::Queue;
 /// [`WorkerBuilder::poll_interval`] says otherwise.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+type BoxFuture = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send>>;
 pub(crate) type Handler = Arc<dyn Fn(Job) -> BoxFuture + Send + Sync>;
 
 /// Configures [`Workers`]; from [`Queue::worker`].
@@ -58,7 +59,7 @@ impl WorkerBuilder {
     {
         let handler: Handler = Arc::new(move |job| {
             let work = handler(job);
-            Box::pin(async move { work.await.map_err(|e| e.to_string()) })
+            Box::pin(async move { work.await.map_err(Failure::from_error) })
         });
         WorkerBuilder {
             queue,

@@ -17,6 +17,7 @@ use super::job::{parse_payload, Job};
 use super::job_store::JobStore;
 use super::producer::Claimed;
 use super::rescuer::rescue;
+use crate::outcome::Failure;
 use idem_store_postgres::extend::from_micros;
 
 /// The longest error text kept with a job.
@@ -91,9 +92,9 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
         let limited = async {
             match limit {
                 None => work.await,
-                Some(limit) => tokio::time::timeout(limit, work)
-                    .await
-                    .unwrap_or_else(|_| Err(format!("timed out after {limit:?}"))),
+                Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+                    Err(Failure::message(format!("timed out after {limit:?}")))
+                }),
             }
         };
         tokio::select! {
@@ -103,7 +104,7 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
                 if cut.wait_for(|cut| *cut).await.is_err() {
                     std::future::pending::<()>().await; // the workers are gone: never cut
                 }
-            } => Err(CUT.to_owned()),
+            } => Err(Failure::message(CUT)),
         }
     };
     // A panicking handler (which the call resumes once it has released its claim) ends the
@@ -142,14 +143,18 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
             Settle::Release { delay }
         }
         // Cut at the shutdown's deadline: back to the queue, the attempt not counted.
-        Ok(Err(Error::Handler(error))) if error == CUT && *shared.cut.borrow() => {
+        Ok(Err(Error::Handler(error))) if error.message == CUT && *shared.cut.borrow() => {
             shared.cut_released.fetch_add(1, Ordering::SeqCst);
             Settle::Release {
                 delay: std::time::Duration::ZERO,
             }
         }
         Ok(Err(Error::Handler(error))) => failure(shared, job, error),
-        Err(panic) => failure(shared, job, format!("panicked: {}", panic_message(&*panic))),
+        Err(panic) => failure(
+            shared,
+            job,
+            Failure::message(format!("panicked: {}", panic_message(&*panic))),
+        ),
         Ok(Err(Error::LostClaim { .. })) => {
             tracing::warn!("the job ran, but a newer run took it over meanwhile (this worker stalled past its lease)");
             return None;
@@ -166,15 +171,21 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
     })
 }
 
-/// A failed attempt: retried after a backoff, or dead-lettered after the last.
-fn failure(shared: &Shared, job: &Claimed, error: String) -> Settle {
-    let error = truncate(error);
-    if job.attempt >= job.max_attempts {
+/// A failed attempt: retried after a backoff (or the delay the failure asks for), or
+/// dead-lettered after the last, or at once when the failure says no retry can fix it.
+fn failure(shared: &Shared, job: &Claimed, failure: Failure) -> Settle {
+    let error = truncate(failure.message);
+    if failure.permanent {
+        tracing::warn!(%error, "the job failed for good; dead-lettered without more attempts");
+        Settle::Dead { error }
+    } else if job.attempt >= job.max_attempts {
         tracing::warn!(%error, "the job failed its last attempt; dead-lettered");
         Settle::Dead { error }
     } else {
-        let delay = shared.backoff.delay(job.attempt.unsigned_abs());
-        tracing::info!(%error, ?delay, "the job failed; retrying after a backoff");
+        let delay = failure
+            .retry_after
+            .unwrap_or_else(|| shared.backoff.delay(job.attempt.unsigned_abs()));
+        tracing::info!(%error, ?delay, "the job failed; retrying after a delay");
         Settle::Retry { delay, error }
     }
 }

@@ -295,6 +295,69 @@ pub struct JobStatus {
     pub last_error: Option<String>,
     /// The payload.
     pub payload: Value,
+    /// Its attempts, oldest first: each ended one that did not complete (the latest 20), then
+    /// the current one (running, or the one that completed).
+    pub attempt_log: Vec<Attempt>,
+}
+
+/// One attempt of a job, from its [attempt log](JobStatus::attempt_log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// Its number (1 for the first).
+    pub attempt: u32,
+    /// When it was claimed.
+    pub started_at: Option<SystemTime>,
+    /// When it ended (`None` while it runs).
+    pub ended_at: Option<SystemTime>,
+    /// How it ended: `done`, `retried`, `dead`, `released` (given back, not counted), or
+    /// `running`.
+    pub outcome: String,
+    /// Its error text, if it failed (bounded as `last_error` is).
+    pub error: Option<String>,
+}
+
+impl Attempt {
+    /// The attempts `log` (the `attempt_log` column's JSON) holds, then the current one: a job
+    /// in `state`, claimed for its `attempt` at `attempted_at`, finished at `finished_at`.
+    pub(crate) fn log(
+        log: &str,
+        state: JobState,
+        attempt: u32,
+        attempted_at: Option<SystemTime>,
+        finished_at: Option<SystemTime>,
+    ) -> Vec<Attempt> {
+        let time = |v: &Value| {
+            v.as_str()
+                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                .map(|t| SystemTime::from(t.with_timezone(&chrono::Utc)))
+        };
+        let mut attempts: Vec<Attempt> = serde_json::from_str::<Vec<Value>>(log)
+            .unwrap_or_default()
+            .iter()
+            .map(|entry| Attempt {
+                attempt: entry["attempt"].as_u64().unwrap_or(0) as u32,
+                started_at: time(&entry["started_at"]),
+                ended_at: time(&entry["ended_at"]),
+                outcome: entry["outcome"].as_str().unwrap_or("unknown").to_owned(),
+                error: entry["error"].as_str().map(str::to_owned),
+            })
+            .collect();
+        let current = match state {
+            JobState::Done => Some("done"),
+            JobState::Running => Some("running"),
+            JobState::Queued | JobState::Dead => None,
+        };
+        if let (Some(outcome), Some(started_at)) = (current, attempted_at) {
+            attempts.push(Attempt {
+                attempt,
+                started_at: Some(started_at),
+                ended_at: finished_at.filter(|_| state == JobState::Done),
+                outcome: outcome.to_owned(),
+                error: None,
+            });
+        }
+        attempts
+    }
 }
 
 /// A dead-lettered job, from [`Queue::dead`](super::Queue::dead).

@@ -131,6 +131,15 @@
 //! [`Workers::wait_idle`] waits until nothing runs and no work is waiting (for tests and
 //! maintenance).
 //!
+//! ## Handler outcomes and the attempt log
+//!
+//! A handler's `Err` (any `Display` error) or panic is a failed attempt, retried after the
+//! worker's [`Backoff`]. A [`JobError`] says more: [`JobError::retry_after`] retries after the
+//! delay a provider asked for (its `Retry-After`), [`JobError::permanent`] dead-letters the job
+//! at once, whatever attempts it had left. Every attempt is kept: [`Queue::status`]'s
+//! [`attempt_log`](JobStatus::attempt_log) (and `idem jobs show`) lists each with its start,
+//! end, outcome and error, the latest 20 ended ones and the current one.
+//!
 //! ## Job states
 //!
 //! | state | meaning | becomes |
@@ -315,6 +324,7 @@ mod job;
 mod job_store;
 mod listen;
 pub mod metrics;
+mod outcome;
 mod producer;
 mod rescuer;
 mod schedules;
@@ -333,9 +343,10 @@ use idem_store_postgres::PgStore;
 pub use backoff::Backoff;
 pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL};
 pub use job::{
-    DeadJob, EnqueueError, Enqueued, Job, JobState, JobStatus, NewJob, QueueStats,
+    Attempt, DeadJob, EnqueueError, Enqueued, Job, JobState, JobStatus, NewJob, QueueStats,
     DEFAULT_MAX_ATTEMPTS,
 };
+pub use outcome::JobError;
 pub use schedules::{
     PassReport, Schedule, ScheduleError, ScheduleState, Scheduler, SchedulerHandle, Tick,
     DEFAULT_CATCH_UP, DEFAULT_CHECK_EVERY, DEFAULT_GRACE, MAX_NAME_LEN,

@@ -91,6 +91,24 @@ pub(crate) struct QueueSql {
     pub(crate) purge_done: String,
 }
 
+/// The attempt log (`attempt_log`, see migration 4) with one more entry: the attempt numbered
+/// `attempt` (an SQL expression of the row's), from `attempted_at` to now, its `outcome` and
+/// `error` (SQL expressions); the oldest entry goes once there are more than
+/// [`MAX_LOGGED_ATTEMPTS`].
+fn logged(attempt: &str, outcome: &str, error: &str) -> String {
+    let entry = format!(
+        "jsonb_build_object('attempt', {attempt}, 'started_at', attempted_at, 'ended_at', now(),
+                            'outcome', {outcome}, 'error', {error})"
+    );
+    format!(
+        "CASE WHEN jsonb_array_length(attempt_log) >= {MAX_LOGGED_ATTEMPTS}
+              THEN (attempt_log - 0) || {entry} ELSE attempt_log || {entry} END"
+    )
+}
+
+/// How many ended attempts a job's log keeps (the latest).
+pub(crate) const MAX_LOGGED_ATTEMPTS: usize = 20;
+
 impl QueueSql {
     pub(crate) fn new(store: &PgStore) -> QueueSql {
         let (schema, table) = store.names();
@@ -192,7 +210,7 @@ impl QueueSql {
                 "claimed AS (
                      UPDATE {q}
                      SET state = 'running', attempts = attempts + 1, worker = {worker},
-                         available_at = now() + {lease}::bigint {micros}
+                         available_at = now() + {lease}::bigint {micros}, attempted_at = now()
                      WHERE key = ANY(ARRAY(
                          SELECT key FROM {q}
                          WHERE state IN ('queued', 'running') AND available_at <= now() {also}
@@ -290,16 +308,22 @@ impl QueueSql {
             ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
-                     last_error = $4, worker = NULL
-                 WHERE key = $1 AND attempts = $2 AND {is_running}"
+                     last_error = $4, worker = NULL,
+                     attempt_log = {}
+                 WHERE key = $1 AND attempts = $2 AND {is_running}",
+                logged("attempts", "'retried'", "$4::text")
             ),
             dead: format!(
-                "UPDATE {q} SET state = 'dead', finished_at = now(), last_error = $3, worker = NULL
-                 WHERE key = $1 AND attempts = $2 AND {is_running}"
+                "UPDATE {q} SET state = 'dead', finished_at = now(), last_error = $3, worker = NULL,
+                     attempt_log = {}
+                 WHERE key = $1 AND attempts = $2 AND {is_running}",
+                logged("attempts", "'dead'", "$3::text")
             ),
             release: format!(
                 "UPDATE {q} AS q SET state = 'queued', attempts = q.attempts - 1, worker = NULL,
-                     available_at = now() + $3::bigint {micros} {fenced}"
+                     available_at = now() + $3::bigint {micros},
+                     attempt_log = {} {fenced}",
+                logged("q.attempts", "'released'", "NULL::text")
             ),
             stats: format!(
                 "SELECT count(*) FILTER (WHERE state = 'queued'),
@@ -310,7 +334,11 @@ impl QueueSql {
                  FROM {q}"
             ),
             status: format!(
-                "SELECT state, attempts, max_attempts, last_error, payload::text FROM {q} WHERE key = $1"
+                "SELECT state, attempts, max_attempts, last_error, payload::text, attempt_log::text,
+                        {}, {}
+                 FROM {q} WHERE key = $1",
+                micros_sql("attempted_at"),
+                micros_sql("finished_at")
             ),
             list_dead: format!(
                 "SELECT key, payload::text, attempts, last_error,

@@ -86,8 +86,11 @@ async fn a_queue_table_made_by_the_records_migrations_is_adopted_with_its_jobs()
     .fetch_one(test.store.pool())
     .await
     .unwrap();
+    let shipped = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+        .unwrap()
+        .count() as i64;
     assert_eq!(
-        applied, 3,
-        "the queue's three migrations, recorded in its own history"
+        applied, shipped,
+        "every queue migration, recorded in its own history"
     );
 }

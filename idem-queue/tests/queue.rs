@@ -957,3 +957,84 @@ async fn a_handler_and_a_job_with_one_key_both_run() {
     workers.shutdown(Duration::from_secs(5)).await;
     assert_eq!(runs.count("welcome:1"), 1, "the job's body ran");
 }
+
+/// A handler's `JobError` says how the job goes on: `permanent` dead-letters it at once with
+/// attempts left, `retry_after` retries it after the given delay instead of the backoff (an
+/// hour-long backoff here, so only the asked-for delay lets it run again in time). Every
+/// ended attempt is in the job's log with its start, end, outcome and error, and the one that
+/// completed closes it.
+#[tokio::test]
+async fn job_errors_dead_letter_at_once_or_retry_after_the_delay_asked_for_and_are_logged() {
+    use idem_queue::JobError;
+    let test = TestStore::new("q_outcomes", 20).await;
+    let queue = support::queue(&test).await;
+    let _ = queue
+        .enqueue(job("refused", json!({})).max_attempts(5))
+        .await
+        .unwrap();
+    let _ = queue
+        .enqueue(job("limited", json!({})).max_attempts(5))
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    let seen = runs.clone();
+    let workers = queue
+        .worker(move |job: Job| {
+            let seen = seen.clone();
+            async move {
+                let n = seen.record(job.key());
+                match (job.key(), n) {
+                    ("refused", _) => Err(JobError::permanent("422 from the provider")),
+                    ("limited", 1) => Err(JobError::retry_after(
+                        Duration::from_millis(100),
+                        "429, Retry-After: 0.1",
+                    )),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .backoff(Backoff::new(
+            Duration::from_secs(3600),
+            Duration::from_secs(3600),
+        ))
+        .start();
+    eventually("both jobs settled", Duration::from_secs(30), || async {
+        state(&queue, "refused").await == Some(JobState::Dead)
+            && state(&queue, "limited").await == Some(JobState::Done)
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(runs.count("refused"), 1, "dead at once, 4 attempts left");
+    let refused = queue.status("refused").await.unwrap().unwrap();
+    assert_eq!(refused.last_error.as_deref(), Some("422 from the provider"));
+    let outcomes = |log: &[idem_queue::Attempt]| {
+        log.iter()
+            .map(|a| (a.attempt, a.outcome.clone(), a.error.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        outcomes(&refused.attempt_log),
+        [(
+            1,
+            "dead".to_owned(),
+            Some("422 from the provider".to_owned())
+        )]
+    );
+    let limited = queue.status("limited").await.unwrap().unwrap();
+    assert_eq!(
+        outcomes(&limited.attempt_log),
+        [
+            (
+                1,
+                "retried".to_owned(),
+                Some("429, Retry-After: 0.1".to_owned())
+            ),
+            (2, "done".to_owned(), None),
+        ]
+    );
+    for attempt in &limited.attempt_log {
+        let (start, end) = (attempt.started_at.unwrap(), attempt.ended_at.unwrap());
+        assert!(start <= end, "{attempt:?}");
+    }
+    assert!(limited.attempt_log[1].started_at.unwrap() >= limited.attempt_log[0].ended_at.unwrap());
+}
