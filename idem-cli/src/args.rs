@@ -88,6 +88,14 @@ pub enum Command {
     /// The work queue's schedules (PostgreSQL).
     #[command(subcommand)]
     Schedules(Schedules),
+    /// Run the stored schedules (`schedules add`) and their HTTP jobs until SIGTERM, then drain.
+    /// Every replica may run it: each tick runs once. Run it on a table of its own (`--table`):
+    /// it runs HTTP jobs only, and dead-letters any other job it finds, saying so.
+    Worker {
+        /// Jobs run at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+    },
 }
 
 /// The schedules' commands.
@@ -96,6 +104,28 @@ pub enum Schedules {
     /// Every schedule: what it fires on, its last and next tick, missed ticks, last success,
     /// whether it is paused.
     List,
+    /// Store a schedule that POSTs to a URL on every tick (`idem worker` runs it), replacing a
+    /// stored one of the same name. The request carries `Idempotency-Key: <the tick's key>`,
+    /// the same on every attempt of one tick.
+    Add {
+        /// The schedule's name.
+        name: String,
+        /// A 5- or 6-field (seconds first) cron expression.
+        #[arg(long)]
+        cron: String,
+        /// The IANA time zone the expression is read in.
+        #[arg(long, default_value = "UTC")]
+        tz: String,
+        /// The URL each tick POSTs to.
+        #[arg(long)]
+        post: String,
+        /// The JSON body of each POST.
+        #[arg(long, default_value = "{}")]
+        body: String,
+        /// How far back ticks missed while no worker ran are still run (`30s`, `5m`, `1h`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        catch_up: Option<std::time::Duration>,
+    },
     /// Pause a schedule without a deploy: its ticks are passed over, neither run nor missed.
     Pause {
         /// The schedule's name.

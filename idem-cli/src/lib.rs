@@ -22,6 +22,8 @@
 //! | `idem forget KEY [--scope S] --yes` | deletes a completed record so the work runs again; without `--yes` says what it would delete |
 //! | `idem effects KEY [--scope S]` | the key's effect journal |
 //! | `idem purge [--dry-run] [--batch N]` | deletes expired records and journal entries in batches, printing each batch's count |
+//! | `idem schedules list` / `add NAME --cron EXPR [--tz ZONE] --post URL [--body JSON] [--catch-up DUR]` / `pause NAME` / `resume NAME` / `remove NAME` | the schedules: next tick, last tick, missed ticks, last success; `add` stores one that POSTs to a URL on each tick (`Idempotency-Key` = the tick's key), checked before anything is stored |
+//! | `idem worker [--concurrency N]` | runs the stored schedules and their HTTP jobs until SIGTERM, then drains: retries with backoff on 5xx, 408, 425, 429 (after their `Retry-After`), timeouts and connection errors, dead at once on other 4xx. Run it on a table of its own (`--table`): it dead-letters any job that is not an HTTP job |
 //! | `idem jobs stats` / `list [--state queued\|running\|stale\|done\|dead]` / `show ID` / `retry ID\|--all-dead` / `discard ID` | the work queue; `stale` is running with the lease lapsed: its worker died (`worker` names it) and the next claim takes it again |
 //!
 //! Tables for people, `--json` for scripts: one JSON document per command, with the same
@@ -44,6 +46,7 @@ mod jobs;
 mod output;
 mod records;
 mod schedules;
+mod worker;
 
 use clap::Parser;
 use idem_store_postgres::sqlx;
@@ -228,5 +231,6 @@ async fn execute(ctx: &Ctx, out: &mut Out<'_>, command: &Command) -> Result<i32,
         Command::Purge { dry_run, batch } => records::purge(ctx, out, *dry_run, *batch).await,
         Command::Jobs(jobs) => jobs::run(ctx, out, jobs).await,
         Command::Schedules(command) => schedules::run(ctx, out, command).await,
+        Command::Worker { concurrency } => worker::run(ctx, out, *concurrency).await,
     }
 }

@@ -2,7 +2,8 @@
 
 use std::time::SystemTime;
 
-use idem_queue::{Queue, ScheduleState};
+use idem_queue::http::HttpTarget;
+use idem_queue::{Queue, Schedule, ScheduleState};
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
@@ -62,6 +63,14 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Schedules) -> Result<i3
             );
             return Ok(OK);
         }
+        Schedules::Add {
+            name,
+            cron,
+            tz,
+            post,
+            body,
+            catch_up,
+        } => return add(&queue, out, name, cron, tz, post, body, *catch_up).await,
         Schedules::Pause { name } => (name, queue.pause_schedule(name).await, "paused"),
         Schedules::Resume { name } => (name, queue.resume_schedule(name).await, "resumed"),
         Schedules::Remove { name } => (name, queue.remove_schedule(name).await, "removed"),
@@ -79,4 +88,48 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Schedules) -> Result<i3
         );
         Ok(NOT_FOUND)
     }
+}
+
+/// `schedules add`: every part checked before anything is stored.
+#[allow(clippy::too_many_arguments)]
+async fn add(
+    queue: &Queue,
+    out: &mut Out<'_>,
+    name: &str,
+    cron: &str,
+    tz: &str,
+    post: &str,
+    body: &str,
+    catch_up: Option<std::time::Duration>,
+) -> Result<i32, sqlx::Error> {
+    let refuse = |out: &mut Out<'_>, why: String| {
+        out.message(&format!("error: {why}; nothing stored"), Map::new());
+        Ok(USAGE)
+    };
+    let body: Value = match serde_json::from_str(body) {
+        Ok(body) => body,
+        Err(e) => return refuse(out, format!("--body is not JSON: {e}")),
+    };
+    let target = match HttpTarget::post(post, body) {
+        Ok(target) => target,
+        Err(e) => return refuse(out, e),
+    };
+    let schedule = match Schedule::cron(name, cron).and_then(|s| s.time_zone(tz)) {
+        Ok(schedule) => schedule.payload(target.payload()),
+        Err(e) => return refuse(out, e.to_string()),
+    };
+    let schedule = match catch_up {
+        Some(window) => schedule.catch_up(window),
+        None => schedule,
+    };
+    queue.migrate().await.map_err(failed)?;
+    queue.store_schedule(&schedule).await.map_err(failed)?;
+    out.message(
+        &format!(
+            "stored the schedule {name:?}: {} POSTs to {post}",
+            schedule.spec()
+        ),
+        Map::from_iter([("stored".into(), json!(name))]),
+    );
+    Ok(OK)
 }

@@ -223,6 +223,13 @@
 //! The scheduler reads the database's clock, so replicas with skewed clocks agree; a pass costs
 //! a read and an update of each schedule's row, plus one enqueue per tick.
 //!
+//! **HTTP targets** (feature `http`): [`http::post`] runs a job that POSTs a JSON body to a URL
+//! with the job's key as `Idempotency-Key` (the same on every attempt of a tick, so a receiver
+//! behind `idem-http` runs it once), retried on 5xx, 408, 425 and 429 (after their
+//! `Retry-After`), timeouts and connection errors, and dead at once on any other 4xx. Schedules
+//! of them can live in the database ([`Queue::store_schedule`]); `idem schedules add NAME
+//! --cron EXPR --post URL` stores one and `idem worker` runs them, no code needed.
+//!
 //! ## Purging
 //!
 //! Finished jobs stay in the table, and their keys stay duplicates, until purged:
@@ -320,6 +327,8 @@ mod completer;
 mod enqueue;
 mod executor;
 mod held;
+#[cfg(feature = "http")]
+pub mod http;
 mod job;
 mod job_store;
 mod listen;

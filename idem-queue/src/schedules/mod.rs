@@ -311,6 +311,66 @@ impl Schedule {
     }
 }
 
+impl Schedule {
+    /// The schedule as a stored definition ([`Queue::store_schedule`](crate::Queue::store_schedule)):
+    /// what [`from_stored`](Self::from_stored) builds it again from.
+    pub fn to_stored(&self) -> Value {
+        let (kind, zone) = match &self.when {
+            When::Cron { zone, .. } => ("cron", Some(zone.name())),
+            When::Every(_) => ("every", None),
+        };
+        let expression = match &self.when {
+            When::Every(interval) => Value::from(interval.as_secs()),
+            When::Cron { .. } => Value::from(self.expression.clone()),
+        };
+        serde_json::json!({
+            "kind": kind,
+            "expression": expression,
+            "zone": zone,
+            "catch_up_s": self.catch_up.as_secs(),
+            "grace_s": self.grace.as_secs(),
+            "max_attempts": self.max_attempts,
+            "payload": self.payload,
+        })
+    }
+
+    /// The schedule named `name` that `stored` ([`to_stored`](Self::to_stored)'s form) defines.
+    pub fn from_stored(name: &str, stored: &Value) -> Result<Schedule, ScheduleError> {
+        let bad = |what: &str| ScheduleError(format!("stored schedule {name:?}: {what}"));
+        let secs = |field: &str, default: Duration| {
+            stored[field].as_u64().map_or(default, Duration::from_secs)
+        };
+        let schedule = match stored["kind"].as_str() {
+            Some("cron") => {
+                let expression = stored["expression"]
+                    .as_str()
+                    .ok_or_else(|| bad("no expression"))?;
+                let schedule = Schedule::cron(name, expression)?;
+                match stored["zone"].as_str() {
+                    Some(zone) => schedule.time_zone(zone)?,
+                    None => schedule,
+                }
+            }
+            Some("every") => {
+                let interval = stored["expression"]
+                    .as_u64()
+                    .ok_or_else(|| bad("no interval"))?;
+                Schedule::every(name, Duration::from_secs(interval))?
+            }
+            _ => return Err(bad("unknown kind")),
+        };
+        Ok(schedule
+            .catch_up(secs("catch_up_s", DEFAULT_CATCH_UP))
+            .grace(secs("grace_s", DEFAULT_GRACE))
+            .max_attempts(
+                stored["max_attempts"]
+                    .as_u64()
+                    .map_or(crate::DEFAULT_MAX_ATTEMPTS, |n| n as u32),
+            )
+            .payload(stored["payload"].clone()))
+    }
+}
+
 /// The key of `name`'s tick at `at`.
 pub(crate) fn tick_key(name: &str, at: SystemTime) -> String {
     let time = DateTime::<Utc>::from(at).to_rfc3339_opts(SecondsFormat::AutoSi, true);
@@ -469,6 +529,25 @@ mod tests {
                 .len(),
             10
         );
+    }
+
+    #[test]
+    fn a_schedule_stored_and_read_back_is_the_same_schedule() {
+        let s = Schedule::cron("report", "0 6 * * 1-5")
+            .unwrap()
+            .time_zone("America/New_York")
+            .unwrap()
+            .catch_up(Duration::from_secs(120))
+            .payload(serde_json::json!({"http": {"url": "http://x/"}}));
+        let back = Schedule::from_stored("report", &s.to_stored()).unwrap();
+        assert_eq!(back.to_stored(), s.to_stored());
+        assert_eq!(back.spec(), "0 6 * * 1-5 (America/New_York)");
+        let from = utc(2026, 1, 5, 0, 0, 0);
+        assert_eq!(back.next_after(from), s.next_after(from));
+        let every = Schedule::every("e", Duration::from_secs(90)).unwrap();
+        let back = Schedule::from_stored("e", &every.to_stored()).unwrap();
+        assert_eq!(back.spec(), "every 90s");
+        assert!(Schedule::from_stored("x", &serde_json::json!({"kind": "cron"})).is_err());
     }
 
     #[test]

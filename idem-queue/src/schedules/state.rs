@@ -69,6 +69,10 @@ pub(crate) struct ScheduleSql {
     pub pause: String,
     /// `$1` name.
     pub remove: String,
+    /// `$1` name, `$2` spec, `$3` stored definition (JSON text): a schedule of the database's.
+    pub store: String,
+    /// Every stored schedule: name, definition (JSON text).
+    pub stored: String,
     /// The database's clock (µs).
     pub now: String,
 }
@@ -132,6 +136,14 @@ impl ScheduleSql {
                  WHERE name = $1"
             ),
             remove: format!("DELETE FROM {s} WHERE name = $1"),
+            store: format!(
+                "INSERT INTO {s} (name, spec, stored, last_tick, verified_through)
+                 VALUES ($1, $2, $3::jsonb, now(), now())
+                 ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, stored = excluded.stored"
+            ),
+            stored: format!(
+                "SELECT name, stored::text FROM {s} WHERE stored IS NOT NULL ORDER BY name"
+            ),
             now: format!("SELECT {}", us("now()")),
         }
     }
@@ -184,6 +196,39 @@ impl Queue {
             .await
             .map_err(failed(Operation::Release))?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// Stores `schedule` in the database, replacing a stored one of its name: a schedule that
+    /// no program declares, which a scheduler of [`stored_schedules`](Self::stored_schedules)
+    /// (`idem worker`) fires. Its ticks start now.
+    pub async fn store_schedule(&self, schedule: &crate::Schedule) -> Result<(), StoreError> {
+        sqlx::query(&self.schedule_sql.store)
+            .bind(schedule.name())
+            .bind(schedule.spec())
+            .bind(schedule.to_stored().to_string())
+            .execute(self.store.pool())
+            .await
+            .map_err(failed(Operation::Claim))?;
+        Ok(())
+    }
+
+    /// The schedules stored in the database ([`store_schedule`](Self::store_schedule)). A
+    /// stored definition this version cannot read is an error, naming it.
+    pub async fn stored_schedules(&self) -> Result<Vec<crate::Schedule>, StoreError> {
+        let rows = sqlx::query(&self.schedule_sql.stored)
+            .fetch_all(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        rows.iter()
+            .map(|row| {
+                let name: String = row.get(0);
+                let stored: String = row.get(1);
+                let value: serde_json::Value = serde_json::from_str(&stored)
+                    .map_err(|e| StoreError::msg(format!("stored schedule {name:?}: {e}")))?;
+                crate::Schedule::from_stored(&name, &value)
+                    .map_err(|e| StoreError::msg(e.to_string()).during(Operation::Get))
+            })
+            .collect()
     }
 
     /// Deletes the state of the schedule `name` (its jobs stay in the queue). For a schedule

@@ -1,0 +1,124 @@
+//! HTTP targets (feature `http`): a job that POSTs to a URL, the self-hosted version of a hosted
+//! scheduler's HTTP jobs. The job's key is the request's `Idempotency-Key`, the same on every
+//! attempt of one tick, so a receiver behind `idem-http` (or any API that honours the header)
+//! runs it once however often it is delivered.
+//!
+//! Retried with the worker's backoff on 5xx, 408, 425 and 429 (after the `Retry-After` the
+//! answer gives, when it gives one), on timeouts and on connection errors; dead at once on any
+//! other 4xx, which no retry can fix. Each failed attempt's status, duration and the first
+//! bytes of the answer go in the job's attempt log.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Job, JobError};
+
+/// How long a request may take, by default.
+pub const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many bytes of an answer the attempt log keeps.
+const ANSWER_BYTES: usize = 200;
+
+/// What an HTTP job sends: a JSON body POSTed to a URL. It travels as the job's payload,
+/// under `"http"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HttpTarget {
+    /// Where to POST.
+    pub url: String,
+    /// The JSON body.
+    #[serde(default)]
+    pub body: Value,
+    /// How long a request may take, in milliseconds (default [`DEFAULT_HTTP_TIMEOUT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl HttpTarget {
+    /// A POST of `body` to `url`. Fails for a URL that is not `http://` or `https://`.
+    pub fn post(url: impl Into<String>, body: Value) -> Result<HttpTarget, String> {
+        let url = url.into();
+        let parsed = reqwest::Url::parse(&url).map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!(
+                "invalid URL {url:?}: only http and https can be POSTed to"
+            ));
+        }
+        Ok(HttpTarget {
+            url,
+            body,
+            timeout_ms: None,
+        })
+    }
+
+    /// The job payload that carries this target (`{"http": ...}`).
+    pub fn payload(&self) -> Value {
+        serde_json::json!({ "http": self })
+    }
+
+    /// The target a job's payload carries, if it carries one.
+    pub fn of(job: &Job) -> Option<HttpTarget> {
+        serde_json::from_value(job.payload().get("http")?.clone()).ok()
+    }
+}
+
+/// Runs an HTTP job: POSTs its target's body with `Idempotency-Key: <the job's key>`. A job
+/// whose payload carries no target is dead-lettered, saying so. Use it as (or from) a worker's
+/// handler: `queue.worker(|job| async move { idem_queue::http::post(&client, job).await })`.
+pub async fn post(client: &reqwest::Client, job: Job) -> Result<(), JobError> {
+    let Some(target) = HttpTarget::of(&job) else {
+        return Err(JobError::permanent(
+            "not an HTTP job: its payload has no \"http\" target (this worker runs HTTP jobs only)",
+        ));
+    };
+    let timeout = target
+        .timeout_ms
+        .map_or(DEFAULT_HTTP_TIMEOUT, Duration::from_millis);
+    let started = Instant::now();
+    let sent = client
+        .post(&target.url)
+        .header("Idempotency-Key", job.key())
+        .header("Content-Type", "application/json")
+        .body(target.body.to_string())
+        .timeout(timeout)
+        .send()
+        .await;
+    let response = match sent {
+        Ok(response) => response,
+        // Timeouts and connection errors: the request may not have arrived; the same key makes
+        // a retry safe.
+        Err(e) => {
+            return Err(JobError::retry(format!(
+                "POST {} failed after {} ms: {e}",
+                target.url,
+                started.elapsed().as_millis()
+            )))
+        }
+    };
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let answer = response.bytes().await.unwrap_or_default();
+    let elapsed = started.elapsed().as_millis();
+    if status.is_success() || status.is_redirection() {
+        tracing::info!(url = %target.url, status = status.as_u16(), elapsed_ms = elapsed as u64, "HTTP job delivered");
+        return Ok(());
+    }
+    let first = String::from_utf8_lossy(&answer[..answer.len().min(ANSWER_BYTES)]).into_owned();
+    let message = format!(
+        "POST {} answered {} in {elapsed} ms: {first}",
+        target.url,
+        status.as_u16()
+    );
+    let retryable = status.is_server_error() || matches!(status.as_u16(), 408 | 425 | 429);
+    Err(match (retryable, retry_after) {
+        (true, Some(delay)) => JobError::retry_after(delay, message),
+        (true, None) => JobError::retry(message),
+        (false, _) => JobError::permanent(message),
+    })
+}
