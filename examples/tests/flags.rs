@@ -82,7 +82,7 @@ fn the_queue_example_requires_a_database() {
     );
 }
 
-/// `--flag=value` is read (it used to be ignored, silently running the embedded store), and an
+/// `--flag=value` is read (ignoring it would silently run the embedded store), and an
 /// unreachable server ends the process with its address and the connection error, well before
 /// a pool's 30 s timeout.
 #[test]

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The 16-caller tables of `idem-bench` with the database on cores of its own, as it is where it
-# runs on another machine (BENCHMARKS.md, "The database on cores of its own"). A throwaway
+# runs on another machine (BENCHMARKS.md reports it beside the shared-core rows). A throwaway
 # PostgreSQL is pinned to SERVER_CPUS (default: the first half of this machine's CPUs, at least
 # one) and the benchmark, with the pgbench it starts, to the rest. BIN names the benchmark
 # program (default `idem-bench`; `interleaved` takes `--database-url` too). Arguments go to it;

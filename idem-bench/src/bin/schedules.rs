@@ -73,7 +73,11 @@ async fn main() {
         let started = Instant::now();
         let mut ticks = 0;
         for n in 1..=args.seconds {
-            for pass in scheduler.pass_at(t0 + Duration::from_secs(n)).await.unwrap() {
+            for pass in scheduler
+                .pass_at(t0 + Duration::from_secs(n))
+                .await
+                .unwrap()
+            {
                 ticks += pass.enqueued;
             }
         }
