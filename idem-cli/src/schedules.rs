@@ -114,6 +114,13 @@ async fn add(
         Ok(target) => target,
         Err(e) => return refuse(out, e),
     };
+    if post.starts_with("https:") {
+        // This build's HTTP client has no TLS: every tick would fail, then die.
+        return refuse(
+            out,
+            format!("--post {post}: this build of idem worker POSTs over plain http only"),
+        );
+    }
     let schedule = match Schedule::cron(name, cron).and_then(|s| s.time_zone(tz)) {
         Ok(schedule) => schedule.payload(target.payload()),
         Err(e) => return refuse(out, e.to_string()),

@@ -29,7 +29,7 @@ fn definitions(schedules: &[Schedule]) -> Vec<Value> {
 }
 
 pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32, sqlx::Error> {
-    let Some((_, store, _)) = ctx.backend.postgres() else {
+    let Some((pool, store, table)) = ctx.backend.postgres() else {
         out.message(
             "the worker runs the work queue, in PostgreSQL: `idem worker` needs a postgres:// \
              --database-url",
@@ -39,7 +39,30 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32
     };
     let queue = Queue::new(store);
     queue.migrate().await.map_err(failed)?;
-    let client = reqwest::Client::new();
+    // Its handler runs HTTP jobs only: on a queue that also holds a program's jobs (or
+    // schedules a program declares), it would dead-letter them. Refuse, saying why.
+    // `table` is the queue's, `"schema"."<table>_queue"`; the schedules' sits beside it.
+    let schedules_table = format!("{}_schedules\"", table.trim_end_matches("_queue\""));
+    let (others, declared): (i64, i64) = sqlx::query_as(&format!(
+        "SELECT (SELECT count(*) FROM {table}
+                 WHERE state IN ('queued', 'running') AND NOT (payload ? 'http')),
+                (SELECT count(*) FROM {schedules_table} WHERE stored IS NULL)"
+    ))
+    .fetch_one(pool)
+    .await?;
+    if others > 0 || declared > 0 {
+        out.message(
+            &format!(
+                "error: this queue ({table}) also serves a program ({others} waiting jobs that \
+                 are not HTTP jobs, {declared} schedules declared in code); `idem worker` runs \
+                 HTTP jobs only and would dead-letter the rest. Run it on a table of its own \
+                 (--table), where `idem schedules add` stores its schedules"
+            ),
+            Map::from_iter([("refused".into(), json!(true))]),
+        );
+        return Ok(crate::output::REFUSED);
+    }
+    let client = idem_queue::http::client();
     let workers = queue
         .worker(move |job| {
             let client = client.clone();

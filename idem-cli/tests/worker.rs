@@ -30,12 +30,14 @@ fn idem(test: &TestStore, args: &[&str]) -> Output {
 /// Each request's `Idempotency-Key` and body, and what it was answered.
 type Seen = Arc<Mutex<Vec<(String, String, u16)>>>;
 
-/// A receiver that fails each key's first two requests with 503 (`Retry-After: 0`).
+/// A receiver whose `/hook` answers each key's first request 409 and its second 503 (both
+/// with `Retry-After: 0`), then 200; and whose `/moved` redirects.
 async fn receiver(seen: Seen, succeeded: Arc<tokio::sync::Notify>) -> String {
+    let hook = seen.clone();
     let app = Router::new().route(
         "/hook",
         post(move |headers: HeaderMap, body: String| {
-            let (seen, succeeded) = (seen.clone(), succeeded.clone());
+            let (seen, succeeded) = (hook.clone(), succeeded.clone());
             async move {
                 let key = headers
                     .get("idempotency-key")
@@ -44,13 +46,18 @@ async fn receiver(seen: Seen, succeeded: Arc<tokio::sync::Notify>) -> String {
                     .to_owned();
                 let mut seen = seen.lock().unwrap();
                 let before = seen.iter().filter(|(k, _, _)| *k == key).count();
-                let status = if before < 2 { 503 } else { 200 };
+                // Still running elsewhere (as idem-http answers), then failing, then done.
+                let status = match before {
+                    0 => 409,
+                    1 => 503,
+                    _ => 200,
+                };
                 seen.push((key, body, status));
                 if status == 200 && seen.iter().filter(|(_, _, s)| *s == 200).count() >= 2 {
                     succeeded.notify_one();
                 }
                 let mut answer = HeaderMap::new();
-                if status == 503 {
+                if status != 200 {
                     answer.insert("retry-after", "0".parse().unwrap());
                 }
                 (
@@ -61,6 +68,27 @@ async fn receiver(seen: Seen, succeeded: Arc<tokio::sync::Notify>) -> String {
             }
         }),
     );
+    // A redirect: followed, the POST would arrive as a GET without its body.
+    let app = app
+        .route(
+            "/moved",
+            post(move |headers: HeaderMap| {
+                let seen = seen.clone();
+                async move {
+                    let key = headers
+                        .get("idempotency-key")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned();
+                    seen.lock().unwrap().push((key, "moved".to_owned(), 302));
+                    (StatusCode::FOUND, [("location", "/hook-get")], "")
+                }
+            }),
+        )
+        .route(
+            "/hook-get",
+            axum::routing::get(|| async { (StatusCode::OK, "a GET") }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -116,6 +144,20 @@ async fn a_stored_schedule_posts_each_tick_with_one_key_retrying_until_it_succee
         ],
     );
     assert_eq!(add.status.code(), Some(0), "{add:?}");
+    let moved_url = url.replace("/hook", "/moved");
+    let add = idem(
+        &test,
+        &[
+            "schedules",
+            "add",
+            "moved",
+            "--cron",
+            "* * * * * *",
+            "--post",
+            &moved_url,
+        ],
+    );
+    assert_eq!(add.status.code(), Some(0), "{add:?}");
 
     let mut worker = Command::new(env!("CARGO_BIN_EXE_idem"))
         .args([
@@ -140,7 +182,7 @@ async fn a_stored_schedule_posts_each_tick_with_one_key_retrying_until_it_succee
 
     let seen = seen.lock().unwrap().clone();
     let mut by_key: HashMap<&str, Vec<u16>> = HashMap::new();
-    for (key, body, status) in &seen {
+    for (key, body, status) in seen.iter().filter(|(_, body, _)| body != "moved") {
         assert!(key.starts_with("schedule:hook:"), "{key}");
         assert_eq!(body, r#"{"report":"daily"}"#);
         by_key.entry(key).or_default().push(*status);
@@ -150,7 +192,7 @@ async fn a_stored_schedule_posts_each_tick_with_one_key_retrying_until_it_succee
     for (key, statuses) in &delivered {
         assert_eq!(
             statuses.as_slice(),
-            [503, 503, 200],
+            [409, 503, 200],
             "{key}: one key, one success"
         );
     }
@@ -161,10 +203,45 @@ async fn a_stored_schedule_posts_each_tick_with_one_key_retrying_until_it_succee
     let outcomes: Vec<&str> = log.iter().map(|a| a.outcome.as_str()).collect();
     assert_eq!(outcomes, ["retried", "retried", "done"], "{log:?}");
     assert!(
-        log[0].error.as_deref().unwrap().contains("answered 503"),
+        log[0].error.as_deref().unwrap().contains("answered 409"),
         "{log:?}"
     );
+    assert!(
+        log[1].error.as_deref().unwrap().contains("answered 503"),
+        "{log:?}"
+    );
+    // A redirected tick is dead at once, never counted as delivered by a GET.
+    let moved: Vec<_> = seen.iter().filter(|(_, body, _)| body == "moved").collect();
+    assert!(!moved.is_empty(), "the moved schedule ran");
+    let (moved_key, _, _) = moved[0];
+    let status = queue.status(moved_key).await.unwrap().unwrap();
+    assert_eq!(status.state, idem_queue::JobState::Dead);
+    assert!(status
+        .last_error
+        .unwrap()
+        .contains("a redirect is not a delivery"));
+    let per_key = moved.iter().filter(|(k, _, _)| k == moved_key).count();
+    assert_eq!(per_key, 1, "dead at once: one POST, no retry");
     let listed = idem(&test, &["--json", "schedules", "list"]);
     let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(listed["schedules"][0]["name"], "hook");
+}
+
+/// On a queue that also serves a program, `idem worker` refuses to start (it would
+/// dead-letter the program's jobs), saying why.
+#[tokio::test]
+async fn the_worker_refuses_a_queue_that_serves_a_program() {
+    let test = TestStore::new("cli_worker_refuse", 4).await;
+    let queue = Queue::new(&test.store);
+    queue.migrate().await.unwrap();
+    let job = idem_queue::NewJob::new("welcome:1", &serde_json::json!({"user": 1})).unwrap();
+    let _ = queue.enqueue(job).await.unwrap();
+    let output = idem(&test, &["worker"]);
+    assert_eq!(output.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("table of its own"));
+    assert_eq!(
+        queue.stats().await.unwrap().queued,
+        1,
+        "the program's job is untouched"
+    );
 }

@@ -3,10 +3,12 @@
 //! attempt of one tick, so a receiver behind `idem-http` (or any API that honours the header)
 //! runs it once however often it is delivered.
 //!
-//! Retried with the worker's backoff on 5xx, 408, 425 and 429 (after the `Retry-After` the
-//! answer gives, when it gives one), on timeouts and on connection errors; dead at once on any
-//! other 4xx, which no retry can fix. Each failed attempt's status, duration and the first
-//! bytes of the answer go in the job's attempt log.
+//! Delivered on a 2xx answer only. Retried with the worker's backoff on 5xx, 408, 409 (a
+//! receiver still running the first delivery of the key, as `idem-http` answers), 425 and 429
+//! (after the `Retry-After` the answer gives, in seconds, when it gives one), on timeouts and
+//! on connection errors; dead at once on a redirect or any other 4xx, which no retry can fix.
+//! Each failed attempt's status, duration and the first bytes of the answer go in the job's
+//! attempt log.
 
 use std::time::{Duration, Instant};
 
@@ -18,8 +20,20 @@ use crate::{Job, JobError};
 /// How long a request may take, by default.
 pub const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How many bytes of an answer the attempt log keeps.
+/// How many bytes of an answer the attempt log keeps (and the most read of any answer).
 const ANSWER_BYTES: usize = 200;
+
+/// The longest `Retry-After` honoured: a longer one waits this long.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// The client [`post`] expects: it follows no redirect (a redirected POST would arrive as a
+/// GET without its body, and look delivered).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("a client with no redirects")
+}
 
 /// What an HTTP job sends: a JSON body POSTed to a URL. It travels as the job's payload,
 /// under `"http"`.
@@ -65,7 +79,8 @@ impl HttpTarget {
 
 /// Runs an HTTP job: POSTs its target's body with `Idempotency-Key: <the job's key>`. A job
 /// whose payload carries no target is dead-lettered, saying so. Use it as (or from) a worker's
-/// handler: `queue.worker(|job| async move { idem_queue::http::post(&client, job).await })`.
+/// handler, with a [`client`] (one that follows no redirect):
+/// `queue.worker(move |job| { let c = c.clone(); async move { idem_queue::http::post(&c, job).await } })`.
 pub async fn post(client: &reqwest::Client, job: Job) -> Result<(), JobError> {
     let Some(target) = HttpTarget::of(&job) else {
         return Err(JobError::permanent(
@@ -102,20 +117,41 @@ pub async fn post(client: &reqwest::Client, job: Job) -> Result<(), JobError> {
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
-    let answer = response.bytes().await.unwrap_or_default();
+        .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER));
+    let location = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let elapsed = started.elapsed().as_millis();
-    if status.is_success() || status.is_redirection() {
+    if status.is_success() {
         tracing::info!(url = %target.url, status = status.as_u16(), elapsed_ms = elapsed as u64, "HTTP job delivered");
         return Ok(());
     }
-    let first = String::from_utf8_lossy(&answer[..answer.len().min(ANSWER_BYTES)]).into_owned();
-    let message = format!(
-        "POST {} answered {} in {elapsed} ms: {first}",
-        target.url,
-        status.as_u16()
-    );
-    let retryable = status.is_server_error() || matches!(status.as_u16(), 408 | 425 | 429);
+    // The first bytes of the answer, for the attempt log; never the whole of a large one.
+    let mut answer = Vec::new();
+    let mut response = response;
+    while answer.len() < ANSWER_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => answer.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    answer.truncate(ANSWER_BYTES);
+    let first = String::from_utf8_lossy(&answer).into_owned();
+    let message = match location {
+        Some(location) if status.is_redirection() => format!(
+            "POST {} answered {} (to {location}) in {elapsed} ms: a redirect is not a delivery",
+            target.url,
+            status.as_u16()
+        ),
+        _ => format!(
+            "POST {} answered {} in {elapsed} ms: {first}",
+            target.url,
+            status.as_u16()
+        ),
+    };
+    let retryable = status.is_server_error() || matches!(status.as_u16(), 408 | 409 | 425 | 429);
     Err(match (retryable, retry_after) {
         (true, Some(delay)) => JobError::retry_after(delay, message),
         (true, None) => JobError::retry(message),

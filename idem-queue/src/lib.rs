@@ -136,9 +136,12 @@
 //! A handler's `Err` (any `Display` error) or panic is a failed attempt, retried after the
 //! worker's [`Backoff`]. A [`JobError`] says more: [`JobError::retry_after`] retries after the
 //! delay a provider asked for (its `Retry-After`), [`JobError::permanent`] dead-letters the job
-//! at once, whatever attempts it had left. Every attempt is kept: [`Queue::status`]'s
-//! [`attempt_log`](JobStatus::attempt_log) (and `idem jobs show`) lists each with its start,
-//! end, outcome and error, the latest 20 ended ones and the current one.
+//! at once, whatever attempts it had left (the handler's error type must be `JobError` itself:
+//! one boxed in `Box<dyn Error>` is an ordinary failure). [`Queue::status`]'s
+//! [`attempt_log`](JobStatus::attempt_log) (and `idem jobs show`) lists attempts with their
+//! start, end, outcome and error: the latest 20 that ended without completing (retried,
+//! dead-lettered, given back) and the current one. An attempt whose worker died is not in it:
+//! its claim lapsed and the next attempt took the job.
 //!
 //! ## Job states
 //!

@@ -16,7 +16,7 @@ use support::TestStore;
 
 /// The database's clock, to the second: the manual clock's start.
 async fn database_now(queue: &Queue) -> SystemTime {
-    let secs: i64 = sqlx::query_scalar("SELECT extract(epoch from now())::bigint")
+    let secs: i64 = sqlx::query_scalar("SELECT floor(extract(epoch from now()))::bigint")
         .fetch_one(queue.store().pool())
         .await
         .unwrap();
@@ -168,6 +168,43 @@ async fn a_paused_schedule_enqueues_and_misses_nothing_until_resumed() {
     assert!(!queue.pause_schedule("no-such").await.unwrap());
     assert!(queue.remove_schedule("paused").await.unwrap());
     assert!(queue.schedules().await.unwrap().is_empty());
+}
+
+/// A pause passes over the ticks after it only: ticks that fell due before it (no scheduler
+/// ran then) are still enqueued. Resuming a schedule that is not paused changes nothing.
+#[tokio::test]
+async fn a_pause_keeps_the_ticks_due_before_it_and_resume_alone_skips_nothing() {
+    let test = TestStore::new("sched_pause_before", 4).await;
+    let queue = support::queue(&test).await;
+    // Declared 20 s ago; no scheduler ran since; paused now.
+    let t0 = database_now(&queue).await - secs(20);
+    let scheduler = queue.scheduler(vec![every_second("before")]).unwrap();
+    scheduler.declare_at(t0).await.unwrap();
+    assert!(
+        queue.resume_schedule("before").await.unwrap(),
+        "not paused: nothing to end"
+    );
+    assert!(queue.pause_schedule("before").await.unwrap());
+    let pass = scheduler.pass_at(t0 + secs(25)).await.unwrap();
+    assert_eq!(
+        (pass[0].enqueued, pass[0].not_enqueued),
+        (20, 0),
+        "the 20 ticks before the pause, none of the 5 after"
+    );
+}
+
+/// What would fail at every tick is refused when the scheduler is built.
+#[tokio::test]
+async fn schedules_that_would_fail_at_every_tick_are_refused_up_front() {
+    let test = TestStore::new("sched_refused", 2).await;
+    let queue = support::queue(&test).await;
+    let huge = every_second("huge").payload(serde_json::json!({"n": 1e20}));
+    let error = queue.scheduler(vec![huge]).unwrap_err().to_string();
+    assert!(error.contains("\"huge\""), "{error}");
+    let instant = every_second("instant").catch_up(Duration::ZERO);
+    assert!(queue.scheduler(vec![instant]).is_err());
+    let twice = vec![every_second("same"), every_second("same")];
+    assert!(queue.scheduler(twice).is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -260,9 +260,13 @@ impl Schedule {
                 let whole = after.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_secs();
                 let after = SystemTime::UNIX_EPOCH + Duration::from_secs(whole);
                 let at = DateTime::<Utc>::from(after).with_timezone(zone);
-                cron.find_next_occurrence(&at, false)
+                let next = cron
+                    .find_next_occurrence(&at, false)
                     .ok()
-                    .map(|next| SystemTime::from(next.with_timezone(&Utc)))
+                    .map(|next| SystemTime::from(next.with_timezone(&Utc)))?;
+                // Never a tick at or before the moment searched from, whatever a local-time
+                // search makes of a repeated hour: a scheduler only moves forward.
+                (next > after).then_some(next)
             }
         }
     }
@@ -292,6 +296,21 @@ impl Schedule {
     /// replica, so the enqueue dedupes).
     pub fn tick_key(&self, at: SystemTime) -> String {
         tick_key(&self.name, at)
+    }
+
+    /// Fails for what would fail at every tick: a payload no job can carry, or a catch-up
+    /// window under a second (every tick would be missed).
+    pub(crate) fn check(&self) -> Result<(), ScheduleError> {
+        if self.catch_up < Duration::from_secs(1) {
+            return Err(ScheduleError(format!(
+                "schedule {:?}: a catch-up window under a second would count every tick as \
+                 missed",
+                self.name
+            )));
+        }
+        crate::NewJob::new(self.tick_key(SystemTime::UNIX_EPOCH), &self.payload)
+            .map(|_| ())
+            .map_err(|e| ScheduleError(format!("schedule {:?}: {e}", self.name)))
     }
 
     pub(crate) fn payload_value(&self) -> &Value {
@@ -510,6 +529,42 @@ mod tests {
                 "{fraction}"
             );
         }
+    }
+
+    /// Across the repeated hour of 2026-10-25 in Paris (02:00-02:59 happens in CEST, then in
+    /// CET), a schedule with a step in its time fields fires on each real quarter hour, both
+    /// passes included, in real-time order; a search that starts inside the second pass finds
+    /// the next quarter hour of that pass, never an earlier one.
+    #[test]
+    fn a_stepped_schedule_fires_every_real_quarter_through_a_repeated_hour() {
+        let s = Schedule::cron("q", "*/15 * * * *")
+            .unwrap()
+            .time_zone("Europe/Paris")
+            .unwrap();
+        // 01:30 CEST to 03:30 CET: three real hours.
+        let ticks = s.ticks(
+            utc(2026, 10, 24, 23, 30, 0),
+            utc(2026, 10, 25, 2, 30, 0),
+            100,
+        );
+        assert_eq!(
+            ticks.len(),
+            12,
+            "{:?}",
+            ticks
+                .iter()
+                .map(|t| in_zone(Tz::Europe__Paris, *t))
+                .collect::<Vec<_>>()
+        );
+        for pair in ticks.windows(2) {
+            assert_eq!(
+                pair[1].duration_since(pair[0]).unwrap(),
+                Duration::from_secs(900)
+            );
+        }
+        // 02:10 CET (01:10 UTC), inside the second pass.
+        let inside = utc(2026, 10, 25, 1, 10, 0);
+        assert_eq!(s.next_after(inside), Some(utc(2026, 10, 25, 1, 15, 0)));
     }
 
     #[test]

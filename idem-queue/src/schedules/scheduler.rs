@@ -43,8 +43,10 @@ pub struct Scheduler {
     check_every: Duration,
 }
 
-/// A running scheduler; [`shutdown`](SchedulerHandle::shutdown) stops it.
+/// A running scheduler; [`shutdown`](SchedulerHandle::shutdown) stops it. Dropped, it leaves
+/// the scheduler running for the rest of the runtime's life.
 #[derive(Debug)]
+#[must_use = "keep the handle to stop the scheduler at shutdown (dropping it leaves it running)"]
 pub struct SchedulerHandle {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
@@ -59,10 +61,13 @@ impl SchedulerHandle {
 }
 
 impl Queue {
-    /// A scheduler of `schedules` on this queue. Fails for two schedules with one name.
+    /// A scheduler of `schedules` on this queue. Fails for two schedules with one name, and
+    /// for a schedule that would fail at every tick (a payload no job can carry, a catch-up
+    /// window under a second).
     pub fn scheduler(&self, schedules: Vec<Schedule>) -> Result<Scheduler, ScheduleError> {
         let mut names = HashSet::new();
         for schedule in &schedules {
+            schedule.check()?;
             if !names.insert(schedule.name()) {
                 return Err(ScheduleError(format!(
                     "two schedules are named {:?}",
@@ -108,26 +113,37 @@ impl Scheduler {
         self.declare_at(now).await?;
         let (stop, mut stopped) = watch::channel(false);
         let task = tokio::spawn(async move {
+            // Whether the handle was dropped: the loop then runs on, unstoppable.
+            let mut detached = false;
             loop {
-                let now = match self.database_now().await {
-                    Ok(now) => now,
+                let next = match self.database_now().await {
+                    Ok(now) => {
+                        self.pass(now).await;
+                        self.schedules
+                            .iter()
+                            .filter_map(|s| s.next_after(now))
+                            .min()
+                            .and_then(|next| next.duration_since(now).ok())
+                            .unwrap_or(self.check_every)
+                            .min(self.check_every)
+                    }
+                    // No pass on another clock: a fast local clock would count ticks as late
+                    // before their grace ran out. The next pass catches up.
                     Err(e) => {
-                        tracing::warn!(error = %e, "the scheduler cannot read the database's clock");
-                        SystemTime::now()
+                        tracing::warn!(error = %e, "the scheduler cannot read the database's clock; no pass");
+                        self.check_every
                     }
                 };
-                self.pass(now).await;
-                let next = self
-                    .schedules
-                    .iter()
-                    .filter_map(|s| s.next_after(now))
-                    .min()
-                    .and_then(|next| next.duration_since(now).ok())
-                    .unwrap_or(self.check_every)
-                    .min(self.check_every);
+                if detached {
+                    tokio::time::sleep(next).await;
+                    continue;
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(next) => {}
-                    _ = stopped.changed() => break,
+                    changed = stopped.changed() => match changed {
+                        Ok(()) => break,
+                        Err(_) => detached = true,
+                    },
                 }
             }
         });
@@ -196,22 +212,43 @@ impl Scheduler {
         let paused: bool = row.get(0);
         let last_tick = from_micros(row.get(1));
         let verified_through = from_micros(row.get(2));
+        let paused_at = row.get::<Option<i64>, _>(3).map(from_micros);
+        let resumed_at = row.get::<Option<i64>, _>(4).map(from_micros);
+        // The ticks of the latest pause are passed over: after it began, and until it ended.
+        let passed_over = |at: SystemTime| match (paused_at, resumed_at) {
+            (Some(from), _) if paused => at > from,
+            (Some(from), Some(until)) => at > from && at <= until,
+            _ => false,
+        };
         let mut pass = PassReport {
             schedule: schedule.name().to_owned(),
             ..PassReport::default()
         };
 
         let ticks = schedule.ticks(last_tick, now, MAX_TICKS_PER_PASS);
-        let latest = ticks.last().copied().unwrap_or(last_tick);
         let cutoff = now
             .checked_sub(schedule.catch_up_window())
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        if !paused {
-            for &at in ticks.iter().filter(|&&at| at > cutoff) {
-                self.enqueue_tick(schedule, at).await?;
-                pass.enqueued += 1;
+        // In order, so that a failure stops the pass at the last tick handled: the next pass
+        // goes on from there, and no tick is passed over uncounted.
+        let mut latest = last_tick;
+        let mut failure = None;
+        for &at in &ticks {
+            if passed_over(at) {
+                // Paused: neither run nor missed.
+            } else if at <= cutoff {
+                pass.not_enqueued += 1;
+            } else {
+                match self.enqueue_tick(schedule, at).await {
+                    Ok(true) => pass.enqueued += 1,
+                    Ok(false) => pass.not_enqueued += 1,
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
             }
-            pass.not_enqueued = ticks.iter().filter(|&&at| at <= cutoff).count() as u64;
+            latest = at;
         }
         let next = schedule.next_after(latest.max(now));
         let advanced = sqlx::query(&sql.advance)
@@ -238,9 +275,10 @@ impl Scheduler {
             metrics::counter!(crate::metrics::SCHEDULE_MISSED, "schedule" => schedule.name().to_owned(), "reason" => "not_enqueued")
                 .increment(pass.not_enqueued);
         }
-        if !paused {
-            pass.not_completed = self.verify(schedule, now, verified_through, latest).await?;
+        if let Some(e) = failure {
+            return Err(e);
         }
+        pass.not_completed = self.verify(schedule, now, verified_through, latest).await?;
         Ok(pass)
     }
 
@@ -255,22 +293,30 @@ impl Scheduler {
         Ok(())
     }
 
-    async fn enqueue_tick(&self, schedule: &Schedule, at: SystemTime) -> Result<(), StoreError> {
+    /// Enqueues the tick at `at`: `true` when it is in the queue (now or before), `false` when
+    /// it can never be (its job refused: counted as missed), or the store's error.
+    async fn enqueue_tick(&self, schedule: &Schedule, at: SystemTime) -> Result<bool, StoreError> {
         let key = tick_key(schedule.name(), at);
-        let job = NewJob::new(key.as_str(), schedule.payload_value())
-            .map_err(|e| StoreError::msg(e.to_string()).during(Operation::Claim))?
-            .run_at(at)
-            .max_attempts(schedule.attempts());
+        let job = match NewJob::new(key.as_str(), schedule.payload_value()) {
+            Ok(job) => job.run_at(at).max_attempts(schedule.attempts()),
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "the tick's job cannot be enqueued: counted as missed");
+                return Ok(false);
+            }
+        };
         match self.queue.enqueue(job).await {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             // The tick is there with another payload (a deploy changed it meanwhile): it runs
             // as first enqueued.
             Err(EnqueueError::KeyReused { .. }) => {
                 tracing::warn!(%key, "the tick was enqueued with another payload; it runs with that one");
-                Ok(())
+                Ok(true)
             }
             Err(EnqueueError::Store(e)) => Err(e),
-            Err(e) => Err(StoreError::msg(e.to_string()).during(Operation::Claim)),
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "the tick's job was refused: counted as missed");
+                Ok(false)
+            }
         }
     }
 

@@ -52,7 +52,7 @@ pub(crate) struct ScheduleSql {
     /// `$1` name, `$2` spec, `$3` now (µs): declares a schedule; a new one starts at `$3`
     /// (no catch-up before it existed).
     pub register: String,
-    /// `$1` name: paused, last tick, verified through (µs).
+    /// `$1` name: paused, last tick, verified through, paused at, resumed at (µs).
     pub load: String,
     /// `$1` name, `$2` last tick seen (µs), `$3` new last tick (µs), `$4` missed, `$5` next
     /// tick (µs or NULL): moves the last tick on, if no other scheduler did first.
@@ -64,9 +64,10 @@ pub(crate) struct ScheduleSql {
     pub jobs: String,
     /// Every schedule's state, by name.
     pub list: String,
-    /// `$1` name, `$2` paused; resuming moves the last tick to now (the ticks of the pause are
-    /// passed over).
+    /// `$1` name: pauses it (a pause already on keeps its start).
     pub pause: String,
+    /// `$1` name: ends its pause, if it is paused.
+    pub resume: String,
     /// `$1` name.
     pub remove: String,
     /// `$1` name, `$2` spec, `$3` stored definition (JSON text): a schedule of the database's.
@@ -94,9 +95,11 @@ impl ScheduleSql {
                 t3 = ts(3)
             ),
             load: format!(
-                "SELECT paused, {}, {} FROM {s} WHERE name = $1",
+                "SELECT paused, {}, {}, {}, {} FROM {s} WHERE name = $1",
                 us("last_tick"),
-                us("verified_through")
+                us("verified_through"),
+                us("paused_at"),
+                us("resumed_at")
             ),
             advance: format!(
                 "UPDATE {s} SET last_tick = {t3}, missed = missed + $4,
@@ -129,10 +132,14 @@ impl ScheduleSql {
                 us("seen_at")
             ),
             pause: format!(
-                "UPDATE {s} SET paused = $2,
-                     last_tick = CASE WHEN $2 THEN last_tick ELSE greatest(last_tick, now()) END,
-                     verified_through = CASE WHEN $2 THEN verified_through
-                                        ELSE greatest(verified_through, now()) END
+                "UPDATE {s} SET paused_at = CASE WHEN paused THEN paused_at ELSE now() END,
+                     resumed_at = CASE WHEN paused THEN resumed_at END,
+                     paused = true
+                 WHERE name = $1"
+            ),
+            resume: format!(
+                "UPDATE {s} SET resumed_at = CASE WHEN paused THEN now() ELSE resumed_at END,
+                     paused = false
                  WHERE name = $1"
             ),
             remove: format!("DELETE FROM {s} WHERE name = $1"),
@@ -176,22 +183,23 @@ impl Queue {
             .collect())
     }
 
-    /// Pauses the schedule `name` without a deploy: schedulers pass its ticks over (neither
-    /// enqueued nor counted as missed) until it is resumed. Returns whether it exists.
+    /// Pauses the schedule `name` without a deploy: schedulers pass over its ticks from now
+    /// on (neither enqueued nor counted as missed) until it is resumed; ticks that fell due
+    /// before the pause are still enqueued or counted. Returns whether it exists.
     pub async fn pause_schedule(&self, name: &str) -> Result<bool, StoreError> {
-        self.set_paused(name, true).await
+        self.change(&self.schedule_sql.pause, name).await
     }
 
-    /// Resumes the schedule `name`: it fires from its next tick after now (the ticks of the
-    /// pause are not caught up). Returns whether it exists.
+    /// Resumes the paused schedule `name`: it fires from its next tick after now (the ticks
+    /// of the pause are not caught up). A schedule that is not paused is left as it is.
+    /// Returns whether it exists.
     pub async fn resume_schedule(&self, name: &str) -> Result<bool, StoreError> {
-        self.set_paused(name, false).await
+        self.change(&self.schedule_sql.resume, name).await
     }
 
-    async fn set_paused(&self, name: &str, paused: bool) -> Result<bool, StoreError> {
-        let done = sqlx::query(&self.schedule_sql.pause)
+    async fn change(&self, statement: &str, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(statement)
             .bind(name)
-            .bind(paused)
             .execute(self.store.pool())
             .await
             .map_err(failed(Operation::Release))?;
@@ -202,6 +210,9 @@ impl Queue {
     /// no program declares, which a scheduler of [`stored_schedules`](Self::stored_schedules)
     /// (`idem worker`) fires. Its ticks start now.
     pub async fn store_schedule(&self, schedule: &crate::Schedule) -> Result<(), StoreError> {
+        schedule
+            .check()
+            .map_err(|e| StoreError::msg(e.to_string()).during(Operation::Claim))?;
         sqlx::query(&self.schedule_sql.store)
             .bind(schedule.name())
             .bind(schedule.spec())
