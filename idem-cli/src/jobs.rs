@@ -1,32 +1,12 @@
 //! The work queue's commands: stats, list, show, retry, discard.
 
-use idem_queue::Queue;
-use idem_store_postgres::sqlx::{self, postgres::PgRow, Row};
+use idem_queue::{JobFilter, JobInfo, Queue};
+use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
 use crate::args::{JobState, Jobs};
 use crate::output::{Out, NOT_FOUND, OK, REFUSED, USAGE};
 use crate::Ctx;
-
-fn ts(column: &str) -> String {
-    format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
-}
-
-/// A running job whose lease lapsed ([`LAPSED_SQL`](idem_queue::LAPSED_SQL)):
-/// the commands show its state as `stale`; `list --state` filters on this condition and the
-/// table's own state, so that the table's state index still serves the other states.
-const LAPSED: &str = idem_queue::LAPSED_SQL;
-
-fn columns() -> String {
-    format!(
-        "key, CASE WHEN {LAPSED} THEN 'stale' ELSE state END AS state, attempts, max_attempts,
-         worker, last_error, payload::text AS payload,
-         {created} AS created_at, {available} AS available_at, {finished} AS finished_at",
-        created = ts("created_at"),
-        available = ts("available_at"),
-        finished = ts("finished_at"),
-    )
-}
 
 /// A job's attempts, oldest first: number, start, end, outcome, error.
 fn attempt_log(log: &[idem_queue::Attempt]) -> Value {
@@ -50,67 +30,53 @@ fn attempt_log(log: &[idem_queue::Attempt]) -> Value {
     )
 }
 
-fn job(row: &PgRow) -> Map<String, Value> {
-    let payload: String = row.get("payload");
-    Map::from_iter([
-        ("id".into(), json!(row.get::<String, _>("key"))),
-        ("state".into(), json!(row.get::<String, _>("state"))),
-        ("attempts".into(), json!(row.get::<i32, _>("attempts"))),
-        (
-            "max_attempts".into(),
-            json!(row.get::<i32, _>("max_attempts")),
-        ),
-        (
-            "worker".into(),
-            json!(row.get::<Option<String>, _>("worker")),
-        ),
-        (
-            "last_error".into(),
-            json!(row.get::<Option<String>, _>("last_error")),
-        ),
-        (
-            "created_at".into(),
-            json!(row.get::<String, _>("created_at")),
-        ),
-        (
-            "available_at".into(),
-            json!(row.get::<String, _>("available_at")),
-        ),
-        (
-            "finished_at".into(),
-            json!(row.get::<Option<String>, _>("finished_at")),
-        ),
-        (
-            "payload".into(),
-            serde_json::from_str(&payload).unwrap_or(Value::String(payload)),
-        ),
-    ])
+fn time(at: Option<std::time::SystemTime>) -> Value {
+    at.map_or(Value::Null, |at| {
+        json!(crate::backend::rfc3339(crate::backend::micros_of(at)))
+    })
 }
 
-async fn find(pool: &sqlx::PgPool, table: &str, id: &str) -> Result<Option<PgRow>, sqlx::Error> {
-    sqlx::query(&format!("SELECT {} FROM {table} WHERE key = $1", columns()))
-        .bind(id)
-        .fetch_optional(pool)
-        .await
+/// A job as the commands print it.
+fn job(info: &JobInfo) -> Map<String, Value> {
+    Map::from_iter([
+        ("id".into(), json!(info.key)),
+        ("state".into(), json!(info.state.as_str())),
+        ("attempts".into(), json!(info.attempts)),
+        ("max_attempts".into(), json!(info.max_attempts)),
+        ("worker".into(), json!(info.worker)),
+        ("last_error".into(), json!(info.last_error)),
+        ("created_at".into(), time(Some(info.created_at))),
+        ("available_at".into(), time(Some(info.available_at))),
+        ("finished_at".into(), time(info.finished_at)),
+        ("payload".into(), info.payload.clone()),
+    ])
 }
 
 /// The state of the queue's job `key` (`stale` for a lapsed claim), if the queue has one: a
 /// job's row is its idempotency record until it is purged, so `idem show` points at it where
 /// the records table has nothing. A schema from before the queue has no job.
 pub async fn state_of(ctx: &Ctx, key: &str) -> Result<Option<String>, sqlx::Error> {
-    let Some((pool, _, table)) = ctx.backend.postgres() else {
+    let Some((_, store, _)) = ctx.backend.postgres() else {
         return Ok(None);
     };
-    let found = sqlx::query_scalar(&format!(
-        "SELECT CASE WHEN {LAPSED} THEN 'stale' ELSE state END FROM {table} WHERE key = $1"
-    ))
-    .bind(key)
-    .fetch_optional(pool)
-    .await;
-    match found {
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(None),
-        found => found,
+    match Queue::new(store).job(key).await {
+        Ok(job) => Ok(job.map(|job| job.state.as_str().to_owned())),
+        // No queue table: a schema from before the queue, or never migrated for it.
+        Err(e) if undefined_table(&e) => Ok(None),
+        Err(e) => Err(store_failed(e)),
     }
+}
+
+/// Whether `error` comes from a table that does not exist.
+fn undefined_table(error: &idem_core::StoreError) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        if let Some(sqlx::Error::Database(db)) = e.downcast_ref::<sqlx::Error>() {
+            return db.code().as_deref() == Some("42P01");
+        }
+        source = e.source();
+    }
+    false
 }
 
 fn not_found(out: &mut Out<'_>, id: &str) -> i32 {
@@ -126,7 +92,7 @@ fn store_failed(e: idem_core::StoreError) -> sqlx::Error {
 }
 
 pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sqlx::Error> {
-    let Some((pool, store, table)) = ctx.backend.postgres() else {
+    let Some((_, store, _)) = ctx.backend.postgres() else {
         out.message(
             "the work queue is PostgreSQL's: `idem jobs` needs a postgres:// --database-url",
             Map::new(),
@@ -147,19 +113,16 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             Ok(OK)
         }
         Jobs::List { state, limit } => {
-            let rows = sqlx::query(&format!(
-                "SELECT {} FROM {} WHERE $1::text IS NULL
-                     OR (state = $1 AND NOT ({LAPSED}))
-                     OR ($1 = 'stale' AND {LAPSED})
-                 ORDER BY created_at DESC LIMIT $2",
-                columns(),
-                table
-            ))
-            .bind(state.map(JobState::as_str))
-            .bind(limit)
-            .fetch_all(pool)
-            .await?;
-            let jobs: Vec<_> = rows.iter().map(job).collect();
+            let filter = state.map(|state| match state {
+                JobState::Queued => JobFilter::Queued,
+                JobState::Running => JobFilter::Running,
+                JobState::Stale => JobFilter::Stale,
+                JobState::Done => JobFilter::Done,
+                JobState::Dead => JobFilter::Dead,
+            });
+            let limit = usize::try_from(*limit).unwrap_or(0);
+            let found = queue.jobs(filter, limit).await.map_err(store_failed)?;
+            let jobs: Vec<_> = found.iter().map(job).collect();
             out.rows(
                 "jobs",
                 &[
@@ -174,14 +137,10 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             );
             Ok(OK)
         }
-        Jobs::Show { id } => match find(pool, &table, id).await? {
-            Some(row) => {
-                let mut shown = job(&row);
-                let attempts = queue.status(id).await.map_err(store_failed)?;
-                let log = attempts
-                    .map(|status| status.attempt_log)
-                    .unwrap_or_default();
-                shown.insert("attempt_log".into(), attempt_log(&log));
+        Jobs::Show { id } => match queue.job(id).await.map_err(store_failed)? {
+            Some(info) => {
+                let mut shown = job(&info);
+                shown.insert("attempt_log".into(), attempt_log(&info.attempt_log));
                 out.object(&shown);
                 Ok(OK)
             }
@@ -195,13 +154,13 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 );
                 return Ok(OK);
             }
-            match find(pool, &table, id).await? {
+            match queue.job(id).await.map_err(store_failed)? {
                 None => Ok(not_found(out, id)),
-                Some(row) => {
-                    let state: String = row.get("state");
+                Some(info) => {
+                    let state = info.state.as_str();
                     out.message(
                         &format!("{id:?} is {state}, not dead: nothing retried"),
-                        job(&row),
+                        job(&info),
                     );
                     Ok(REFUSED)
                 }
@@ -229,13 +188,13 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 );
                 return Ok(OK);
             }
-            match find(pool, &table, id).await? {
+            match queue.job(id).await.map_err(store_failed)? {
                 None => Ok(not_found(out, id)),
-                Some(row) => {
-                    let state: String = row.get("state");
+                Some(info) => {
+                    let state = info.state.as_str();
                     out.message(
                         &format!("{id:?} is {state}, not dead: only dead jobs are discarded"),
-                        job(&row),
+                        job(&info),
                     );
                     Ok(REFUSED)
                 }

@@ -6,7 +6,9 @@ use std::time::Duration;
 use idem_core::{Operation, StoreError};
 use sqlx::Row;
 
-use super::job::{parse_payload, Attempt, DeadJob, JobState, JobStatus, QueueStats};
+use super::job::{
+    parse_payload, Attempt, DeadJob, JobFilter, JobInfo, JobState, JobStatus, QueueStats,
+};
 use super::{failed, sql, Queue};
 use idem_store_postgres::extend::Resend;
 use idem_store_postgres::extend::{duration_micros, from_micros};
@@ -70,6 +72,32 @@ impl Queue {
                 attempt_log: Attempt::log(row.get(5), state, attempts, time(6), time(7)),
             }
         }))
+    }
+
+    /// The job `key` as operators see it (what `idem jobs show` prints), or `None`.
+    pub async fn job(&self, key: &str) -> Result<Option<JobInfo>, StoreError> {
+        let row = sqlx::query(&self.sql.job)
+            .bind(key)
+            .fetch_optional(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        Ok(row.as_ref().map(job_info))
+    }
+
+    /// Up to `limit` jobs, newest first, in the state `filter` names (every job without one):
+    /// what `idem jobs list` prints.
+    pub async fn jobs(
+        &self,
+        filter: Option<JobFilter>,
+        limit: usize,
+    ) -> Result<Vec<JobInfo>, StoreError> {
+        let rows = sqlx::query(&self.sql.jobs)
+            .bind(filter.map(JobFilter::as_str))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        Ok(rows.iter().map(job_info).collect())
     }
 
     /// Up to `limit` dead-lettered jobs, oldest first.
@@ -201,5 +229,37 @@ impl Queue {
             .await
             .map_err(failed(Operation::Notify))
             .map(|_| ())
+    }
+}
+
+/// A row of the `job` and `jobs` statements.
+fn job_info(row: &sqlx::postgres::PgRow) -> JobInfo {
+    let state = match row.get::<&str, _>(1) {
+        "queued" => JobFilter::Queued,
+        "running" => JobFilter::Running,
+        "stale" => JobFilter::Stale,
+        "done" => JobFilter::Done,
+        _ => JobFilter::Dead,
+    };
+    let attempts = row.get::<i32, _>(2).unsigned_abs();
+    let time = |i: usize| row.get::<Option<i64>, _>(i).map(from_micros);
+    let stored_state = match state {
+        JobFilter::Queued => JobState::Queued,
+        JobFilter::Running | JobFilter::Stale => JobState::Running,
+        JobFilter::Done => JobState::Done,
+        JobFilter::Dead => JobState::Dead,
+    };
+    JobInfo {
+        key: row.get(0),
+        state,
+        attempts,
+        max_attempts: row.get::<i32, _>(3).unsigned_abs(),
+        worker: row.get(4),
+        last_error: row.get(5),
+        payload: parse_payload(row.get(6)),
+        created_at: time(7).unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+        available_at: time(8).unwrap_or(std::time::SystemTime::UNIX_EPOCH),
+        finished_at: time(9),
+        attempt_log: Attempt::log(row.get(10), stored_state, attempts, time(11), time(9)),
     }
 }

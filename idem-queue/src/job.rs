@@ -300,6 +300,62 @@ pub struct JobStatus {
     pub attempt_log: Vec<Attempt>,
 }
 
+/// Which jobs [`Queue::jobs`](crate::Queue::jobs) lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobFilter {
+    /// Waiting to run.
+    Queued,
+    /// Claimed, on a live lease.
+    Running,
+    /// Claimed, its lease lapsed: its worker died or stalled; the next claim takes it again.
+    Stale,
+    /// Finished.
+    Done,
+    /// Dead-lettered.
+    Dead,
+}
+
+impl JobFilter {
+    /// The name operators use: `queued`, `running`, `stale`, `done`, `dead`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobFilter::Queued => "queued",
+            JobFilter::Running => "running",
+            JobFilter::Stale => "stale",
+            JobFilter::Done => "done",
+            JobFilter::Dead => "dead",
+        }
+    }
+}
+
+/// A job as operators see it, from [`Queue::job`](crate::Queue::job) and
+/// [`Queue::jobs`](crate::Queue::jobs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobInfo {
+    /// Its key.
+    pub key: String,
+    /// Where it is; `stale` for a running job whose lease lapsed.
+    pub state: JobFilter,
+    /// Attempts so far (claims, including one running now).
+    pub attempts: u32,
+    /// Its attempt limit.
+    pub max_attempts: u32,
+    /// The worker that holds (or last held) it.
+    pub worker: Option<String>,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// The payload.
+    pub payload: Value,
+    /// When it was enqueued.
+    pub created_at: SystemTime,
+    /// When it may run (queued), or when its lease lapses (running).
+    pub available_at: SystemTime,
+    /// When it finished (done or dead).
+    pub finished_at: Option<SystemTime>,
+    /// Its attempts (see [`JobStatus::attempt_log`]).
+    pub attempt_log: Vec<Attempt>,
+}
+
 /// One attempt of a job, from its [attempt log](JobStatus::attempt_log).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {

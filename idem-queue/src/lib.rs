@@ -355,8 +355,8 @@ use idem_store_postgres::PgStore;
 pub use backoff::Backoff;
 pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL};
 pub use job::{
-    Attempt, DeadJob, EnqueueError, Enqueued, Job, JobState, JobStatus, NewJob, QueueStats,
-    DEFAULT_MAX_ATTEMPTS,
+    Attempt, DeadJob, EnqueueError, Enqueued, Job, JobFilter, JobInfo, JobState, JobStatus, NewJob,
+    QueueStats, DEFAULT_MAX_ATTEMPTS,
 };
 pub use outcome::JobError;
 pub use schedules::{

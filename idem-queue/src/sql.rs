@@ -30,6 +30,11 @@ pub(crate) struct QueueSql {
     /// `$1` key, `$2` payload (JSON text), `$3` max attempts, `$4` run-after (epoch µs or
     /// NULL for now), `$5` delay (µs). Returns (inserted, same payload as the stored row).
     pub(crate) enqueue: String,
+    /// `$1` key: the job as operators see it (`job_columns`).
+    pub(crate) job: String,
+    /// `$1` state filter (`queued`, `running`, `stale`, `done`, `dead`) or NULL, `$2` limit:
+    /// jobs newest first, as operators see them.
+    pub(crate) jobs: String,
     /// `$1` key: the stored payload equals `$2`?
     pub(crate) same_payload: String,
     /// `$1` limit, `$2` lease (µs), `$3` worker. The article's claim-then-process statement,
@@ -89,6 +94,20 @@ pub(crate) struct QueueSql {
     /// `finished_at` and kept for the rest of its keep, where it has none (its done row was its
     /// record until then).
     pub(crate) purge_done: String,
+}
+
+/// The columns of a job as operators see it: key, state (`stale` for a lapsed claim),
+/// attempts, max attempts, worker, last error, payload, created, available, finished (µs),
+/// attempt log, attempted at (µs).
+fn job_columns() -> String {
+    format!(
+        "key, CASE WHEN {LAPSED_SQL} THEN 'stale' ELSE state END, attempts, max_attempts,
+         worker, last_error, payload::text, {}, {}, {}, attempt_log::text, {}",
+        micros_sql("created_at"),
+        micros_sql("available_at"),
+        micros_sql("finished_at"),
+        micros_sql("attempted_at")
+    )
 }
 
 /// The attempt log (`attempt_log`, see migration 4) with one more entry: the attempt numbered
@@ -333,6 +352,14 @@ impl QueueSql {
                         count(*) FILTER (WHERE state = 'dead')
                  FROM {q}"
             ),
+            job: format!("SELECT {} FROM {q} WHERE key = $1", job_columns()),
+            jobs: format!(
+                "SELECT {} FROM {q} WHERE $1::text IS NULL
+                     OR (state = $1 AND NOT ({LAPSED_SQL}))
+                     OR ($1 = 'stale' AND {LAPSED_SQL})
+                 ORDER BY created_at DESC LIMIT $2",
+                job_columns()
+            ),
             status: format!(
                 "SELECT state, attempts, max_attempts, last_error, payload::text, attempt_log::text,
                         {}, {}
@@ -405,6 +432,7 @@ mod tests {
             ("dead", q.dead),
             ("release", q.release),
             ("status", q.status),
+            ("job", q.job),
             ("retry_dead", q.retry_dead),
             ("discard", q.discard),
             ("purge_done", q.purge_done),
