@@ -29,7 +29,7 @@ fn definitions(schedules: &[Schedule]) -> Vec<Value> {
 }
 
 pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32, sqlx::Error> {
-    let Some((pool, store, table)) = ctx.backend.postgres() else {
+    let Some((_, store, table)) = ctx.backend.postgres() else {
         out.message(
             "the worker runs the work queue, in PostgreSQL: `idem worker` needs a postgres:// \
              --database-url",
@@ -41,15 +41,9 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32
     queue.migrate().await.map_err(failed)?;
     // Its handler runs HTTP jobs only: on a queue that also holds a program's jobs (or
     // schedules a program declares), it would dead-letter them. Refuse, saying why.
-    // `table` is the queue's, `"schema"."<table>_queue"`; the schedules' sits beside it.
-    let schedules_table = format!("{}_schedules\"", table.trim_end_matches("_queue\""));
-    let (others, declared): (i64, i64) = sqlx::query_as(&format!(
-        "SELECT (SELECT count(*) FROM {table}
-                 WHERE state IN ('queued', 'running') AND NOT (payload ? 'http')),
-                (SELECT count(*) FROM {schedules_table} WHERE stored IS NULL)"
-    ))
-    .fetch_one(pool)
-    .await?;
+    let (others, declared) = idem_queue::http::foreign_work(&queue)
+        .await
+        .map_err(failed)?;
     if others > 0 || declared > 0 {
         out.message(
             &format!(

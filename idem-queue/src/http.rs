@@ -158,3 +158,23 @@ pub async fn post(client: &reqwest::Client, job: Job) -> Result<(), JobError> {
         (false, _) => JobError::permanent(message),
     })
 }
+
+/// What on `queue` is not HTTP work: jobs waiting or running whose payload carries no target,
+/// and schedules a program declares. A worker that runs only [`post`] (as `idem worker` does)
+/// would dead-letter such jobs: it belongs on a queue of its own, and this says whether the
+/// queue is one.
+pub async fn foreign_work(queue: &crate::Queue) -> Result<(u64, u64), idem_core::StoreError> {
+    let (schema, table) = queue.store().names();
+    let statement = format!(
+        "SELECT (SELECT count(*) FROM \"{schema}\".\"{table}_queue\"
+                 WHERE state IN ('queued', 'running') AND NOT (payload ? 'http')),
+                (SELECT count(*) FROM \"{schema}\".\"{table}_schedules\" WHERE stored IS NULL)"
+    );
+    let (jobs, schedules): (i64, i64) = sqlx::query_as(&statement)
+        .fetch_one(queue.store().pool())
+        .await
+        .map_err(|e| {
+            idem_store_postgres::extend::store_error(e).during(idem_core::Operation::Get)
+        })?;
+    Ok((jobs.unsigned_abs(), schedules.unsigned_abs()))
+}
