@@ -11,6 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use clap::Parser;
 use idem_core::{idempotent, Outcome};
 use idem_store_redis::RedisStore;
 
@@ -26,11 +27,16 @@ async fn on_payment(app: &App, payment_id: &str, amount: u64) -> Result<u64, std
     Ok(app.credited.fetch_add(amount, Ordering::SeqCst) + amount)
 }
 
+#[derive(Parser)]
+struct Args {
+    /// The Redis server.
+    #[arg(default_value = "redis://127.0.0.1:6379")]
+    url: String,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    let url = Args::parse().url;
     // The store: one multiplexed connection; each operation is one atomic script. For a
     // cluster: `RedisStore::connect_cluster(&["redis://node-1:6379", ..])`.
     let store = RedisStore::connect(&url)

@@ -9,6 +9,7 @@
 
 use std::path::PathBuf;
 
+use clap::Parser;
 use idem_core::{idempotent, Outcome};
 use idem_store_sqlite::SqliteStore;
 
@@ -28,12 +29,17 @@ async fn nightly_report(app: &App, day: &str) -> Result<(), std::io::Error> {
     writeln!(file, "report for {day}")
 }
 
+#[derive(Parser)]
+struct Args {
+    /// The database file (default: a new one in a temporary directory).
+    path: Option<PathBuf>,
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = match std::env::args().nth(1) {
-        Some(path) => PathBuf::from(path),
-        None => std::env::temp_dir().join(format!("idem-sqlite-example-{}.db", std::process::id())),
-    };
+    let path = Args::parse().path.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("idem-sqlite-example-{}.db", std::process::id()))
+    });
     // The store: one file, created if missing, in WAL mode, every claim fsynced before a body
     // runs. Each process of the machine opens the same file.
     let store = SqliteStore::open(&path).await?;

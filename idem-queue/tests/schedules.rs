@@ -270,12 +270,12 @@ async fn replicas_that_race_count_the_missed_ticks_once() {
     let (a, b) = (replica(), replica());
     a.declare_at(t0).await.unwrap();
     let table = format!("{}_schedules", test.store.table().trim_end_matches('"'));
-    let lock = support::lock_row_by(&test, &format!("{table}\""), "name", "race").await;
+    let lock = support::lock_row_where(&test, &format!("{table}\""), "name", "race").await;
     let (ra, rb) = (
         tokio::spawn(async move { a.pass_at(t0 + secs(20)).await }),
         tokio::spawn(async move { b.pass_at(t0 + secs(20)).await }),
     );
-    support::wait_for_lock_waiters(&test, 2).await;
+    support::until_lock_waits(&test, 2).await;
     lock.rollback().await.unwrap();
     let (pa, pb) = (ra.await.unwrap().unwrap(), rb.await.unwrap().unwrap());
     assert_eq!(pa[0].not_enqueued + pb[0].not_enqueued, 15);

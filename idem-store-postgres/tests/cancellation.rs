@@ -10,6 +10,7 @@ mod support;
 
 use idem_core::{Call, Claim, ClaimRequest, ClaimToken, Error, Key, Outcome, Store};
 use idem_store_postgres::sqlx::{self, Postgres, Transaction};
+use idem_store_postgres::testing::until_lock_waits;
 use idem_store_postgres::PgStore;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -49,27 +50,6 @@ async fn claim_held_by(
     let name = key(name);
     let claim = tokio::spawn(async move { claim(&store, &name, LONG).await });
     (holder, claim)
-}
-
-/// Waits until at least `n` backends of `test`'s store wait for a lock: its statements are on
-/// the wire, held.
-async fn until_lock_waits(test: &TestStore, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE application_name = $1 AND wait_event_type = 'Lock'",
-        )
-        .bind(&test.schema)
-        .fetch_one(test.store.pool())
-        .await
-        .unwrap();
-        if waiting >= n {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no statement waited on a lock");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// Waits until `(claims, completions)` wait behind the statements on the wire.

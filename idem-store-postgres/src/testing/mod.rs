@@ -14,5 +14,8 @@ mod wire;
 pub use plans::{
     arrays_scanned_per_row, fresh_claim, generic_plan, generic_plan_json, statements, whole_reads,
 };
-pub use store::{database_url, lock_row, named_pool, pg_store, pool, unique_schema, TestStore};
+pub use store::{
+    database_url, lock_row, lock_row_where, named_pool, pg_store, pool, unique_schema,
+    until_lock_waits, TestStore,
+};
 pub use wire::CountingProxy;

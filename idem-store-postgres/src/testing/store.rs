@@ -141,13 +141,51 @@ pub async fn lock_row(
     table: &str,
     key: &str,
 ) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    lock_row_where(test, table, "key", key).await
+}
+
+/// Locks the row of `table` whose `column` is `value` in a transaction of `test`'s pool, until
+/// the returned transaction ends: statements that write it wait behind it, a gate a test opens
+/// by ending the transaction.
+pub async fn lock_row_where(
+    test: &TestStore,
+    table: &str,
+    column: &str,
+    value: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
     let mut holder = test.store.pool().begin().await.unwrap();
-    sqlx::query(&format!("SELECT 1 FROM {table} WHERE key = $1 FOR UPDATE"))
-        .bind(key)
-        .execute(&mut *holder)
+    sqlx::query(&format!(
+        "SELECT 1 FROM {table} WHERE {column} = $1 FOR UPDATE"
+    ))
+    .bind(value)
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    holder
+}
+
+/// Returns once at least `n` of `test`'s connections wait for a lock: statements are on the
+/// wire, held behind a row a test locked.
+pub async fn until_lock_waits(test: &TestStore, n: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(&test.schema)
+        .fetch_one(test.store.pool())
         .await
         .unwrap();
-    holder
+        if waiting >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{waiting} of {n} statements wait on a lock"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 impl Drop for TestStore {
