@@ -41,15 +41,39 @@ impl Queue {
         Ok(stats)
     }
 
-    /// Every `every`, reads [`stats`](Self::stats) on the current Tokio runtime, which sets the
-    /// `idem_queue_jobs` gauges (see [`metrics`](super::metrics)), until the returned handle is
-    /// aborted. Failures are logged and retried at the next tick.
+    /// Every `every`, reads [`stats`](Self::stats) and
+    /// [`record_schedule_metrics`](Self::record_schedule_metrics) on the current Tokio runtime,
+    /// which set the `idem_queue_jobs` and `idem_schedule_*` gauges (see
+    /// [`metrics`](super::metrics)), until the returned handle is aborted. Failures are logged
+    /// and retried at the next tick.
     pub fn spawn_metrics(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let queue = self.clone();
         idem_core::purge::spawn_every(every, "the queue's gauges", move || {
             let queue = queue.clone();
-            async move { queue.stats().await.map(|_| 0) }
+            async move {
+                queue.stats().await?;
+                queue.record_schedule_metrics().await.map(|_| 0)
+            }
         })
+    }
+
+    /// Sets each schedule's gauges from the schedules' table: `idem_schedule_missed` (every
+    /// tick missed so far) and `idem_schedule_last_success_timestamp`. Read from the table, they
+    /// agree on every replica and hold whatever a scheduler's counter increments missed (one
+    /// that died right after its update, say): alert on these.
+    pub async fn record_schedule_metrics(&self) -> Result<(), StoreError> {
+        for state in self.schedules().await? {
+            metrics::gauge!(super::metrics::SCHEDULE_MISSED_NOW, "schedule" => state.name.clone())
+                .set(state.missed as f64);
+            if let Some(at) = state.last_success_at {
+                let secs = at
+                    .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                metrics::gauge!(super::metrics::SCHEDULE_LAST_SUCCESS, "schedule" => state.name)
+                    .set(secs);
+            }
+        }
+        Ok(())
     }
 
     /// One job's state, or `None` if no job has this key (never enqueued, discarded or purged).

@@ -226,7 +226,7 @@
 //! The scheduler reads the database's clock, so replicas with skewed clocks agree; a pass costs
 //! a read and an update of each schedule's row, plus one enqueue per tick.
 //!
-//! **HTTP targets** (feature `http`): [`http::post`] runs a job that POSTs a JSON body to a URL
+//! **HTTP targets** (feature `http`): `http::post` runs a job that POSTs a JSON body to a URL
 //! with the job's key as `Idempotency-Key` (the same on every attempt of a tick, so a receiver
 //! behind `idem-http` runs it once), retried on 5xx, 408, 425 and 429 (after their
 //! `Retry-After`), timeouts and connection errors, and dead at once on any other 4xx. Schedules

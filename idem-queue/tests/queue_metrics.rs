@@ -101,3 +101,53 @@ fn attempts_durations_and_gauges_are_recorded() {
         other => panic!("done gauge: {other:?}"),
     }
 }
+
+/// The schedules' gauges come from their table: the missed ticks a catch-up counted, the same
+/// whichever replica asks.
+#[test]
+fn schedule_gauges_are_read_from_the_table() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::with_local_recorder(&recorder, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let test = TestStore::new("q_sched_metrics", 4).await;
+                let queue = support::queue(&test).await;
+                let schedule = idem_queue::Schedule::every("gauged", Duration::from_secs(1))
+                    .unwrap()
+                    .catch_up(Duration::from_secs(5));
+                let scheduler = queue.scheduler(vec![schedule]).unwrap();
+                let t0 = std::time::SystemTime::UNIX_EPOCH
+                    + Duration::from_secs(
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                            .unwrap()
+                            .as_secs(),
+                    );
+                scheduler.declare_at(t0).await.unwrap();
+                scheduler
+                    .pass_at(t0 + Duration::from_secs(20))
+                    .await
+                    .unwrap();
+                // Another replica's queue, which counted nothing itself.
+                idem_queue::Queue::new(&test.store)
+                    .record_schedule_metrics()
+                    .await
+                    .unwrap();
+            });
+    });
+    let snapshot: Vec<_> = snapshotter.snapshot().into_vec();
+    let gauge = snapshot
+        .iter()
+        .find(|(key, _, _, _)| {
+            key.kind() == MetricKind::Gauge && key.key().name() == "idem_schedule_missed"
+        })
+        .map(|(_, _, _, value)| value);
+    match gauge {
+        Some(DebugValue::Gauge(missed)) => assert_eq!(missed.into_inner(), 15.0),
+        other => panic!("idem_schedule_missed: {other:?}"),
+    }
+}
