@@ -12,55 +12,65 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::TestStore;
 
-#[test]
-fn attempts_durations_and_gauges_are_recorded() {
+/// Runs `work` on a one-thread runtime (so every task the workers spawn records into this
+/// thread's recorder) with a recorder of its own, and returns what it recorded.
+fn recorded(
+    work: impl std::future::Future<Output = ()>,
+) -> Vec<(
+    metrics_util::CompositeKey,
+    Option<metrics::Unit>,
+    Option<metrics::SharedString>,
+    DebugValue,
+)> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
-        // One thread: every task the workers spawn records into this thread's recorder.
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
-            .block_on(async {
-                let test = TestStore::new("q_metrics", 8).await;
-                let queue = support::queue(&test).await;
-                for key in ["m:1", "m:2", "m:flaky"] {
-                    let job = NewJob::new(key, &serde_json::json!({}))
-                        .unwrap()
-                        .max_attempts(1 + usize::from(key == "m:flaky") as u32);
-                    let _ = queue.enqueue(job).await.unwrap();
-                }
-                let failures = Arc::new(AtomicUsize::new(0));
-                let workers = queue
-                    .worker(move |job: Job| {
-                        let failures = failures.clone();
-                        async move {
-                            if job.key() == "m:flaky"
-                                && failures.fetch_add(1, Ordering::SeqCst) == 0
-                            {
-                                return Err("the provider said no".to_owned());
-                            }
-                            Ok(())
-                        }
-                    })
-                    .backoff(Backoff::new(
-                        Duration::from_millis(10),
-                        Duration::from_millis(20),
-                    ))
-                    .poll_interval(Duration::from_millis(10))
-                    .start();
-                for _ in 0..500 {
-                    if queue.stats().await.unwrap().done == 3 {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                assert_eq!(queue.stats().await.unwrap().done, 3);
-                workers.shutdown(Duration::from_secs(5)).await;
-            });
+            .block_on(work)
     });
-    let snapshot: Vec<_> = snapshotter.snapshot().into_vec();
+    snapshotter.snapshot().into_vec()
+}
+
+#[test]
+fn attempts_durations_and_gauges_are_recorded() {
+    let snapshot = recorded(async {
+        let test = TestStore::new("q_metrics", 8).await;
+        let queue = support::queue(&test).await;
+        for key in ["m:1", "m:2", "m:flaky"] {
+            let job = NewJob::new(key, &serde_json::json!({}))
+                .unwrap()
+                .max_attempts(1 + usize::from(key == "m:flaky") as u32);
+            let _ = queue.enqueue(job).await.unwrap();
+        }
+        let failures = Arc::new(AtomicUsize::new(0));
+        let workers = queue
+            .worker(move |job: Job| {
+                let failures = failures.clone();
+                async move {
+                    if job.key() == "m:flaky" && failures.fetch_add(1, Ordering::SeqCst) == 0 {
+                        return Err("the provider said no".to_owned());
+                    }
+                    Ok(())
+                }
+            })
+            .backoff(Backoff::new(
+                Duration::from_millis(10),
+                Duration::from_millis(20),
+            ))
+            .poll_interval(Duration::from_millis(10))
+            .start();
+        for _ in 0..500 {
+            if queue.stats().await.unwrap().done == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(queue.stats().await.unwrap().done, 3);
+        workers.shutdown(Duration::from_secs(5)).await;
+    });
     let find = |kind: MetricKind, name: &str, label: Option<(&str, &str)>| {
         snapshot
             .iter()
@@ -106,40 +116,31 @@ fn attempts_durations_and_gauges_are_recorded() {
 /// whichever replica asks.
 #[test]
 fn schedule_gauges_are_read_from_the_table() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+    let snapshot = recorded(async {
+        let test = TestStore::new("q_sched_metrics", 4).await;
+        let queue = support::queue(&test).await;
+        let schedule = idem_queue::Schedule::every("gauged", Duration::from_secs(1))
             .unwrap()
-            .block_on(async {
-                let test = TestStore::new("q_sched_metrics", 4).await;
-                let queue = support::queue(&test).await;
-                let schedule = idem_queue::Schedule::every("gauged", Duration::from_secs(1))
+            .catch_up(Duration::from_secs(5));
+        let scheduler = queue.scheduler(vec![schedule]).unwrap();
+        let t0 = std::time::SystemTime::UNIX_EPOCH
+            + Duration::from_secs(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::SystemTime::UNIX_EPOCH)
                     .unwrap()
-                    .catch_up(Duration::from_secs(5));
-                let scheduler = queue.scheduler(vec![schedule]).unwrap();
-                let t0 = std::time::SystemTime::UNIX_EPOCH
-                    + Duration::from_secs(
-                        std::time::SystemTime::now()
-                            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-                            .unwrap()
-                            .as_secs(),
-                    );
-                scheduler.declare_at(t0).await.unwrap();
-                scheduler
-                    .pass_at(t0 + Duration::from_secs(20))
-                    .await
-                    .unwrap();
-                // Another replica's queue, which counted nothing itself.
-                idem_queue::Queue::new(&test.store)
-                    .record_schedule_metrics()
-                    .await
-                    .unwrap();
-            });
+                    .as_secs(),
+            );
+        scheduler.declare_at(t0).await.unwrap();
+        scheduler
+            .pass_at(t0 + Duration::from_secs(20))
+            .await
+            .unwrap();
+        // Another replica's queue, which counted nothing itself.
+        idem_queue::Queue::new(&test.store)
+            .record_schedule_metrics()
+            .await
+            .unwrap();
     });
-    let snapshot: Vec<_> = snapshotter.snapshot().into_vec();
     let gauge = snapshot
         .iter()
         .find(|(key, _, _, _)| {
