@@ -5,8 +5,8 @@ use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
 use crate::args::{JobState, Jobs};
+use crate::connect::Ctx;
 use crate::output::{Out, NOT_FOUND, OK, REFUSED, USAGE};
-use crate::Ctx;
 
 /// A job's attempts, oldest first: number, start, end, outcome, error.
 fn attempt_log(log: &[idem_queue::Attempt]) -> Value {

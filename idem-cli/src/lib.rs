@@ -42,6 +42,7 @@
 
 mod args;
 mod backend;
+mod connect;
 mod jobs;
 mod output;
 mod records;
@@ -50,18 +51,11 @@ mod worker;
 
 use clap::Parser;
 use idem_store_postgres::sqlx;
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
-use idem_store_postgres::PgStore;
 use std::io::Write;
-use std::time::Duration;
 
 pub use args::{Args, Command};
+use connect::{connect, Ctx};
 use output::{Out, FAILED, OK, USAGE};
-
-/// What every command works on.
-pub(crate) struct Ctx {
-    backend: backend::Backend,
-}
 
 /// Runs `idem` with `args` (the first is the program's name), printing to `out` (usage errors
 /// and failures to `err`), and returns its exit status.
@@ -121,73 +115,6 @@ where
             FAILED
         }
     }
-}
-
-/// The store `url` names: `redis://` (several, comma-separated: a cluster), `sqlite://PATH`
-/// (or `sqlite:PATH`), else PostgreSQL.
-async fn connect(
-    url: &str,
-    schema: &str,
-    table: &str,
-    prefix: &str,
-) -> Result<backend::Backend, (i32, String)> {
-    if url.starts_with("redis://") || url.starts_with("rediss://") {
-        let nodes: Vec<&str> = url.split(',').collect();
-        let store = match nodes.as_slice() {
-            [one] => idem_store_redis::RedisStore::connect(one).await,
-            nodes => idem_store_redis::RedisStore::connect_cluster(nodes).await,
-        }
-        .map_err(|e| (FAILED, format!("cannot connect to Redis: {e}")))?;
-        if prefix.is_empty() || prefix.contains(['{', '}']) {
-            return Err((
-                USAGE,
-                format!("--redis-prefix {prefix:?} may not be empty or hold braces"),
-            ));
-        }
-        return Ok(backend::Backend::Redis {
-            store: store.prefix(prefix),
-        });
-    }
-    if let Some(path) = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-    {
-        if !std::path::Path::new(path).exists() {
-            return Err((FAILED, format!("no SQLite database at {path:?}")));
-        }
-        let store = idem_store_sqlite::SqliteStore::open(path)
-            .await
-            .map_err(|e| {
-                (
-                    FAILED,
-                    format!("cannot open the SQLite database {path:?}: {e}"),
-                )
-            })?;
-        let store = idem_store_sqlite::SqliteStore::with_table(store.pool().clone(), table)
-            .map_err(|e| (USAGE, e.to_string()))?;
-        return Ok(backend::Backend::Sqlite {
-            store,
-            table: table.to_owned(),
-        });
-    }
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(url)
-        .await
-        .map_err(|e| (FAILED, format!("cannot connect to the database: {e}")))?;
-    let store = PgStore::builder(pool.clone())
-        .schema(schema.to_owned())
-        .table(table.to_owned())
-        .through_pool()
-        .build()
-        .map_err(|e| (USAGE, e.to_string()))?;
-    Ok(backend::Backend::Postgres {
-        pool,
-        store,
-        schema: schema.to_owned(),
-        table: table.to_owned(),
-    })
 }
 
 async fn execute(ctx: &Ctx, out: &mut Out<'_>, command: &Command) -> Result<i32, sqlx::Error> {

@@ -7,8 +7,8 @@ use serde_json::{json, Map};
 
 use crate::args::State;
 use crate::backend::RecordRow;
+use crate::connect::Ctx;
 use crate::output::{Out, NOT_FOUND, OK, REFUSED, USAGE};
-use crate::Ctx;
 
 const LIST_COLUMNS: [&str; 6] = ["key", "scope", "state", "fence", "holder", "lease_left_s"];
 

@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 
 use crate::args::Schedules;
 use crate::backend::{micros_of, rfc3339};
+use crate::connect::Ctx;
 use crate::output::{Out, NOT_FOUND, OK, USAGE};
-use crate::Ctx;
 
 fn time(at: Option<SystemTime>) -> Value {
     at.map_or(Value::Null, |at| json!(rfc3339(micros_of(at))))

@@ -6,8 +6,8 @@ use idem_queue::{Queue, Schedule, SchedulerHandle};
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
+use crate::connect::Ctx;
 use crate::output::{Out, OK, USAGE};
-use crate::Ctx;
 
 /// How often the worker reads the stored schedules again: a schedule added, changed or
 /// removed with `idem schedules` is fired (or stops firing) within this.

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::{fail, free_port, ClusterError};
+use crate::error::{fail, ClusterError};
+use crate::port::free_port;
 
 /// The server Redis tests use: `REDIS_URL`, which `scripts/test` sets (starting a throwaway
 /// server when it was unset). A Redis test without a server fails, loudly, with this message.

@@ -26,17 +26,12 @@ use std::time::{Duration, Instant};
 
 use crate::context::CallContext;
 use crate::key::Key;
-use crate::store::{Fence, Fenced, Store};
+use crate::store::{Fence, Store};
 
-/// How many renewals fit in one lease: a claim is renewed every `lease / RENEWALS_PER_LEASE`.
-pub const RENEWALS_PER_LEASE: u32 = 3;
-
-/// The interval between renewals of a claim held for `lease` (a third of it, at least 1 ms).
-pub fn renew_every(lease: Duration) -> Duration {
-    (lease / RENEWALS_PER_LEASE).max(Duration::from_millis(1))
-}
-
+mod renew;
 mod watch;
+
+pub use renew::{renew_every, RENEWALS_PER_LEASE};
 
 /// A held claim, renewed on the [policy](self) by
 /// [`renew_in_background`](Self::renew_in_background).
@@ -76,35 +71,5 @@ impl Renewal {
     pub fn stop(self) -> Option<impl Future<Output = ()> + Send + 'static> {
         let lease = self.lease;
         self.watched.take().map(|renewing| renewing.stop(lease))
-    }
-}
-
-/// Renews the claim at once, then every [`renew_every`], until a newer run took the key over
-/// (its completion will then be refused) or `stopped` says so. Each renewal is sent holding
-/// `stopped`'s lock, so a stop waits for it. Store errors are logged and the next renewal tries
-/// again.
-async fn keep_renewed(context: &CallContext, lease: Duration, stopped: &tokio::sync::Mutex<bool>) {
-    let every = renew_every(lease);
-    let (store, key, fence) = (context.store(), context.key(), context.fence());
-    loop {
-        {
-            let stopped = stopped.lock().await;
-            if *stopped {
-                return;
-            }
-            match store.renew(key, fence, lease).await {
-                Ok(Fenced::Applied) => tracing::trace!(%key, "lease renewed"),
-                Ok(Fenced::Lost) => {
-                    tracing::warn!(
-                        %key,
-                        "claim lost while the handler runs (a newer run took the key over); \
-                         its completion will be refused"
-                    );
-                    return;
-                }
-                Err(e) => tracing::warn!(%key, error = %e, "lease renewal failed; will retry"),
-            }
-        }
-        tokio::time::sleep(every).await;
     }
 }

@@ -7,7 +7,7 @@
 //! puts its claim on the watch (a slot in one table: a lock and a write) and takes it off when
 //! it settles. The watch's thread sleeps until the earliest first renewal of the claims on it;
 //! for each one still running by then it spawns the renewal task on the call's runtime, which
-//! from then on renews every third of a lease ([`super::renew_every`]).
+//! from then on renews every third of a lease ([`renew_every`]).
 //!
 //! The watch thread is not a runtime worker, so a body that blocks its worker does not stop
 //! it, and a task it spawns goes to the runtime's shared queue, which any free worker takes.
@@ -20,6 +20,7 @@ use crossbeam_utils::CachePadded;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 
+use super::renew::{keep_renewed, renew_every};
 use crate::context::CallContext;
 
 /// Claims whose first renewal falls due within this of the watch's wake-up are started in
@@ -205,7 +206,7 @@ impl Watch {
                 let wire = Arc::new(tokio::sync::Mutex::new(false));
                 let stopped = wire.clone();
                 let task = runtime.spawn(async move {
-                    super::keep_renewed(&context, lease, &stopped).await;
+                    keep_renewed(&context, lease, &stopped).await;
                 });
                 *slot = Slot::Renewing(Renewing {
                     task: task.abort_handle(),
@@ -245,7 +246,7 @@ pub(crate) struct Watched {
 /// Outside a Tokio runtime (the renewal runs on the caller's runtime).
 pub(crate) fn start(context: &CallContext, lease: Duration, claimed_at: Instant) -> Watched {
     let runtime = Handle::current();
-    let due = claimed_at + super::renew_every(lease);
+    let due = claimed_at + renew_every(lease);
     let watch = watch();
     let table_index = table_of_this_thread();
     let waiting = Slot::Waiting {
