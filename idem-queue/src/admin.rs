@@ -6,10 +6,11 @@ use std::time::Duration;
 use idem_core::{Operation, StoreError};
 use sqlx::Row;
 
-use super::job::{
+use crate::job::{
     parse_payload, Attempt, DeadJob, JobFilter, JobInfo, JobState, JobStatus, QueueStats,
 };
-use super::{failed, sql, Queue};
+use crate::queue::{failed, Queue};
+use crate::sql;
 use idem_store_postgres::extend::Resend;
 use idem_store_postgres::extend::{duration_micros, from_micros};
 
@@ -35,7 +36,7 @@ impl Queue {
             ("done", stats.done),
             ("dead", stats.dead),
         ] {
-            metrics::gauge!(super::metrics::JOBS_IN_STATE, "queue" => self.sql.name.clone(), "state" => state)
+            metrics::gauge!(crate::metrics::JOBS_IN_STATE, "queue" => self.sql.name.clone(), "state" => state)
                 .set(n as f64);
         }
         Ok(stats)
@@ -63,13 +64,13 @@ impl Queue {
     /// that died right after its update, say): alert on these.
     pub async fn record_schedule_metrics(&self) -> Result<(), StoreError> {
         for state in self.schedules().await? {
-            metrics::gauge!(super::metrics::SCHEDULE_MISSED_NOW, "schedule" => state.name.clone())
+            metrics::gauge!(crate::metrics::SCHEDULE_MISSED_NOW, "schedule" => state.name.clone())
                 .set(state.missed as f64);
             if let Some(at) = state.last_success_at {
                 let secs = at
                     .duration_since(std::time::SystemTime::UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());
-                metrics::gauge!(super::metrics::SCHEDULE_LAST_SUCCESS, "schedule" => state.name)
+                metrics::gauge!(crate::metrics::SCHEDULE_LAST_SUCCESS, "schedule" => state.name)
                     .set(secs);
             }
         }

@@ -1,27 +1,24 @@
 //! Configuring workers: [`WorkerBuilder`], and the settings every role of a running set of
 //! workers shares.
 
-use crate::outcome::Failure;
 use std::fmt::Display;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::backoff::Backoff;
-use super::held::Held;
-use super::job::Job;
-use super::producer::ProducerConfig;
-use super::workers::Workers;
-use super::Queue;
+use crate::backoff::Backoff;
+use crate::held::{Held, Holder};
+use crate::job::Job;
+use crate::outcome::Failure;
+use crate::producer::ProducerConfig;
+use crate::queue::Queue;
+use crate::shared::{Handler, Shared};
+use crate::workers::Workers;
 
 /// How often idle workers look for work that no notification announces (retries coming due,
 /// run-after times reached, crashed workers' leases lapsing), unless
 /// [`WorkerBuilder::poll_interval`] says otherwise.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
-
-type BoxFuture = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send>>;
-pub(crate) type Handler = Arc<dyn Fn(Job) -> BoxFuture + Send + Sync>;
 
 /// Configures [`Workers`]; from [`Queue::worker`].
 pub struct WorkerBuilder {
@@ -132,16 +129,21 @@ impl WorkerBuilder {
     ///
     /// Outside a Tokio runtime.
     pub fn start(self) -> Workers {
-        let worker = format!("{}:{:x}", std::process::id(), super::backoff::random());
+        let worker = format!("{}:{:x}", std::process::id(), crate::backoff::random());
+        let holder = Arc::new(Holder {
+            store: self.queue.store().clone(),
+            sql: self.queue.sql.clone(),
+            lease: self.lease,
+            worker,
+            held: Held::default(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+        });
         let shared = Arc::new(Shared {
             handler: self.handler,
-            lease: self.lease,
             backoff: self.backoff,
             timeout: self.timeout,
-            held: Held::default(),
-            worker,
+            holder,
             queue: self.queue,
-            stopping: std::sync::atomic::AtomicBool::new(false),
             cut: tokio::sync::watch::Sender::new(false),
             cut_released: std::sync::atomic::AtomicUsize::new(0),
         });
@@ -155,22 +157,18 @@ impl WorkerBuilder {
     }
 }
 
-/// What the roles of one set of workers share.
-pub(crate) struct Shared {
-    pub queue: Queue,
-    pub handler: Handler,
-    pub lease: Duration,
-    pub backoff: Backoff,
-    pub timeout: Option<Duration>,
-    /// The claims this process holds.
-    pub held: Held,
-    /// This set of workers' name in the queue table (`pid:random`).
-    pub worker: String,
-    /// Set once the workers stop: completions then claim no next job.
-    pub stopping: std::sync::atomic::AtomicBool,
-    /// Set at the shutdown's deadline: running handlers are cut there, and their calls settle
-    /// (a job whose handler had finished is recorded as done, never cut and run again).
-    pub cut: tokio::sync::watch::Sender<bool>,
-    /// Jobs whose handlers were cut at the deadline and given back to the queue.
-    pub cut_released: std::sync::atomic::AtomicUsize,
+impl Queue {
+    /// Workers that run `handler` for each job; configure, then [`start`](WorkerBuilder::start).
+    ///
+    /// The handler's `Err` (any `Display` error) and its panics are failures: the job is
+    /// retried after a [`Backoff`], and dead-lettered after its last attempt with the error's
+    /// text.
+    pub fn worker<H, F, E>(&self, handler: H) -> WorkerBuilder
+    where
+        H: Fn(Job) -> F + Send + Sync + 'static,
+        F: Future<Output = Result<(), E>> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        WorkerBuilder::new(self.clone(), handler)
+    }
 }

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::builder::Shared;
-use super::producer::Claimed;
+use crate::claimed::Claimed;
+use crate::held::Holder;
 use idem_store_postgres::extend::duration_micros;
 use idem_store_postgres::extend::Resend;
 
@@ -27,8 +27,8 @@ pub(crate) enum Settle {
 
 /// Records how `job`'s claim ended, fenced by its attempt: a claim taken over meanwhile (its
 /// lease lapsed) is left to its new owner.
-pub(crate) async fn settle(shared: &Shared, job: &Claimed, settle: Settle) {
-    let sql = &shared.queue.sql;
+pub(crate) async fn settle(holder: &Holder, job: &Claimed, settle: Settle) {
+    let sql = &holder.sql;
     let query = || match &settle {
         Settle::Done => sqlx::query(&sql.done)
             .bind(vec![job.key.clone()])
@@ -47,7 +47,7 @@ pub(crate) async fn settle(shared: &Shared, job: &Claimed, settle: Settle) {
             .bind(vec![job.attempt])
             .bind(duration_micros(*delay)),
     };
-    match idem_store_postgres::on_connection!(shared.queue.store, Resend::OnLostConnection, conn => query().execute(&mut *conn))
+    match idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => query().execute(&mut *conn))
     {
         Ok(done) if done.rows_affected() == 0 => tracing::warn!(
             "the job's claim was taken over before it was settled (its lease lapsed)"
@@ -64,8 +64,8 @@ pub(crate) async fn settle(shared: &Shared, job: &Claimed, settle: Settle) {
 /// Gives every claim still held back to the queue, at once and without counting it. (A job
 /// that never ran has no record to free: its claim reserved the record's fence and wrote
 /// nothing.)
-pub(crate) async fn release_held(shared: &Shared) -> usize {
-    let held = shared.held.snapshot();
+pub(crate) async fn release_held(holder: &Holder) -> usize {
+    let held = holder.held.snapshot();
     if held.is_empty() {
         return 0;
     }
@@ -73,7 +73,7 @@ pub(crate) async fn release_held(shared: &Shared) -> usize {
         .iter()
         .map(|(key, attempt)| (key.as_str(), *attempt))
         .unzip();
-    let result = idem_store_postgres::on_connection!(shared.queue.store, Resend::OnLostConnection, conn => sqlx::query(&shared.queue.sql.release)
+    let result = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sqlx::query(&holder.sql.release)
         .bind(&keys)
         .bind(&attempts)
         .bind(0i64)

@@ -3,7 +3,8 @@
 use idem_core::{Operation, StoreError};
 use sqlx::{PgExecutor, Row};
 
-use super::{EnqueueError, Enqueued, NewJob, Queue};
+use crate::job::{EnqueueError, Enqueued, NewJob};
+use crate::queue::Queue;
 use idem_store_postgres::extend::duration_micros;
 use idem_store_postgres::extend::store_error;
 

@@ -11,13 +11,14 @@ use futures_util::FutureExt;
 use idem_core::{Call, Claim, Error, Fence, Outcome};
 use tracing::Instrument;
 
-use super::builder::Shared;
-use super::completer::{settle, Settle};
-use super::job::{parse_payload, Job};
-use super::job_store::JobStore;
-use super::producer::Claimed;
-use super::rescuer::rescue;
+use crate::claimed::Claimed;
+use crate::completer::{settle, Settle};
+use crate::job::{parse_payload, Job};
+use crate::job_record::{JOB_KEEP, QUEUE_SCOPE};
+use crate::job_store::JobStore;
 use crate::outcome::Failure;
+use crate::rescuer::rescue;
+use crate::shared::Shared;
 use idem_store_postgres::extend::from_micros;
 
 /// The longest error text kept with a job.
@@ -48,7 +49,7 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
             lease_expires_at: from_micros(expires_us),
             taken_over: false,
         }),
-        Some(Arc::clone(shared)),
+        Some(Arc::clone(&shared.holder)),
     );
     let settled = match rescue(&job) {
         Some(settle) => Some(settle),
@@ -62,13 +63,13 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
         Some(Settle::Dead { .. }) => "dead",
         Some(Settle::Release { .. }) => "released",
     };
-    metrics::counter!(super::metrics::JOBS, "outcome" => outcome).increment(1);
-    metrics::histogram!(super::metrics::JOB_SECONDS).record(started.elapsed().as_secs_f64());
+    metrics::counter!(crate::metrics::JOBS, "outcome" => outcome).increment(1);
+    metrics::histogram!(crate::metrics::JOB_SECONDS).record(started.elapsed().as_secs_f64());
     // `None`: settled already (with the call's completion), or another claim owns the job.
     if let Some(how) = settled {
-        settle(shared, &job, how).await;
+        settle(&shared.holder, &job, how).await;
     }
-    shared.held.forget(&job.key, job.attempt);
+    shared.holder.held.forget(&job.key, job.attempt);
     store.take_next()
 }
 
@@ -111,10 +112,10 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
     // call with the panic, caught here: the call runs in this task, not one of its own.
     let joined = AssertUnwindSafe(
         Call::new(store, job.key.as_str())
-            .scope(super::QUEUE_SCOPE)
+            .scope(QUEUE_SCOPE)
             .name("idem::queue::run")
-            .lease(shared.lease)
-            .keep(super::JOB_KEEP)
+            .lease(shared.holder.lease)
+            .keep(JOB_KEEP)
             .run(work),
     )
     .catch_unwind()

@@ -1,9 +1,33 @@
-//! The claims this process holds, by job key: what the completer gives back at shutdown.
+//! Who holds a set of workers' claims: its name in the queue's table, its lease, and the
+//! claims it holds by job key (what the completer gives back at shutdown). A completion that
+//! claims the next job for its slot claims it for this holder.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use super::producer::Claimed;
+use idem_store_postgres::PgStore;
+
+use crate::claimed::Claimed;
+use crate::sql::QueueSql;
+
+/// A set of workers as the holder of claims in the queue's table.
+#[derive(Debug)]
+pub(crate) struct Holder {
+    /// The store whose queue the claims are in.
+    pub store: PgStore,
+    /// The queue's statements.
+    pub sql: Arc<QueueSql>,
+    /// How long a claim holds without renewal.
+    pub lease: Duration,
+    /// The workers' name in the queue table (`pid:random`).
+    pub worker: String,
+    /// The claims held now.
+    pub held: Held,
+    /// Set once the workers stop: completions then claim no next job.
+    pub stopping: AtomicBool,
+}
 
 /// The held claims: each job's key, with its attempt (the queue row's fence).
 #[derive(Debug, Default)]

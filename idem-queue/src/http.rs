@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Job, JobError};
+use crate::job::Job;
+use crate::outcome::JobError;
 
 /// How long a request may take, by default.
 pub const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -163,7 +164,9 @@ pub async fn post(client: &reqwest::Client, job: Job) -> Result<(), JobError> {
 /// and schedules a program declares. A worker that runs only [`post`] (as `idem worker` does)
 /// would dead-letter such jobs: it belongs on a queue of its own, and this says whether the
 /// queue is one.
-pub async fn foreign_work(queue: &crate::Queue) -> Result<(u64, u64), idem_core::StoreError> {
+pub async fn foreign_work(
+    queue: &crate::queue::Queue,
+) -> Result<(u64, u64), idem_core::StoreError> {
     let (schema, table) = queue.store().names();
     let statement = format!(
         "SELECT (SELECT count(*) FROM \"{schema}\".\"{table}_queue\"

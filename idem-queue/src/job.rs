@@ -10,6 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::schedules::tick::{parse_tick_key, Tick};
+
 /// How many times a job runs before it is dead-lettered, unless [`NewJob::max_attempts`] says
 /// otherwise.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 20;
@@ -224,8 +226,8 @@ pub struct Job {
 impl Job {
     /// The schedule and tick this job was enqueued for, if a [`Scheduler`](crate::Scheduler)
     /// enqueued it (its key is `schedule:NAME:TIME`).
-    pub fn tick(&self) -> Option<crate::Tick> {
-        crate::schedules::parse_tick_key(&self.key).map(|(schedule, at)| crate::Tick {
+    pub fn tick(&self) -> Option<Tick> {
+        parse_tick_key(&self.key).map(|(schedule, at)| Tick {
             schedule: schedule.to_owned(),
             at,
         })

@@ -326,6 +326,7 @@
 mod admin;
 mod backoff;
 mod builder;
+mod claimed;
 mod completer;
 mod enqueue;
 mod executor;
@@ -333,24 +334,21 @@ mod held;
 #[cfg(feature = "http")]
 pub mod http;
 mod job;
+mod job_completion;
+mod job_record;
 mod job_store;
 mod listen;
 pub mod metrics;
 mod outcome;
 mod producer;
+mod queue;
 mod rescuer;
 mod schedules;
+mod shared;
 mod sql;
 #[cfg(test)]
 mod test_store;
 mod workers;
-
-use std::sync::Arc;
-
-use idem_core::{Operation, StoreError};
-
-use idem_store_postgres::extend::store_error;
-use idem_store_postgres::PgStore;
 
 pub use backoff::Backoff;
 pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL};
@@ -358,101 +356,16 @@ pub use job::{
     Attempt, DeadJob, EnqueueError, Enqueued, Job, JobFilter, JobInfo, JobState, JobStatus, NewJob,
     QueueStats, DEFAULT_MAX_ATTEMPTS,
 };
+pub use job_record::QUEUE_SCOPE;
 pub use outcome::JobError;
+pub use producer::ShutdownReport;
+pub use queue::Queue;
 pub use schedules::{
     PassReport, Schedule, ScheduleError, ScheduleState, Scheduler, SchedulerHandle, Tick,
     DEFAULT_CATCH_UP, DEFAULT_CHECK_EVERY, DEFAULT_GRACE, MAX_NAME_LEN,
 };
-pub use workers::{ShutdownReport, Workers};
-
-use idem_store_postgres::extend::Batcher;
-use job_store::JobCompleteOp;
-use sql::QueueSql;
-
-/// The scope of the queue's jobs' records: a job's key names one record of its own, apart
-/// from any `#[idempotent]` handler's record with the same key text.
-pub const QUEUE_SCOPE: &str = "idem:queue";
-
-/// The SQL condition a row of the queue's table meets when its job is running on a lease that
-/// lapsed: its worker died or stalled, and the next claim takes the job again.
-/// [`QueueStats::stale`] counts these rows, and `idem jobs` shows their state as `stale`.
-pub const LAPSED_SQL: &str = "(state = 'running' AND available_at <= now())";
-
-/// How long a finished job's idempotency record is kept: idem-core's default `keep`. While the
-/// job's row is in the queue (until [`Queue::purge_done`] deletes it), the done row is the
-/// record; purging a job that finished less than this ago writes its record for the rest.
-pub(crate) const JOB_KEEP: std::time::Duration = idem_core::DEFAULT_KEEP;
-
-/// The queue's migrations: its table, `<table>_queue`, beside the store's records, with its
-/// history in `<table>_queue_migrations`.
-static MIGRATIONS: idem_store_postgres::extend::Migrations =
-    idem_store_postgres::extend::Migrations::new("idem-queue", "queue_migrations", &MIGRATOR);
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
-
-/// The work queue of a [`PgStore`]: table `<table>_queue` next to its records, created by
-/// [`Queue::migrate`]. Build it once at start-up ([`Queue::new`] writes its statements);
-/// clones are cheap and share them. See the [module docs](self).
-#[derive(Debug, Clone)]
-pub struct Queue {
-    store: PgStore,
-    sql: Arc<QueueSql>,
-    /// The completions of concurrent jobs, batched as the store batches calls' (when it does),
-    /// with at least two statements in flight: each also claims the next jobs for the slots it
-    /// frees, so with one in flight two workers' jobs would take turns on the wire, each
-    /// waiting for the other's completion to claim its next job.
-    completions: Option<Arc<Batcher<JobCompleteOp>>>,
-    /// The schedules' statements.
-    schedule_sql: Arc<schedules::ScheduleSql>,
-}
-
-fn failed(operation: Operation) -> impl FnOnce(sqlx::Error) -> StoreError {
-    move |e| store_error(e).during(operation)
-}
-
-impl Queue {
-    /// The queue of `store` (table `<table>_queue` in the store's schema), whose jobs run as
-    /// idempotent calls on that store.
-    pub fn new(store: &PgStore) -> Queue {
-        Queue {
-            sql: Arc::new(QueueSql::new(store)),
-            schedule_sql: Arc::new(schedules::ScheduleSql::new(
-                store.names().0,
-                store.names().1,
-            )),
-            store: store.clone(),
-            completions: store
-                .batch_drivers()
-                .map(|drivers| Arc::new(Batcher::new(drivers.max(2)))),
-        }
-    }
-
-    /// Creates or upgrades the store's records table ([`PgStore::migrate`]) and the queue's
-    /// own, by applying the versioned migrations not applied yet. Safe to call from many
-    /// processes at once and on every start-up.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.store.migrate().await?;
-        MIGRATIONS.apply(&self.store).await
-    }
-
-    /// The store whose records the queue's jobs run under.
-    pub fn store(&self) -> &PgStore {
-        &self.store
-    }
-
-    /// Workers that run `handler` for each job; configure, then [`start`](WorkerBuilder::start).
-    ///
-    /// The handler's `Err` (any `Display` error) and its panics are failures: the job is
-    /// retried after a [`Backoff`], and dead-lettered after its last attempt with the error's
-    /// text.
-    pub fn worker<H, F, E>(&self, handler: H) -> WorkerBuilder
-    where
-        H: Fn(Job) -> F + Send + Sync + 'static,
-        F: std::future::Future<Output = Result<(), E>> + Send + 'static,
-        E: std::fmt::Display + Send + 'static,
-    {
-        WorkerBuilder::new(self.clone(), handler)
-    }
-}
+pub use sql::LAPSED_SQL;
+pub use workers::Workers;
 
 /// The README's example, compiled with the doc tests so that it stays true.
 #[cfg(doctest)]

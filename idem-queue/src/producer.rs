@@ -7,24 +7,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 use tokio::sync::{watch, Notify};
 use tokio::task::{JoinError, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::builder::Shared;
-use super::completer::release_held;
-use super::executor::run;
-use super::listen::listen;
-use super::workers::ShutdownReport;
+use crate::claimed::Claimed;
+use crate::completer::release_held;
+use crate::executor::run;
+use crate::held::Holder;
+use crate::listen::listen;
+use crate::shared::Shared;
 use idem_store_postgres::extend::duration_micros;
 use idem_store_postgres::extend::Resend;
 
 /// How long calls cut at the shutdown's deadline get to settle before their tasks are aborted.
 const SETTLE_AFTER_CUT: Duration = Duration::from_secs(5);
 
+/// How the producer fills this process's slots.
 pub(crate) struct ProducerConfig {
     pub concurrency: usize,
     pub batch_size: usize,
@@ -32,22 +32,19 @@ pub(crate) struct ProducerConfig {
     pub listen: bool,
 }
 
-/// A claimed row.
-#[derive(Debug)]
-pub(crate) struct Claimed {
-    pub key: String,
-    pub payload: String,
-    pub attempt: i32,
-    pub max_attempts: i32,
-    /// The fence the claim reserved for the key's idempotency record, when the key had none
-    /// (the job's row is the record until one is written): (fence, the claim's lease end in
-    /// epoch µs).
-    pub record: Option<(i64, i64)>,
+/// What [`Workers::shutdown`](crate::Workers::shutdown) did with the jobs that were running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShutdownReport {
+    /// Jobs that finished (and were settled) within the deadline.
+    pub finished: usize,
+    /// Jobs stopped at the deadline and given back to the queue, their attempt not counted.
+    /// Their handlers were cut off mid-run, so they run again from the start.
+    pub released: usize,
 }
 
 /// Runs the workers until `stopping` names a deadline. `idle` says whether they are idle: no job
 /// running, and the last look for work found none at a time when new work would be announced
-/// to them (see [`Workers::wait_idle`](super::Workers::wait_idle)).
+/// to them (see [`Workers::wait_idle`](crate::Workers::wait_idle)).
 pub(crate) async fn produce(
     shared: Arc<Shared>,
     config: ProducerConfig,
@@ -87,7 +84,7 @@ pub(crate) async fn produce(
         let announced = !config.listen || listening.load(Ordering::SeqCst);
         // Whether this look found all the work there was, at a time it would be announced.
         let mut drained = false;
-        let starved = match claim(&shared, want).await {
+        let starved = match claim(&shared.holder, want).await {
             Ok(jobs) => {
                 let got = jobs.len();
                 drained = got < want && announced;
@@ -120,7 +117,7 @@ pub(crate) async fn produce(
     }
 
     // From now on completions claim no next job (see `job_store`).
-    shared.stopping.store(true, Ordering::SeqCst);
+    shared.holder.stopping.store(true, Ordering::SeqCst);
     let deadline = stopping.borrow().unwrap_or_else(Instant::now);
     while let Some(joined) = tasks.try_join_next() {
         log_join(joined);
@@ -146,7 +143,7 @@ pub(crate) async fn produce(
     .await;
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
-    let released = release_held(&shared).await + shared.cut_released.load(Ordering::SeqCst);
+    let released = release_held(&shared.holder).await + shared.cut_released.load(Ordering::SeqCst);
     tracing::info!(finished, released, "idem queue workers stopped");
     ShutdownReport { finished, released }
 }
@@ -170,33 +167,17 @@ fn log_join(joined: Result<(), JoinError>) {
 
 /// Claims up to `limit` jobs in one statement, which also reserves the idempotency record's
 /// fence of each job whose key has none, and notes them as held.
-async fn claim(shared: &Shared, limit: usize) -> Result<Vec<Claimed>, sqlx::Error> {
+async fn claim(holder: &Holder, limit: usize) -> Result<Vec<Claimed>, sqlx::Error> {
     // Never sent again: a claim applied but unanswered would leave its jobs claimed while a
     // second claim took others; unanswered, they return to the queue when their lease lapses.
-    let rows = idem_store_postgres::on_connection!(shared.queue.store, Resend::Never, conn => sqlx::query(&shared.queue.sql.claim)
+    let rows = idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => sqlx::query(&holder.sql.claim)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .bind(duration_micros(shared.lease))
-        .bind(&shared.worker)
+        .bind(duration_micros(holder.lease))
+        .bind(&holder.worker)
         .fetch_all(&mut *conn))?;
     let claimed: Vec<Claimed> = rows.iter().map(|row| Claimed::decode(row, 0)).collect();
     for job in &claimed {
-        shared.held.hold(job);
+        holder.held.hold(job);
     }
     Ok(claimed)
-}
-
-impl Claimed {
-    /// Decodes a claimed job from the columns of `claim` (key, payload, attempts, max
-    /// attempts, record fence, record lease end) starting at column `first`.
-    pub(crate) fn decode(row: &PgRow, first: usize) -> Claimed {
-        Claimed {
-            key: row.get(first),
-            payload: row.get(first + 1),
-            attempt: row.get(first + 2),
-            max_attempts: row.get(first + 3),
-            record: row
-                .get::<Option<i64>, _>(first + 4)
-                .zip(row.get::<Option<i64>, _>(first + 5)),
-        }
-    }
 }

@@ -6,8 +6,8 @@
 //! the decision for a job whose *last* attempt was cut off: it is dead-lettered with an error
 //! that says so, rather than run beyond its `max_attempts`.
 
-use super::completer::Settle;
-use super::producer::Claimed;
+use crate::claimed::Claimed;
+use crate::completer::Settle;
 
 /// `Some(how to settle)` when `job` must not run: its attempts are used up.
 pub(crate) fn rescue(job: &Claimed) -> Option<Settle> {

@@ -2,11 +2,16 @@
 //! names. Where a statement touches a job's idempotency record, it goes through the store's
 //! records interface ([`RecordsSql`]) rather than spelling the records SQL again.
 
-use super::LAPSED_SQL;
+use crate::job_record::{JOB_KEEP, QUEUE_SCOPE};
 use idem_store_postgres::extend::unseen;
 use idem_store_postgres::extend::{batch_rows, RecordsSql};
 use idem_store_postgres::extend::{batch_start_sql, duration_micros, micros_sql};
 use idem_store_postgres::PgStore;
+
+/// The SQL condition a row of the queue's table meets when its job is running on a lease that
+/// lapsed: its worker died or stalled, and the next claim takes the job again.
+/// [`QueueStats::stale`] counts these rows, and `idem jobs` shows their state as `stale`.
+pub const LAPSED_SQL: &str = "(state = 'running' AND available_at <= now())";
 
 /// The channel idle workers LISTEN on; the payload names the queue (`schema.table`).
 pub(crate) const CHANNEL: &str = "idem_queue";
@@ -90,7 +95,7 @@ pub(crate) struct QueueSql {
     pub(crate) discard: String,
     /// `$1` older than (µs), `$2` limit, `$3` where the drain's previous batch ended (epoch µs,
     /// or NULL). Returns (jobs deleted, the last `finished_at` taken, epoch µs). A deleted job
-    /// finished less than [`JOB_KEEP`](super::JOB_KEEP) ago leaves its record, completed at its
+    /// finished less than [`JOB_KEEP`](JOB_KEEP) ago leaves its record, completed at its
     /// `finished_at` and kept for the rest of its keep, where it has none (its done row was its
     /// record until then).
     pub(crate) purge_done: String,
@@ -134,12 +139,12 @@ impl QueueSql {
         let records: &RecordsSql = store.records();
         let q = format!("\"{schema}\".\"{table}_queue\"");
         let micros = "* interval '1 microsecond'";
-        let keep = duration_micros(super::JOB_KEEP);
+        let keep = duration_micros(JOB_KEEP);
         // The fence of each claimed job's record, for jobs whose key has none yet (and that
         // will run: attempts left). No record is written: the job's claim holds the key (see
         // `job_store`).
         let unheld = records.unheld(
-            super::QUEUE_SCOPE,
+            QUEUE_SCOPE,
             "SELECT key FROM claimed WHERE attempts <= max_attempts",
         );
         let complete_many = &records.complete_many();
@@ -186,7 +191,7 @@ impl QueueSql {
                  WHERE {in_batch} AND q.attempts = d.attempts AND {q_is_done}
              ),
              updated AS ({complete_many})",
-            records.held_by_another(super::QUEUE_SCOPE, "d.key", "d.fence"),
+            records.held_by_another(QUEUE_SCOPE, "d.key", "d.fence"),
             in_batch = batch_rows("q", &keys, "d"),
         );
         // The same for one job, with scalar parameters: no arrays for the server to unnest and
@@ -200,7 +205,7 @@ impl QueueSql {
                  RETURNING 1
              ),
              updated AS ({} RETURNING 1)",
-            records.held_by_another(super::QUEUE_SCOPE, "$1", "$2"),
+            records.held_by_another(QUEUE_SCOPE, "$1", "$2"),
             records.complete(),
         );
         let completion_answer = format!(
@@ -297,7 +302,7 @@ impl QueueSql {
                  held AS ({})
                  SELECT (SELECT count(*) FROM held), (SELECT count(*) FROM job)",
                 records.hold(
-                    super::QUEUE_SCOPE,
+                    QUEUE_SCOPE,
                     "SELECT $1::text AS key, $2::bigint AS fence FROM job",
                     &format!("$3::bigint {micros}"),
                     "$5::text"
@@ -396,7 +401,7 @@ impl QueueSql {
                  SELECT (SELECT count(*) FROM purged), (SELECT {} FROM due)",
                 batch_start_sql(3),
                 records.insert_completed(
-                    super::QUEUE_SCOPE,
+                    QUEUE_SCOPE,
                     &format!(
                         "SELECT key, finished_at AS completed_at,
                                 finished_at + {keep}::bigint {micros} AS expires_at

@@ -5,7 +5,7 @@ use idem_store_postgres::testing::{database_url, unique_schema};
 use idem_store_postgres::PgStore;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::Queue;
+use crate::queue::Queue;
 
 /// A pool of 4 to `DATABASE_URL`, a new schema named from `prefix`, and a store in it, migrated
 /// with its queue.

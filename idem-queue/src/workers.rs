@@ -9,8 +9,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::builder::Shared;
-use super::producer::{produce, ProducerConfig};
+use crate::producer::{produce, ProducerConfig, ShutdownReport};
+use crate::shared::Shared;
 
 /// Running workers; from [`WorkerBuilder::start`](super::WorkerBuilder::start). Call
 /// [`shutdown`](Workers::shutdown) to stop them. Dropping them stops them too, with no time for
@@ -24,21 +24,11 @@ pub struct Workers {
     producer: Option<JoinHandle<ShutdownReport>>,
 }
 
-/// What [`Workers::shutdown`] did with the jobs that were running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ShutdownReport {
-    /// Jobs that finished (and were settled) within the deadline.
-    pub finished: usize,
-    /// Jobs stopped at the deadline and given back to the queue, their attempt not counted.
-    /// Their handlers were cut off mid-run, so they run again from the start.
-    pub released: usize,
-}
-
 impl Workers {
     pub(crate) fn start(shared: Arc<Shared>, config: ProducerConfig) -> Workers {
         let (stop, stopping) = watch::channel(None);
         let (idle_tx, idle) = watch::channel(false);
-        let span = tracing::info_span!("idem::queue::workers", queue = %shared.queue.sql.name);
+        let span = tracing::info_span!("idem::queue::workers", queue = %shared.holder.sql.name);
         let producer = tokio::spawn(produce(shared, config, stopping, idle_tx).instrument(span));
         Workers {
             stop,

@@ -10,8 +10,10 @@ use idem_store_postgres::extend::{duration_micros, from_micros};
 use sqlx::Row;
 use tokio::sync::watch;
 
-use super::{tick_key, Schedule, ScheduleError};
-use crate::{failed, EnqueueError, NewJob, Queue};
+use super::schedule::{Schedule, ScheduleError};
+use super::tick::tick_key;
+use crate::job::{EnqueueError, NewJob};
+use crate::queue::{failed, Queue};
 
 /// How often a scheduler looks at its schedules when no tick falls due sooner, by default: a
 /// paused or resumed schedule, and a tick's grace running out, are seen within this.

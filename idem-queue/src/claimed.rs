@@ -1,0 +1,33 @@
+//! A job claimed from the queue's table: what every role passes along.
+
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+/// A claimed row.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub key: String,
+    pub payload: String,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    /// The fence the claim reserved for the key's idempotency record, when the key had none
+    /// (the job's row is the record until one is written): (fence, the claim's lease end in
+    /// epoch µs).
+    pub record: Option<(i64, i64)>,
+}
+
+impl Claimed {
+    /// Decodes a claimed job from the columns of `claim` (key, payload, attempts, max
+    /// attempts, record fence, record lease end) starting at column `first`.
+    pub(crate) fn decode(row: &PgRow, first: usize) -> Claimed {
+        Claimed {
+            key: row.get(first),
+            payload: row.get(first + 1),
+            attempt: row.get(first + 2),
+            max_attempts: row.get(first + 3),
+            record: row
+                .get::<Option<i64>, _>(first + 4)
+                .zip(row.get::<Option<i64>, _>(first + 5)),
+        }
+    }
+}

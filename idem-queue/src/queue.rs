@@ -1,0 +1,66 @@
+//! [`Queue`]: the work queue of a [`PgStore`], its statements and its migrations.
+
+use std::sync::Arc;
+
+use idem_core::{Operation, StoreError};
+use idem_store_postgres::extend::store_error;
+use idem_store_postgres::extend::Batcher;
+use idem_store_postgres::PgStore;
+
+use crate::job_completion::JobCompleteOp;
+use crate::schedules::sql::ScheduleSql;
+use crate::sql::QueueSql;
+
+/// The queue's migrations: its table, `<table>_queue`, beside the store's records, with its
+/// history in `<table>_queue_migrations`.
+static MIGRATIONS: idem_store_postgres::extend::Migrations =
+    idem_store_postgres::extend::Migrations::new("idem-queue", "queue_migrations", &MIGRATOR);
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// The work queue of a [`PgStore`]: table `<table>_queue` next to its records, created by
+/// [`Queue::migrate`]. Build it once at start-up ([`Queue::new`] writes its statements);
+/// clones are cheap and share them. See the [crate docs](crate).
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub(crate) store: PgStore,
+    pub(crate) sql: Arc<QueueSql>,
+    /// The completions of concurrent jobs, batched as the store batches calls' (when it does),
+    /// with at least two statements in flight: each also claims the next jobs for the slots it
+    /// frees, so with one in flight two workers' jobs would take turns on the wire, each
+    /// waiting for the other's completion to claim its next job.
+    pub(crate) completions: Option<Arc<Batcher<JobCompleteOp>>>,
+    /// The schedules' statements.
+    pub(crate) schedule_sql: Arc<ScheduleSql>,
+}
+
+pub(crate) fn failed(operation: Operation) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |e| store_error(e).during(operation)
+}
+
+impl Queue {
+    /// The queue of `store` (table `<table>_queue` in the store's schema), whose jobs run as
+    /// idempotent calls on that store.
+    pub fn new(store: &PgStore) -> Queue {
+        Queue {
+            sql: Arc::new(QueueSql::new(store)),
+            schedule_sql: Arc::new(ScheduleSql::new(store.names().0, store.names().1)),
+            store: store.clone(),
+            completions: store
+                .batch_drivers()
+                .map(|drivers| Arc::new(Batcher::new(drivers.max(2)))),
+        }
+    }
+
+    /// Creates or upgrades the store's records table ([`PgStore::migrate`]) and the queue's
+    /// own, by applying the versioned migrations not applied yet. Safe to call from many
+    /// processes at once and on every start-up.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.store.migrate().await?;
+        MIGRATIONS.apply(&self.store).await
+    }
+
+    /// The store whose records the queue's jobs run under.
+    pub fn store(&self) -> &PgStore {
+        &self.store
+    }
+}
