@@ -15,7 +15,7 @@
 //!
 //! ## Setup
 //!
-//! The queue sits on a [`PgStore`] (`idem-store-postgres`): its table, `<table>_queue`, lives
+//! The queue sits on a [`PgStore`](idem_store_postgres::PgStore) (`idem-store-postgres`): its table, `<table>_queue`, lives
 //! next to the store's records, and its jobs' calls run on that store.
 //!
 //! ```no_run
@@ -47,7 +47,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`Queue::migrate`] runs [`PgStore::migrate`] (the records table, its journal and sequence)
+//! [`Queue::migrate`] runs [`PgStore::migrate`](idem_store_postgres::PgStore::migrate) (the records table, its journal and sequence)
 //! and then the queue's own versioned migrations: the table `<table>_queue` with its indexes
 //! and the trigger that notifies idle workers, with their history in
 //! `<table>_queue_migrations`. It is safe to call from many processes at once and on every
@@ -285,7 +285,7 @@
 //! that runs each job as an idempotent call on the job's view of the store (`job_store`, whose
 //! completion also claims the next job for the slot it frees, so the slot's task runs it next), a
 //! `completer` that records how each claim ended, and a `rescuer` that decides what a claim
-//! whose worker died becomes. The queue sits on top of [`PgStore`]: the store knows nothing of
+//! whose worker died becomes. The queue sits on top of [`PgStore`](idem_store_postgres::PgStore): the store knows nothing of
 //! it, and the queue reaches job records only through the store's extension interface
 //! ([`idem_store_postgres::extend`]). For claim-then-process on a table of your own, see
 //! [`own_table`](idem_store_postgres::own_table).

@@ -10,7 +10,7 @@ use idem_store_postgres::PgStore;
 
 /// The SQL condition a row of the queue's table meets when its job is running on a lease that
 /// lapsed: its worker died or stalled, and the next claim takes the job again.
-/// [`QueueStats::stale`] counts these rows, and `idem jobs` shows their state as `stale`.
+/// [`QueueStats::stale`](crate::QueueStats::stale) counts these rows, and `idem jobs` shows their state as `stale`.
 pub const LAPSED_SQL: &str = "(state = 'running' AND available_at <= now())";
 
 /// The channel idle workers LISTEN on; the payload names the queue (`schema.table`).

@@ -61,3 +61,9 @@ pub(crate) fn unreachable_copy(error: &sqlx::Error) -> Option<sqlx::Error> {
         _ => None,
     }
 }
+
+/// Errors after which the connection is gone: retrying on a fresh one is safe.
+pub(crate) fn is_connection_lost(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_))
+        || sqlstate(error).is_some_and(|code| code.starts_with("08") || code == "57P01")
+}

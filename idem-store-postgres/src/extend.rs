@@ -11,23 +11,9 @@
 //! application using the store needs none of it.
 
 pub use crate::batch::{hash_record, submit, Batcher, Op};
-pub use crate::connections::{Attempts, StoreConnection};
+pub use crate::connections::{Attempts, Resend, StoreConnection};
 pub use crate::error::store_error;
 pub use crate::migrate::Migrations;
 pub use crate::records::{batch_rows, fence_param, RecordsSql};
 pub use crate::time::{batch_start_sql, duration_micros, from_micros, micros_sql};
 pub use crate::unseen::unseen;
-
-/// Whether [`on_connection!`](crate::on_connection) may send a statement again when its connection turns
-/// out dead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resend {
-    /// Never: for a statement that must not be applied twice once it may have been applied
-    /// (one that takes whatever rows are free, such as a queue's claim: a second sending would
-    /// take a second set while the first sits taken). A lost connection is the call's error.
-    Never,
-    /// On another connection, while connections the store had kept idle turn out dead: for a
-    /// statement that is safe to apply twice (fenced, or keyed so a repeat finds its own
-    /// effect).
-    OnLostConnection,
-}

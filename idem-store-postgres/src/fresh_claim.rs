@@ -20,50 +20,23 @@
 //!   prepares it and claims again in the same round trip.
 //!
 //! The record's fence is not returned either, so the store takes fences from the sequence in
-//! blocks ([`Fences`]), one round trip per [`FENCE_BLOCK`] fresh calls.
+//! blocks ([`Fences`](crate::fences::Fences)), one round trip per [`FENCE_BLOCK`](crate::fences::FENCE_BLOCK) fresh calls.
 
 use idem_core::{ClaimRequest, Fence, Fingerprint};
-use sqlx::{Database, PgConnection, Postgres, TransactionManager};
+use sqlx::{Database, Postgres, TransactionManager};
 use std::fmt::Write;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::connections::is_connection_lost;
+use crate::error::is_connection_lost;
 use crate::records::token_param;
 use crate::store::PgStore;
 use crate::time::duration_micros;
-use crate::transaction::{Begun, TxConn};
+use crate::tx_conn::{Begun, TxConn};
 
 type Manager = <Postgres as Database>::TransactionManager;
 
 /// `invalid_sql_statement_name`: the connection has not prepared the claim yet.
 const NOT_PREPARED: &str = "26000";
-
-/// How many fences one round trip takes from the sequence for fresh transactional claims.
-pub(crate) const FENCE_BLOCK: i64 = 64;
-
-/// Fences taken from the sequence and not yet used.
-#[derive(Debug, Default)]
-pub(crate) struct Fences(Mutex<Vec<i64>>);
-
-impl Fences {
-    /// A fence no other claim has, taking a block from the sequence on `conn` when none is left.
-    async fn next(&self, sql: &str, conn: &mut PgConnection) -> Result<i64, sqlx::Error> {
-        if let Some(fence) = self.lock().pop() {
-            return Ok(fence);
-        }
-        let mut block: Vec<i64> = sqlx::query_scalar(sql).fetch_all(&mut *conn).await?;
-        let fence = block
-            .pop()
-            .ok_or_else(|| sqlx::Error::Protocol("the sequence gave no fence".into()))?;
-        self.lock().extend(block);
-        Ok(fence)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<i64>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// The outcome of [`PgStore::claim_fresh`].
 pub(crate) enum Fresh {

@@ -3,9 +3,8 @@
 //! of its own, which a batch of one uses and a refused batch falls back to (batch.rs).
 
 use std::hash::Hasher;
-use std::time::Duration;
 
-use idem_core::{Claim, ClaimRequest, ClaimToken, Completion, Fence, Fenced, Fingerprint, Key};
+use idem_core::{Claim, Fenced, Fingerprint};
 use idem_core::{Operation, StoreError};
 use sqlx::{PgConnection, Row};
 
@@ -14,65 +13,9 @@ use crate::connections::on_conn;
 use crate::error::store_error;
 use crate::records::{self, judge, ClaimRow, Judged};
 use crate::records::{fence_param, token_param};
-use crate::store::PgStore;
+use crate::records::{OwnedClaim, OwnedCompletion};
+use crate::store::{ClaimOp, CompleteOp, PgStore};
 use crate::time::duration_micros;
-
-/// A claim request that owns its parts, to travel to a batch's driver.
-pub(crate) struct OwnedClaim {
-    key: Key,
-    fingerprint: Option<Fingerprint>,
-    lease: Duration,
-    token: Option<ClaimToken>,
-}
-
-impl OwnedClaim {
-    pub fn new(request: ClaimRequest<'_>) -> OwnedClaim {
-        OwnedClaim {
-            key: request.key.clone(),
-            fingerprint: request.fingerprint.cloned(),
-            lease: request.lease,
-            token: request.token,
-        }
-    }
-
-    fn request(&self) -> ClaimRequest<'_> {
-        ClaimRequest {
-            key: &self.key,
-            fingerprint: self.fingerprint.as_ref(),
-            lease: self.lease,
-            token: self.token,
-        }
-    }
-}
-
-/// A completion that owns its parts.
-pub(crate) struct OwnedCompletion {
-    key: Key,
-    fence: Fence,
-    output: Option<Vec<u8>>,
-    keep: Duration,
-}
-
-impl OwnedCompletion {
-    pub fn new(key: &Key, fence: Fence, completion: Completion<'_>) -> OwnedCompletion {
-        OwnedCompletion {
-            key: key.clone(),
-            fence,
-            output: completion.output.map(<[u8]>::to_vec),
-            keep: completion.keep,
-        }
-    }
-
-    fn completion(&self) -> Completion<'_> {
-        Completion {
-            output: self.output.as_deref(),
-            keep: self.keep,
-        }
-    }
-}
-
-/// Claims of concurrent calls, in one statement.
-pub(crate) struct ClaimOp;
 
 impl Op for ClaimOp {
     type Executor = PgStore;
@@ -104,9 +47,6 @@ impl Op for ClaimOp {
         }
     }
 }
-
-/// Completions of concurrent calls, in one statement.
-pub(crate) struct CompleteOp;
 
 impl Op for CompleteOp {
     type Executor = PgStore;

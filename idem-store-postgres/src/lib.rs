@@ -253,6 +253,7 @@ mod connections;
 mod duplicate_rate;
 mod error;
 pub mod extend;
+mod fences;
 mod fresh_claim;
 mod ident;
 mod inspect;
@@ -265,6 +266,7 @@ mod store;
 pub mod testing;
 mod time;
 mod transaction;
+mod tx_conn;
 mod unseen;
 
 pub use ident::MAX_IDENT_LEN;

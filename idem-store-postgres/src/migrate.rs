@@ -184,3 +184,14 @@ impl Migrations {
         Ok(())
     }
 }
+
+impl PgStore {
+    /// Creates or upgrades the schema, the table, its sequence and index, by applying this
+    /// crate's versioned migrations that are not applied yet. Safe to call from many processes
+    /// at once (they take turns on an advisory lock) and on every start-up.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        RECORDS
+            .apply_to(self.pool(), self.names().0, self.names().1)
+            .await
+    }
+}

@@ -11,13 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::batch::{self, Batcher};
-use crate::connections::{on_conn, Direct, Source};
+use crate::connections::{on_conn, retry_budget, Attempts, Direct, Resend, Source, Tuning};
 use crate::duplicate_rate::DuplicateRate;
 use crate::error::store_error;
-use crate::fresh_claim::Fences;
+use crate::fences::Fences;
 use crate::ident::validate_ident;
-use crate::lease_ops::{ClaimOp, CompleteOp, OwnedClaim, OwnedCompletion};
-use crate::records::{self, fenced, PurgeCursor, RecordsSql};
+use crate::records::{self, fenced, OwnedClaim, OwnedCompletion, PurgeCursor, RecordsSql};
 
 /// The default schema and table: `public.idem_records`.
 pub const DEFAULT_SCHEMA: &str = "public";
@@ -84,6 +83,12 @@ struct Shared {
     claim_with_begin: bool,
 }
 
+/// Claims of concurrent calls, in one statement (`lease_ops.rs`).
+pub(crate) struct ClaimOp;
+
+/// Completions of concurrent calls, in one statement (`lease_ops.rs`).
+pub(crate) struct CompleteOp;
+
 /// The queues of lease mode's batched operations.
 pub(crate) struct Batches {
     pub claims: Arc<Batcher<ClaimOp>>,
@@ -99,6 +104,18 @@ enum Connections {
     Dedicated(usize),
     /// A connection checked out of the pool for each statement.
     Pooled,
+}
+
+impl<'s> Attempts<'s> {
+    /// The tries of one statement on `store`'s connections, set up for the store's own
+    /// statements (generic plans, the store's lock timeout).
+    pub fn new(store: &'s PgStore, resend: Resend) -> Attempts<'s> {
+        let retries = match resend {
+            Resend::Never => 0,
+            Resend::OnLostConnection => retry_budget(store.direct(), store.pool()),
+        };
+        Attempts::with(store.direct(), store.pool(), Tuning::Indexed, retries)
+    }
 }
 
 impl fmt::Debug for PgStore {
@@ -327,15 +344,6 @@ impl PgStore {
             claim_with_begin: false,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
         }
-    }
-
-    /// Creates or upgrades the schema, the table, its sequence and index, by applying this
-    /// crate's versioned migrations that are not applied yet. Safe to call from many processes
-    /// at once (they take turns on an advisory lock) and on every start-up.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        crate::migrate::RECORDS
-            .apply_to(&self.pool, &self.shared.schema, &self.shared.table)
-            .await
     }
 
     /// The pool the store uses.

@@ -5,24 +5,25 @@ use idem_core::{
     Claim, ClaimRequest, Completion, Fence, Fenced, Fingerprint, Key, Operation, StoreError,
     TransactionalStore, TxClaim,
 };
-use sqlx::pool::PoolConnection;
-use sqlx::{Database, PgConnection, Postgres, Transaction, TransactionManager};
+use sqlx::{Database, PgConnection, Postgres, TransactionManager};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::connections::{is_connection_lost, on_conn, retry_budget, Lent};
+use crate::connections::{on_conn, retry_budget};
+use crate::error::is_connection_lost;
 use crate::error::store_error;
 use crate::fresh_claim::Fresh;
 use crate::records::token_param;
 use crate::records::{self, judge, ClaimRow, Judged};
 use crate::store::PgStore;
+use crate::tx_conn::TxConn;
 
 type Manager = <Postgres as Database>::TransactionManager;
 
 /// The open transaction of a transactional call, which the handler receives: it derefs to
 /// [`PgConnection`], so the handler runs its queries on `&mut **tx` (as on sqlx's
-/// [`Transaction`]), and may open savepoints with [`sqlx::Connection::begin`].
+/// [`Transaction`](sqlx::Transaction)), and may open savepoints with [`sqlx::Connection::begin`].
 ///
 /// It runs on one of the store's own connections when the store can lend one (so neither
 /// taking the connection nor giving it back costs a round trip: sqlx's pool tests every
@@ -34,50 +35,6 @@ pub struct PgTransaction {
     /// The fence and `keep` of the record the claim wrote as completed, if it did, and when:
     /// a completion with no output and that `keep`, soon after, then needs only the commit.
     completed: Option<(Fence, Duration, Instant)>,
-}
-
-pub(crate) enum TxConn {
-    /// One of the store's own connections, lent for the transaction.
-    Lent(Lent),
-    /// A connection of the pool, when the store lends none.
-    Pooled(Transaction<'static, Postgres>),
-    /// A connection of the pool whose transaction the store began with a claim sent along
-    /// (`fresh_claim.rs`), which sqlx's [`Transaction`] cannot do.
-    Begun(Begun),
-}
-
-/// A connection of the pool in a transaction the store began itself. Closed on drop unless
-/// its transaction was committed or rolled back, as a lent connection is: dropped while open
-/// (or while its BEGIN's answer was still on the way), it must not go back to the pool inside
-/// a transaction, and sqlx's pool only pings a connection it takes back.
-pub(crate) struct Begun {
-    conn: PoolConnection<Postgres>,
-    ended: bool,
-}
-
-impl Begun {
-    /// `conn`, to begin a transaction on.
-    pub fn new(conn: PoolConnection<Postgres>) -> Begun {
-        Begun { conn, ended: false }
-    }
-
-    async fn end(mut self, commit: bool) -> Result<(), sqlx::Error> {
-        if commit {
-            Manager::commit(&mut self.conn).await?;
-        } else {
-            Manager::rollback(&mut self.conn).await?;
-        }
-        self.ended = true;
-        Ok(())
-    }
-}
-
-impl Drop for Begun {
-    fn drop(&mut self) {
-        if !self.ended {
-            self.conn.close_on_drop();
-        }
-    }
 }
 
 impl fmt::Debug for PgTransaction {
@@ -105,17 +62,6 @@ impl Deref for PgTransaction {
 impl DerefMut for PgTransaction {
     fn deref_mut(&mut self) -> &mut PgConnection {
         self.conn.get()
-    }
-}
-
-impl TxConn {
-    /// The connection.
-    pub fn get(&mut self) -> &mut PgConnection {
-        match self {
-            TxConn::Lent(lent) => lent.get(),
-            TxConn::Pooled(tx) => tx,
-            TxConn::Begun(begun) => &mut begun.conn,
-        }
     }
 }
 

@@ -31,7 +31,7 @@ use std::task::Poll;
 use idem_core::{Operation, StoreError};
 use tokio::sync::oneshot;
 
-use crate::connections::is_connection_lost;
+use crate::error::is_connection_lost;
 use crate::error::{store_error, unreachable_copy};
 
 mod policy;

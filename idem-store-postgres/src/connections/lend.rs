@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::direct::Direct;
 use super::idle::Own;
-use super::{Direct, Tuning};
+use super::setup::Tuning;
 
 /// A connection of the store's lent to an open transaction for as long as it lasts, which can
 /// outlive any borrow of the store (see [`Direct::lend`]). Closed on drop unless given back.

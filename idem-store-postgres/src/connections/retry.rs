@@ -4,14 +4,9 @@
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres};
 
-use super::{Checkout, Direct, Tuning};
-
-/// Errors after which the connection is gone: retrying on a fresh one is safe.
-pub(crate) fn is_connection_lost(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_))
-        || crate::error::sqlstate(error)
-            .is_some_and(|code| code.starts_with("08") || code == "57P01")
-}
+use super::direct::{Checkout, Direct};
+use super::setup::Tuning;
+use crate::error::is_connection_lost;
 
 /// How many times an operation may move on from a dead idle connection: once for each
 /// connection the store may hold idle, plus one.
@@ -26,6 +21,20 @@ pub fn retry_budget(direct: Option<&Direct>, pool: &PgPool) -> usize {
 pub(crate) enum Conn<'a> {
     Pooled(PoolConnection<Postgres>),
     Direct(Checkout<'a>),
+}
+
+impl Conn<'_> {
+    /// Checks a connection out: one of the store's own if it has them, else one of the pool's.
+    pub async fn checkout<'a>(
+        direct: Option<&'a Direct>,
+        pool: &PgPool,
+        tuning: Tuning,
+    ) -> Result<Conn<'a>, sqlx::Error> {
+        Ok(match direct {
+            Some(direct) => Conn::Direct(direct.checkout(tuning).await?),
+            None => Conn::Pooled(pool.acquire().await?),
+        })
+    }
 }
 
 impl Conn<'_> {
@@ -69,6 +78,20 @@ impl Conn<'_> {
     }
 }
 
+/// Whether [`on_connection!`](crate::on_connection) may send a statement again when its connection turns
+/// out dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resend {
+    /// Never: for a statement that must not be applied twice once it may have been applied
+    /// (one that takes whatever rows are free, such as a queue's claim: a second sending would
+    /// take a second set while the first sits taken). A lost connection is the call's error.
+    Never,
+    /// On another connection, while connections the store had kept idle turn out dead: for a
+    /// statement that is safe to apply twice (fenced, or keyed so a repeat finds its own
+    /// effect).
+    OnLostConnection,
+}
+
 /// One statement's tries on a store's connections, for [`on_connection!`](crate::on_connection):
 /// it hands out a connection for each try and says, from the try's result, whether to try again
 /// on another (only while idle connections turn out dead, and only for statements that may be
@@ -89,16 +112,6 @@ impl std::fmt::Debug for Attempts<'_> {
 }
 
 impl<'s> Attempts<'s> {
-    /// The tries of one statement on `store`'s connections, set up for the store's own
-    /// statements (generic plans, the store's lock timeout).
-    pub fn new(store: &'s crate::PgStore, resend: crate::extend::Resend) -> Attempts<'s> {
-        let retries = match resend {
-            crate::extend::Resend::Never => 0,
-            crate::extend::Resend::OnLostConnection => retry_budget(store.direct(), store.pool()),
-        };
-        Attempts::with(store.direct(), store.pool(), Tuning::Indexed, retries)
-    }
-
     pub(crate) fn with(
         direct: Option<&'s Direct>,
         pool: &'s PgPool,
@@ -115,7 +128,7 @@ impl<'s> Attempts<'s> {
 
     /// A connection for the next try.
     pub async fn connection(&self) -> Result<StoreConnection<'s>, sqlx::Error> {
-        Direct::checkout_or_pool(self.direct, self.pool, self.tuning)
+        Conn::checkout(self.direct, self.pool, self.tuning)
             .await
             .map(StoreConnection)
     }

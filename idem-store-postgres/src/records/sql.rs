@@ -49,7 +49,7 @@ pub struct RecordsSql {
     pub(crate) inspect: InspectSql,
     pub(crate) effect: String,
     pub(crate) record_effect: String,
-    /// A block of [`FENCE_BLOCK`](crate::fresh_claim::FENCE_BLOCK) fences from the sequence.
+    /// A block of [`FENCE_BLOCK`](crate::fences::FENCE_BLOCK) fences from the sequence.
     pub(crate) fence_block: String,
     /// Prepares, on a connection, the claim of a fresh key in a transactional call: it writes
     /// the key's record ($1 key, $2 scope, $3 fence, $4 fingerprint, $6 token, $7 holder),
@@ -385,7 +385,7 @@ impl RecordsSql {
             fresh_claim,
             fence_block: format!(
                 "SELECT nextval({seq}) FROM generate_series(1, {})",
-                crate::fresh_claim::FENCE_BLOCK
+                crate::fences::FENCE_BLOCK
             ),
             table: t,
             seq,
