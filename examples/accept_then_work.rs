@@ -23,7 +23,7 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use idem_queue::{EnqueueError, Job, JobState, NewJob, Queue};
+use idem_queue::{EnqueueError, Job, NewJob, Queue};
 use idem_store_postgres::PgStore;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -123,12 +123,7 @@ async fn status(State(app): State<Arc<App>>, Path(key): Path<String>) -> (Status
             StatusCode::OK,
             json!({
                 "key": key,
-                "state": match s.state {
-                    JobState::Queued => "queued",
-                    JobState::Running => "running",
-                    JobState::Done => "done",
-                    JobState::Dead => "dead",
-                },
+                "state": s.state.as_str(),
                 "attempts": s.attempts,
                 "last_error": s.last_error,
             }),

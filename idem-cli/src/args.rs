@@ -192,10 +192,19 @@ pub enum Jobs {
         #[arg(long)]
         all_dead: bool,
     },
-    /// Delete a dead job.
+    /// Delete a dead or cancelled job.
     Discard {
         /// The job's key.
         id: String,
+    },
+    /// Cancel a job: one waiting to run never runs; a running one is told to stop (its
+    /// handler hears it at the next lease renewal) and ends cancelled unless it finishes first.
+    Cancel {
+        /// The job's key.
+        id: String,
+        /// Why, kept as the job's last error.
+        #[arg(long, default_value = "cancelled by an operator")]
+        reason: String,
     },
 }
 
@@ -214,6 +223,8 @@ pub enum JobState {
     Done,
     /// Failed its last attempt.
     Dead,
+    /// Cancelled: it will not run again.
+    Cancelled,
 }
 
 impl JobState {
@@ -225,6 +236,7 @@ impl JobState {
             JobState::Stale => "stale",
             JobState::Done => "done",
             JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
         }
     }
 }

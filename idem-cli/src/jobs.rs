@@ -1,6 +1,6 @@
-//! The work queue's commands: stats, list, show, retry, discard.
+//! The work queue's commands: stats, list, show, retry, discard, cancel.
 
-use idem_queue::{JobFilter, JobInfo, Queue};
+use idem_queue::{Cancel, JobFilter, JobInfo, Queue};
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
@@ -41,6 +41,13 @@ fn job(info: &JobInfo) -> Map<String, Value> {
     Map::from_iter([
         ("id".into(), json!(info.key)),
         ("state".into(), json!(info.state.as_str())),
+        ("queue".into(), json!(info.queue)),
+        ("priority".into(), json!(info.priority)),
+        ("serial_key".into(), json!(info.serial_key)),
+        (
+            "outcome".into(),
+            json!(info.attempt_log.last().map(|a| a.outcome.as_str())),
+        ),
         ("attempts".into(), json!(info.attempts)),
         ("max_attempts".into(), json!(info.max_attempts)),
         ("worker".into(), json!(info.worker)),
@@ -48,6 +55,7 @@ fn job(info: &JobInfo) -> Map<String, Value> {
         ("created_at".into(), time(Some(info.created_at))),
         ("available_at".into(), time(Some(info.available_at))),
         ("finished_at".into(), time(info.finished_at)),
+        ("cancel_requested_at".into(), time(info.cancel_requested_at)),
         ("payload".into(), info.payload.clone()),
     ])
 }
@@ -109,6 +117,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 ("stale".into(), json!(stats.stale)),
                 ("done".into(), json!(stats.done)),
                 ("dead".into(), json!(stats.dead)),
+                ("cancelled".into(), json!(stats.cancelled)),
             ]));
             Ok(OK)
         }
@@ -119,6 +128,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 JobState::Stale => JobFilter::Stale,
                 JobState::Done => JobFilter::Done,
                 JobState::Dead => JobFilter::Dead,
+                JobState::Cancelled => JobFilter::Cancelled,
             });
             let limit = usize::try_from(*limit).unwrap_or(0);
             let found = queue.jobs(filter, limit).await.map_err(store_failed)?;
@@ -128,6 +138,9 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 &[
                     "id",
                     "state",
+                    "queue",
+                    "priority",
+                    "outcome",
                     "attempts",
                     "max_attempts",
                     "worker",
@@ -183,7 +196,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
         Jobs::Discard { id } => {
             if queue.discard(id).await.map_err(store_failed)? {
                 out.message(
-                    &format!("discarded the dead job {id:?}"),
+                    &format!("discarded the job {id:?}"),
                     Map::from_iter([("discarded".into(), json!(id))]),
                 );
                 return Ok(OK);
@@ -193,11 +206,41 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 Some(info) => {
                     let state = info.state.as_str();
                     out.message(
-                        &format!("{id:?} is {state}, not dead: only dead jobs are discarded"),
+                        &format!("{id:?} is {state}: only dead or cancelled jobs are discarded"),
                         job(&info),
                     );
                     Ok(REFUSED)
                 }
+            }
+        }
+        Jobs::Cancel { id, reason } => {
+            match queue.cancel(id, reason).await.map_err(store_failed)? {
+                Cancel::Cancelled => {
+                    out.message(
+                        &format!("cancelled {id:?}: it will not run"),
+                        Map::from_iter([("cancelled".into(), json!(id))]),
+                    );
+                    Ok(OK)
+                }
+                Cancel::Requested => {
+                    out.message(
+                        &format!(
+                        "{id:?} is running: its worker is told at its next lease renewal, and it \
+                         ends cancelled unless it finishes first"
+                    ),
+                        Map::from_iter([("requested".into(), json!(id))]),
+                    );
+                    Ok(OK)
+                }
+                Cancel::Finished(state) => {
+                    let state = state.as_str();
+                    out.message(
+                        &format!("{id:?} is {state} already: nothing cancelled"),
+                        Map::from_iter([("state".into(), json!(state))]),
+                    );
+                    Ok(REFUSED)
+                }
+                Cancel::NotFound => Ok(not_found(out, id)),
             }
         }
     }

@@ -1,14 +1,15 @@
 //! The work queue across processes, on a real PostgreSQL: worker processes drain 20,000 jobs
 //! without running any twice; workers killed with SIGKILL mid-batch lose nothing (their jobs
 //! return when the lease lapses), nor does one stalled past its lease (SIGSTOP); a worker stopped
-//! with SIGTERM mid-batch gives its jobs back.
+//! with SIGTERM mid-batch gives its jobs back. Queue control across processes: a global limit
+//! holds, a serial key's jobs run one at a time in order, a running job is cancelled.
 //!
 //! Every handler run inserts a row into `executions` (no unique constraint), so a job that ran
 //! twice shows up twice.
 
 mod pg_support;
 
-use idem_queue::{NewJob, Queue};
+use idem_queue::{Cancel, JobResult, NewJob, Queue};
 use pg_support::{signal, spawn_queue_worker, summary, Schema};
 use std::collections::HashSet;
 use std::process::Child;
@@ -198,5 +199,148 @@ async fn a_worker_stopped_mid_batch_gives_its_jobs_back() {
         ))
         .await;
     assert_eq!(repeated_elsewhere, released as i64);
+    schema.drop_schema().await;
+}
+
+/// The most handler runs that overlapped, from the `executions` rows' start and end times
+/// (the database's clock, so every process's are comparable).
+async fn most_at_once(schema: &Schema, keys: &str) -> i64 {
+    schema
+        .scalar(&format!(
+            "SELECT max(c) FROM (
+                 SELECT (SELECT count(*) FROM {{schema}}.executions o
+                         WHERE o.key LIKE '{keys}' AND o.at <= e.at AND o.ended_at > e.at) AS c
+                 FROM {{schema}}.executions e WHERE e.key LIKE '{keys}') m"
+        ))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_limit_holds_across_worker_processes() {
+    let _turn = TURN.lock().await;
+    const JOBS: u32 = 30;
+    let schema = Schema::new("q_global").await;
+    let queue = Queue::new(&schema.store);
+    for i in 0..JOBS {
+        let job = NewJob::new(format!("limited:{i}"), &i)
+            .unwrap()
+            .queue("limited");
+        let _ = queue.enqueue(job).await.unwrap();
+    }
+    let flags = [
+        ("queue", "limited".to_owned()),
+        ("global-limit", "2".to_owned()),
+        ("concurrency", "4".to_owned()),
+        ("work-ms", "60".to_owned()),
+        ("fixed-work", "true".to_owned()),
+        ("until-done", JOBS.to_string()),
+    ];
+    let workers: Vec<Child> = (0..3)
+        .map(|_| spawn_queue_worker(&schema.name, &flags))
+        .collect();
+    for w in workers {
+        summary(w);
+    }
+    let runs = schema
+        .scalar("SELECT count(*) FROM {schema}.executions")
+        .await;
+    assert_eq!(runs, i64::from(JOBS), "each job ran once");
+    assert_eq!(
+        most_at_once(&schema, "limited:%").await,
+        2,
+        "never more than the limit at once across 12 slots, and the limit used"
+    );
+    schema.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serial_keys_jobs_run_one_at_a_time_in_order_across_processes() {
+    let _turn = TURN.lock().await;
+    const SERIAL: u32 = 12;
+    const FREE: u32 = 24;
+    let schema = Schema::new("q_serial").await;
+    let queue = Queue::new(&schema.store);
+    for i in 0..SERIAL {
+        let job = NewJob::new(format!("customer:{i:02}"), &i)
+            .unwrap()
+            .serial_key("customer-7");
+        let _ = queue.enqueue(job).await.unwrap();
+        let free = NewJob::new(format!("free:{i}"), &i).unwrap();
+        let _ = queue.enqueue(free).await.unwrap();
+        let free = NewJob::new(format!("free:{}", i + SERIAL), &i).unwrap();
+        let _ = queue.enqueue(free).await.unwrap();
+    }
+    let flags = [
+        ("concurrency", "4".to_owned()),
+        ("work-ms", "30".to_owned()),
+        ("fixed-work", "true".to_owned()),
+        ("until-done", (SERIAL + FREE).to_string()),
+    ];
+    let workers: Vec<Child> = (0..3)
+        .map(|_| spawn_queue_worker(&schema.name, &flags))
+        .collect();
+    let per_process: Vec<u64> = workers.into_iter().map(|w| summary(w)[0]).collect();
+    assert_eq!(
+        most_at_once(&schema, "customer:%").await,
+        1,
+        "the key's jobs never overlapped"
+    );
+    let order = schema
+        .rows("SELECT key, pid FROM {schema}.executions WHERE key LIKE 'customer:%' ORDER BY at")
+        .await;
+    let keys: Vec<String> = order.iter().map(|(key, _)| key.clone()).collect();
+    let expected: Vec<String> = (0..SERIAL).map(|i| format!("customer:{i:02}")).collect();
+    assert_eq!(keys, expected, "in enqueue order");
+    let processes: HashSet<i32> = order.iter().map(|(_, pid)| *pid).collect();
+    assert!(
+        processes.len() > 1 || per_process.iter().filter(|&&n| n > 0).count() == 1,
+        "the key's jobs moved between processes: {processes:?}, {per_process:?}"
+    );
+    assert!(
+        most_at_once(&schema, "%").await > 1,
+        "other jobs ran beside them"
+    );
+    schema.drop_schema().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_running_in_another_process_is_cancelled() {
+    let _turn = TURN.lock().await;
+    let schema = Schema::new("q_cancel").await;
+    let queue = Queue::new(&schema.store);
+    let job = NewJob::new("long", &0).unwrap();
+    let _ = queue.enqueue(job).await.unwrap();
+    // A job that would work ten minutes, on a 600 ms lease (renewed every 200 ms).
+    let flags = [
+        ("concurrency", "2".to_owned()),
+        ("work-ms", "600000".to_owned()),
+        ("fixed-work", "true".to_owned()),
+        ("lease-ms", "600".to_owned()),
+        ("until-done", "1".to_owned()),
+    ];
+    let worker = spawn_queue_worker(&schema.name, &flags);
+    loop {
+        let status = queue.status("long").await.unwrap().unwrap();
+        if status.state == idem_queue::JobState::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        queue.cancel("long", "no longer wanted").await.unwrap(),
+        Cancel::Requested
+    );
+    let ended = queue
+        .wait_result("long", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(matches!(ended, Some(JobResult::Cancelled(_))), "{ended:?}");
+    summary(worker);
+    let stopped = schema
+        .scalar(
+            "SELECT count(*) FROM {schema}.executions WHERE key = 'long' AND ended_at IS NOT NULL",
+        )
+        .await;
+    assert_eq!(stopped, 1, "the handler heard and stopped");
     schema.drop_schema().await;
 }

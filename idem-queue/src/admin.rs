@@ -7,7 +7,8 @@ use idem_core::{Operation, StoreError};
 use sqlx::Row;
 
 use crate::job::{
-    parse_payload, Attempt, DeadJob, JobFilter, JobInfo, JobState, JobStatus, QueueStats,
+    parse_payload, Attempt, Cancel, DeadJob, JobFilter, JobInfo, JobResult, JobState, JobStatus,
+    QueueStats,
 };
 use crate::queue::{failed, Queue};
 use crate::sql;
@@ -28,6 +29,7 @@ impl Queue {
             stale: count(2),
             done: count(3),
             dead: count(4),
+            cancelled: count(5),
         };
         for (state, n) in [
             ("queued", stats.queued),
@@ -35,6 +37,7 @@ impl Queue {
             ("stale", stats.stale),
             ("done", stats.done),
             ("dead", stats.dead),
+            ("cancelled", stats.cancelled),
         ] {
             metrics::gauge!(crate::metrics::JOBS_IN_STATE, "queue" => self.sql.name.clone(), "state" => state)
                 .set(n as f64);
@@ -264,6 +267,7 @@ fn job_info(row: &sqlx::postgres::PgRow) -> JobInfo {
         "running" => JobFilter::Running,
         "stale" => JobFilter::Stale,
         "done" => JobFilter::Done,
+        "cancelled" => JobFilter::Cancelled,
         _ => JobFilter::Dead,
     };
     let attempts = row.get::<i32, _>(2).unsigned_abs();
@@ -273,6 +277,7 @@ fn job_info(row: &sqlx::postgres::PgRow) -> JobInfo {
         JobFilter::Running | JobFilter::Stale => JobState::Running,
         JobFilter::Done => JobState::Done,
         JobFilter::Dead => JobState::Dead,
+        JobFilter::Cancelled => JobState::Cancelled,
     };
     JobInfo {
         key: row.get(0),
@@ -286,5 +291,80 @@ fn job_info(row: &sqlx::postgres::PgRow) -> JobInfo {
         available_at: time(8).unwrap_or(std::time::SystemTime::UNIX_EPOCH),
         finished_at: time(9),
         attempt_log: Attempt::log(row.get(10), stored_state, attempts, time(11), time(9)),
+        queue: row.get(12),
+        priority: row.get(13),
+        serial_key: row.get(14),
+        cancel_requested_at: time(15),
+    }
+}
+
+impl Queue {
+    /// Cancels the job `key`: one waiting to run (or whose worker died) is `cancelled` at once
+    /// and never runs; a running one is asked to stop (its handler hears it at the next lease
+    /// renewal, and it ends `cancelled` unless it finishes first: finished work stays done).
+    /// `reason` is kept as the job's last error. What `idem jobs cancel` does.
+    pub async fn cancel(&self, key: &str, reason: &str) -> Result<Cancel, StoreError> {
+        let row = sqlx::query(&self.sql.cancel)
+            .bind(key)
+            .bind(reason)
+            .fetch_one(self.store.pool())
+            .await
+            .map_err(failed(Operation::Release))?;
+        let (before, now, asked): (Option<String>, bool, bool) =
+            (row.get(0), row.get(1), row.get(2));
+        Ok(match (before, now, asked) {
+            (None, _, _) => Cancel::NotFound,
+            (_, true, _) => Cancel::Cancelled,
+            (_, _, true) => Cancel::Requested,
+            (Some(state), false, false) => Cancel::Finished(JobState::parse(&state)),
+        })
+    }
+
+    /// How the job `key` ended, or [`JobResult::Pending`]; `None` if no job has this key
+    /// (never enqueued, discarded or purged). A done job's result is its handler's `Ok` value.
+    pub async fn result(&self, key: &str) -> Result<Option<JobResult>, StoreError> {
+        let row = sqlx::query(&self.sql.result)
+            .bind(key)
+            .fetch_optional(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let error: Option<String> = row.get(2);
+        Ok(Some(match JobState::parse(row.get(0)) {
+            JobState::Queued | JobState::Running => JobResult::Pending,
+            JobState::Done => JobResult::Done(
+                row.get::<Option<Vec<u8>>, _>(1)
+                    .and_then(|bytes| serde_json::from_slice(&bytes).ok()),
+            ),
+            JobState::Dead => JobResult::Dead(error),
+            JobState::Cancelled => JobResult::Cancelled(error),
+        }))
+    }
+
+    /// Waits up to `timeout` for the job `key` to end, and says how ([`result`](Queue::result));
+    /// [`JobResult::Pending`] if it had not by then. It reads the job's row, first after 5 ms,
+    /// then at doubling intervals up to 250 ms: "respond fast, work later" that can also
+    /// answer later, at one indexed read per look.
+    pub async fn wait_result(
+        &self,
+        key: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Option<JobResult>, StoreError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut pause = std::time::Duration::from_millis(5);
+        loop {
+            let result = self.result(key).await?;
+            if !matches!(result, Some(JobResult::Pending)) {
+                return Ok(result);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(result);
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(250));
+        }
     }
 }

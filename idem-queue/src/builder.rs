@@ -6,9 +6,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
+
 use crate::backoff::Backoff;
 use crate::held::{Held, Holder};
-use crate::job::Job;
+use crate::job::{check_name, Job, DEFAULT_QUEUE};
 use crate::outcome::Failure;
 use crate::producer::ProducerConfig;
 use crate::queue::Queue;
@@ -31,6 +33,11 @@ pub struct WorkerBuilder {
     backoff: Backoff,
     listen: bool,
     timeout: Option<Duration>,
+    /// The named queues served, with their concurrency; none: [`DEFAULT_QUEUE`] at
+    /// `concurrency`.
+    queues: Vec<(String, usize)>,
+    /// Global limits by queue name.
+    global_limits: Vec<(String, usize)>,
 }
 
 impl std::fmt::Debug for WorkerBuilder {
@@ -43,20 +50,30 @@ impl std::fmt::Debug for WorkerBuilder {
             .field("backoff", &self.backoff)
             .field("listen", &self.listen)
             .field("timeout", &self.timeout)
+            .field("queues", &self.queues)
+            .field("global_limits", &self.global_limits)
             .finish_non_exhaustive()
     }
 }
 
 impl WorkerBuilder {
-    pub(crate) fn new<H, F, E>(queue: Queue, handler: H) -> WorkerBuilder
+    pub(crate) fn new<H, F, T, E>(queue: Queue, handler: H) -> WorkerBuilder
     where
         H: Fn(Job) -> F + Send + Sync + 'static,
-        F: Future<Output = Result<(), E>> + Send + 'static,
+        F: Future<Output = Result<T, E>> + Send + 'static,
+        T: Serialize + Send + 'static,
         E: Display + Send + 'static,
     {
         let handler: Handler = Arc::new(move |job| {
             let work = handler(job);
-            Box::pin(async move { work.await.map_err(Failure::from_error) })
+            Box::pin(async move {
+                let value = work.await.map_err(Failure::from_error)?;
+                // The work is done: a value that cannot be JSON loses the result, not the job.
+                Ok(serde_json::to_value(&value).unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "the job's result cannot be JSON; it is not kept");
+                    serde_json::Value::Null
+                }))
+            })
         });
         WorkerBuilder {
             queue,
@@ -68,7 +85,28 @@ impl WorkerBuilder {
             backoff: Backoff::default(),
             listen: true,
             timeout: None,
+            queues: Vec::new(),
+            global_limits: Vec::new(),
         }
+    }
+
+    /// Serves the named queue `name` with up to `concurrency` of its jobs at once in this
+    /// process (its own slots: a busy queue never takes another's). Call it once per queue;
+    /// workers that name no queue serve [`DEFAULT_QUEUE`] at [`concurrency`](Self::concurrency),
+    /// and workers that name some serve those only (name `DEFAULT_QUEUE` too to keep it).
+    pub fn queue(mut self, name: impl Into<String>, concurrency: usize) -> Self {
+        self.queues.push((name.into(), concurrency.max(1)));
+        self
+    }
+
+    /// At most `jobs` of queue `name` run at once across every process serving it (a provider's
+    /// rate or connection limit), on top of each process's own concurrency. Each process must
+    /// say the same limit. A claim of such a queue takes an advisory lock for its transaction,
+    /// so that two processes cannot both take the last free place: three round trips instead of
+    /// one, and a finished job's completion does not claim the next one in its statement.
+    pub fn global_limit(mut self, name: impl Into<String>, jobs: usize) -> Self {
+        self.global_limits.push((name.into(), jobs.max(1)));
+        self
     }
 
     /// How many jobs run at once in this process (default 4).
@@ -123,37 +161,74 @@ impl WorkerBuilder {
         self
     }
 
-    /// Starts the workers on the current Tokio runtime.
+    /// Starts the workers on the current Tokio runtime: a producer per named queue.
     ///
     /// # Panics
     ///
-    /// Outside a Tokio runtime.
+    /// Outside a Tokio runtime; for a queue name that is empty, longer than
+    /// [`MAX_QUEUE_NAME_LEN`](crate::MAX_QUEUE_NAME_LEN) or holds control characters, named
+    /// twice, or given a global limit without being served.
     pub fn start(self) -> Workers {
         let worker = format!("{}:{:x}", std::process::id(), crate::backoff::random());
-        let holder = Arc::new(Holder {
-            store: self.queue.store().clone(),
-            sql: self.queue.sql.clone(),
-            lease: self.lease,
-            worker,
-            held: Held::default(),
-            stopping: std::sync::atomic::AtomicBool::new(false),
-        });
-        let shared = Arc::new(Shared {
-            handler: self.handler,
-            backoff: self.backoff,
-            timeout: self.timeout,
-            holder,
-            queue: self.queue,
-            cut: tokio::sync::watch::Sender::new(false),
-            cut_released: std::sync::atomic::AtomicUsize::new(0),
-        });
-        let config = ProducerConfig {
-            concurrency: self.concurrency,
-            batch_size: self.batch_size.unwrap_or(self.concurrency),
-            poll_interval: self.poll_interval,
-            listen: self.listen,
+        let queues = if self.queues.is_empty() {
+            vec![(DEFAULT_QUEUE.to_owned(), self.concurrency)]
+        } else {
+            self.queues
         };
-        Workers::start(shared, config)
+        for (i, (name, _)) in queues.iter().enumerate() {
+            if let Err(problem) = check_name("queue name", name) {
+                panic!("idem queue workers not started: {problem}");
+            }
+            assert!(
+                !queues[..i].iter().any(|(other, _)| other == name),
+                "idem queue workers not started: queue {name:?} is named twice"
+            );
+        }
+        for (name, _) in &self.global_limits {
+            assert!(
+                queues.iter().any(|(served, _)| served == name),
+                "idem queue workers not started: a global limit for queue {name:?}, which these \
+                 workers do not serve"
+            );
+        }
+        let producers = queues
+            .into_iter()
+            .map(|(name, concurrency)| {
+                let global_limit = self
+                    .global_limits
+                    .iter()
+                    .rev()
+                    .find(|(limited, _)| *limited == name)
+                    .map(|(_, jobs)| *jobs);
+                let holder = Arc::new(Holder {
+                    store: self.queue.store().clone(),
+                    sql: self.queue.sql.clone(),
+                    queue: name,
+                    global_limit,
+                    lease: self.lease,
+                    worker: worker.clone(),
+                    held: Held::default(),
+                    stopping: std::sync::atomic::AtomicBool::new(false),
+                });
+                let shared = Arc::new(Shared {
+                    handler: self.handler.clone(),
+                    backoff: self.backoff,
+                    timeout: self.timeout,
+                    holder,
+                    queue: self.queue.clone(),
+                    cut: tokio::sync::watch::Sender::new(false),
+                    cut_released: std::sync::atomic::AtomicUsize::new(0),
+                });
+                let config = ProducerConfig {
+                    concurrency,
+                    batch_size: self.batch_size.unwrap_or(concurrency).min(concurrency),
+                    poll_interval: self.poll_interval,
+                    listen: self.listen,
+                };
+                (shared, config)
+            })
+            .collect();
+        Workers::start(producers)
     }
 }
 
@@ -163,10 +238,13 @@ impl Queue {
     /// The handler's `Err` (any `Display` error) and its panics are failures: the job is
     /// retried after a [`Backoff`], and dead-lettered after its last attempt with the error's
     /// text.
-    pub fn worker<H, F, E>(&self, handler: H) -> WorkerBuilder
+    /// The handler's `Ok` value is the job's result, kept as JSON with the job (see
+    /// [`Queue::result`]); `()` keeps none worth reading.
+    pub fn worker<H, F, T, E>(&self, handler: H) -> WorkerBuilder
     where
         H: Fn(Job) -> F + Send + Sync + 'static,
-        F: Future<Output = Result<(), E>> + Send + 'static,
+        F: Future<Output = Result<T, E>> + Send + 'static,
+        T: Serialize + Send + 'static,
         E: Display + Send + 'static,
     {
         WorkerBuilder::new(self.clone(), handler)

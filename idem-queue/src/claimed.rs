@@ -14,11 +14,14 @@ pub(crate) struct Claimed {
     /// (the job's row is the record until one is written): (fence, the claim's lease end in
     /// epoch µs).
     pub record: Option<(i64, i64)>,
+    /// Whether an operator asked to cancel it while an earlier attempt ran (that worker died
+    /// before it heard): it is not run again.
+    pub cancel_requested: bool,
 }
 
 impl Claimed {
     /// Decodes a claimed job from the columns of `claim` (key, payload, attempts, max
-    /// attempts, record fence, record lease end) starting at column `first`.
+    /// attempts, record fence, record lease end, cancel requested) starting at column `first`.
     pub(crate) fn decode(row: &PgRow, first: usize) -> Claimed {
         Claimed {
             key: row.get(first),
@@ -28,6 +31,7 @@ impl Claimed {
             record: row
                 .get::<Option<i64>, _>(first + 4)
                 .zip(row.get::<Option<i64>, _>(first + 5)),
+            cancel_requested: row.get::<Option<bool>, _>(first + 6).unwrap_or(false),
         }
     }
 }

@@ -23,6 +23,29 @@ pub(crate) enum Settle {
     Release {
         delay: Duration,
     },
+    /// Back to the queue after `delay` without counting the attempt, as the handler asked.
+    Snooze {
+        delay: Duration,
+        message: String,
+    },
+    /// Ended for good: cancelled by an operator, or by the handler.
+    Cancelled {
+        reason: String,
+    },
+}
+
+impl Settle {
+    /// How the attempt ended, as the `idem_queue_jobs_total` metric's `outcome` says it.
+    pub(crate) fn outcome(&self) -> &'static str {
+        match self {
+            Settle::Done => "done",
+            Settle::Retry { .. } => "retried",
+            Settle::Dead { .. } => "dead",
+            Settle::Release { .. } => "released",
+            Settle::Snooze { .. } => "snoozed",
+            Settle::Cancelled { .. } => "cancelled",
+        }
+    }
 }
 
 /// Records how `job`'s claim ended, fenced by its attempt: a claim taken over meanwhile (its
@@ -46,6 +69,15 @@ pub(crate) async fn settle(holder: &Holder, job: &Claimed, settle: Settle) {
             .bind(vec![job.key.clone()])
             .bind(vec![job.attempt])
             .bind(duration_micros(*delay)),
+        Settle::Snooze { delay, message } => sqlx::query(&sql.snooze)
+            .bind(&job.key)
+            .bind(job.attempt)
+            .bind(duration_micros(*delay))
+            .bind(message),
+        Settle::Cancelled { reason } => sqlx::query(&sql.cancelled)
+            .bind(&job.key)
+            .bind(job.attempt)
+            .bind(reason),
     };
     match idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => query().execute(&mut *conn))
     {

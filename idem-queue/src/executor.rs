@@ -16,7 +16,7 @@ use crate::completer::{settle, Settle};
 use crate::job::{parse_payload, Job};
 use crate::job_record::{JOB_KEEP, QUEUE_SCOPE};
 use crate::job_store::JobStore;
-use crate::outcome::Failure;
+use crate::outcome::{Failure, Kind};
 use crate::rescuer::rescue;
 use crate::shared::Shared;
 use idem_store_postgres::extend::from_micros;
@@ -26,6 +26,45 @@ const MAX_ERROR_LEN: usize = 2000;
 
 /// A handler cut at the shutdown's deadline ends with this error.
 const CUT: &str = "the workers stopped before the job finished";
+
+/// A handler cut a lease after its job was cancelled ends with this error.
+const CANCELLED: &str = "cancelled while running; the handler did not stop within a lease";
+
+/// The largest result kept with a job (its JSON): a larger one is dropped with a warning, the
+/// job still done (its work happened; failing it would run it again).
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// A job's result as the call's output: JSON, within [`MAX_RESULT_BYTES`].
+struct ResultCodec;
+
+impl idem_core::Codec<serde_json::Value> for ResultCodec {
+    fn encode(&self, value: &serde_json::Value) -> Result<Option<Vec<u8>>, idem_core::CodecError> {
+        if value.is_null() {
+            return Ok(None);
+        }
+        let bytes = serde_json::to_vec(value)
+            .map_err(|e| idem_core::CodecError::new("the job's result", e))?;
+        if bytes.len() > MAX_RESULT_BYTES {
+            tracing::warn!(
+                bytes = bytes.len(),
+                limit = MAX_RESULT_BYTES,
+                "the job's result is too large to keep; the job is done without it"
+            );
+            return Ok(None);
+        }
+        Ok(Some(bytes))
+    }
+
+    fn decode(
+        &self,
+        stored: Option<Vec<u8>>,
+    ) -> Result<Option<serde_json::Value>, idem_core::CodecError> {
+        stored
+            .map(|bytes| serde_json::from_slice(&bytes))
+            .transpose()
+            .map_err(|e| idem_core::CodecError::new("the job's stored result", e))
+    }
+}
 
 /// Runs a claimed job and settles its claim, then each job that its completion claimed for
 /// the slot (see `job_store`), each in a span of its own.
@@ -41,6 +80,7 @@ pub(crate) async fn run(shared: Arc<Shared>, job: Claimed) {
 /// slot, if it did.
 async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
     let started = std::time::Instant::now();
+    let (cancel, cancelled) = tokio::sync::watch::channel(false);
     let store = JobStore::new(
         shared.queue.clone(),
         job.attempt,
@@ -50,19 +90,19 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
             taken_over: false,
         }),
         Some(Arc::clone(&shared.holder)),
+        cancel,
     );
     let settled = match rescue(&job) {
+        None if job.cancel_requested => Some(Settle::Cancelled {
+            reason: "cancelled while an earlier attempt ran; that worker stopped before it \
+                     heard"
+                .to_owned(),
+        }),
         Some(settle) => Some(settle),
-        None => execute(shared, &job, &store).await,
+        None => execute(shared, &job, &store, cancelled).await,
     };
-    let outcome = match &settled {
-        // Settled with the call's completion (or owned by a newer claim).
-        None => "done",
-        Some(Settle::Done) => "done",
-        Some(Settle::Retry { .. }) => "retried",
-        Some(Settle::Dead { .. }) => "dead",
-        Some(Settle::Release { .. }) => "released",
-    };
+    // `None`: settled with the call's completion (or owned by a newer claim).
+    let outcome = settled.as_ref().map_or("done", Settle::outcome);
     metrics::counter!(crate::metrics::JOBS, "outcome" => outcome).increment(1);
     metrics::histogram!(crate::metrics::JOB_SECONDS).record(started.elapsed().as_secs_f64());
     // `None`: settled already (with the call's completion), or another claim owns the job.
@@ -75,20 +115,31 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
 
 /// Runs the job's idempotent call; says how to settle its claim, or `None` when it is settled
 /// already or a newer claim owns it.
-async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Settle> {
+async fn execute(
+    shared: &Shared,
+    job: &Claimed,
+    store: &JobStore,
+    cancelled: tokio::sync::watch::Receiver<bool>,
+) -> Option<Settle> {
     let work = (shared.handler)(Job {
         key: job.key.clone(),
         payload: parse_payload(&job.payload),
         attempt: job.attempt.unsigned_abs(),
         max_attempts: job.max_attempts.unsigned_abs(),
+        queue: shared.holder.queue.clone(),
+        cancel: cancelled.clone(),
     });
     // The timeout cuts the handler only, never the call around it: a call cut while its
     // completion is on the wire would leave a finished job to run again, and one cut while
     // its completion claims the next job would leave that job claimed and unrun. A handler
     // that times out is a failed attempt; the call releases its claim, so the retry can take it.
     // The shutdown's deadline cuts the handler the same way.
+    // A cancellation is heard at a lease renewal; the handler then has one more lease to stop
+    // on its own, and is cut after it.
     let limit = shared.timeout;
+    let lease = shared.holder.lease;
     let mut cut = shared.cut.subscribe();
+    let mut cancel = cancelled.clone();
     let work = async move {
         let limited = async {
             match limit {
@@ -106,6 +157,12 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
                     std::future::pending::<()>().await; // the workers are gone: never cut
                 }
             } => Err(Failure::message(CUT)),
+            () = async {
+                if cancel.wait_for(|cancelled| *cancelled).await.is_err() {
+                    std::future::pending::<()>().await; // nobody can cancel it any more
+                }
+                tokio::time::sleep(lease).await;
+            } => Err(Failure::message(CANCELLED)),
         }
     };
     // A panicking handler (which the call resumes once it has released its claim) ends the
@@ -116,14 +173,14 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
             .name("idem::queue::run")
             .lease(shared.holder.lease)
             .keep(JOB_KEEP)
-            .run(work),
+            .run_with(ResultCodec, work),
     )
     .catch_unwind()
     .await;
     Some(match joined {
         // The completion marked the job done in the same statement, unless the job's claim
         // was taken over meanwhile; then the newer claim finds the call completed.
-        Ok(Ok(Outcome::Executed(()))) => {
+        Ok(Ok(Outcome::Executed(_))) => {
             if !store.marked_done() {
                 tracing::warn!("the job ran and its call completed, but its claim was taken over meanwhile (this worker stalled past its lease)");
             }
@@ -150,6 +207,16 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
                 delay: std::time::Duration::ZERO,
             }
         }
+        // Cancelled while it ran: whatever the handler ended with, short of finishing.
+        Ok(Err(Error::Handler(error))) if *cancelled.borrow() => Settle::Cancelled {
+            reason: if error.message == CANCELLED {
+                CANCELLED.to_owned()
+            } else {
+                truncate(format!(
+                    "cancelled while running; the handler ended with: {error}"
+                ))
+            },
+        },
         Ok(Err(Error::Handler(error))) => failure(shared, job, error),
         Err(panic) => failure(
             shared,
@@ -176,16 +243,29 @@ async fn execute(shared: &Shared, job: &Claimed, store: &JobStore) -> Option<Set
 /// dead-lettered after the last, or at once when the failure says no retry can fix it.
 fn failure(shared: &Shared, job: &Claimed, failure: Failure) -> Settle {
     let error = truncate(failure.message);
-    if failure.permanent {
+    let retry_after = match failure.kind {
+        Kind::Snooze(delay) => {
+            tracing::info!(message = %error, ?delay, "the job snoozed; it runs again after the delay");
+            return Settle::Snooze {
+                delay,
+                message: error,
+            };
+        }
+        Kind::Cancel => {
+            tracing::info!(reason = %error, "the job cancelled itself");
+            return Settle::Cancelled { reason: error };
+        }
+        Kind::RetryAfter(delay) => Some(delay),
+        Kind::Retry | Kind::Permanent => None,
+    };
+    if failure.kind == Kind::Permanent {
         tracing::warn!(%error, "the job failed for good; dead-lettered without more attempts");
         Settle::Dead { error }
     } else if job.attempt >= job.max_attempts {
         tracing::warn!(%error, "the job failed its last attempt; dead-lettered");
         Settle::Dead { error }
     } else {
-        let delay = failure
-            .retry_after
-            .unwrap_or_else(|| shared.backoff.delay(job.attempt.unsigned_abs()));
+        let delay = retry_after.unwrap_or_else(|| shared.backoff.delay(job.attempt.unsigned_abs()));
         tracing::info!(%error, ?delay, "the job failed; retrying after a delay");
         Settle::Retry { delay, error }
     }

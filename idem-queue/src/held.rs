@@ -19,6 +19,10 @@ pub(crate) struct Holder {
     pub store: PgStore,
     /// The queue's statements.
     pub sql: Arc<QueueSql>,
+    /// The named queue whose jobs these workers claim.
+    pub queue: String,
+    /// At most this many of the named queue's jobs run at once across every process.
+    pub global_limit: Option<usize>,
     /// How long a claim holds without renewal.
     pub lease: Duration,
     /// The workers' name in the queue table (`pid:random`).

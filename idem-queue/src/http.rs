@@ -5,10 +5,11 @@
 //!
 //! Delivered on a 2xx answer only. Retried with the worker's backoff on 5xx, 408, 409 (a
 //! receiver still running the first delivery of the key, as `idem-http` answers), 425 and 429
-//! (after the `Retry-After` the answer gives, in seconds, when it gives one), on timeouts and
-//! on connection errors; dead at once on a redirect or any other 4xx, which no retry can fix.
-//! Each failed attempt's status, duration and the first bytes of the answer go in the job's
-//! attempt log.
+//! (after the `Retry-After` the answer gives, in seconds or as a date, when it gives one), on
+//! timeouts and on connection errors; dead at once on a redirect or any other 4xx, which no
+//! retry can fix. Each failed attempt's status, duration and the first bytes of the answer go
+//! in the job's attempt log; the delivery's are the job's result ([`Delivery`]), which
+//! `idem jobs show` prints.
 
 use std::time::{Duration, Instant};
 
@@ -78,11 +79,22 @@ impl HttpTarget {
     }
 }
 
+/// What a delivered HTTP job answered: its result, kept with the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// The answer's status (2xx).
+    pub status: u16,
+    /// How long the request took, in milliseconds.
+    pub elapsed_ms: u64,
+    /// The answer's first bytes (up to 200), as text.
+    pub answer: String,
+}
+
 /// Runs an HTTP job: POSTs its target's body with `Idempotency-Key: <the job's key>`. A job
 /// whose payload carries no target is dead-lettered, saying so. Use it as (or from) a worker's
 /// handler, with a [`client`] (one that follows no redirect):
 /// `queue.worker(move |job| { let c = c.clone(); async move { idem_queue::http::post(&c, job).await } })`.
-pub async fn post(client: &reqwest::Client, job: Job) -> Result<(), JobError> {
+pub async fn post(client: &reqwest::Client, job: Job) -> Result<Delivery, JobError> {
     let Some(target) = HttpTarget::of(&job) else {
         return Err(JobError::permanent(
             "not an HTTP job: its payload has no \"http\" target (this worker runs HTTP jobs only)",
@@ -117,19 +129,15 @@ pub async fn post(client: &reqwest::Client, job: Job) -> Result<(), JobError> {
         .headers()
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|secs| Duration::from_secs(secs).min(MAX_RETRY_AFTER));
+        .and_then(retry_after)
+        .map(|delay| delay.min(MAX_RETRY_AFTER));
     let location = response
         .headers()
         .get(reqwest::header::LOCATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let elapsed = started.elapsed().as_millis();
-    if status.is_success() {
-        tracing::info!(url = %target.url, status = status.as_u16(), elapsed_ms = elapsed as u64, "HTTP job delivered");
-        return Ok(());
-    }
-    // The first bytes of the answer, for the attempt log; never the whole of a large one.
+    // The first bytes of the answer, for the result or the attempt log; never the whole of a
+    // large one.
     let mut answer = Vec::new();
     let mut response = response;
     while answer.len() < ANSWER_BYTES {
@@ -140,6 +148,15 @@ pub async fn post(client: &reqwest::Client, job: Job) -> Result<(), JobError> {
     }
     answer.truncate(ANSWER_BYTES);
     let first = String::from_utf8_lossy(&answer).into_owned();
+    let elapsed = started.elapsed().as_millis();
+    if status.is_success() {
+        tracing::info!(url = %target.url, status = status.as_u16(), elapsed_ms = elapsed as u64, "HTTP job delivered");
+        return Ok(Delivery {
+            status: status.as_u16(),
+            elapsed_ms: u64::try_from(elapsed).unwrap_or(u64::MAX),
+            answer: first,
+        });
+    }
     let message = match location {
         Some(location) if status.is_redirection() => format!(
             "POST {} answered {} (to {location}) in {elapsed} ms: a redirect is not a delivery",
@@ -158,6 +175,19 @@ pub async fn post(client: &reqwest::Client, job: Job) -> Result<(), JobError> {
         (true, None) => JobError::retry(message),
         (false, _) => JobError::permanent(message),
     })
+}
+
+/// A `Retry-After` value: seconds, or an HTTP date (the delay until then; none if past).
+fn retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
 }
 
 /// What on `queue` is not HTTP work: jobs waiting or running whose payload carries no target,

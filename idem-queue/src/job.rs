@@ -36,6 +36,31 @@ pub struct NewJob {
     pub(crate) run_after: Option<SystemTime>,
     pub(crate) delay: Duration,
     pub(crate) max_attempts: u32,
+    pub(crate) queue: String,
+    pub(crate) priority: i16,
+    pub(crate) serial_key: Option<String>,
+    pub(crate) replace: bool,
+}
+
+/// The named queue a job goes to unless [`NewJob::queue`] names another, and the one workers
+/// serve unless [`WorkerBuilder::queue`](crate::WorkerBuilder::queue) names others.
+pub const DEFAULT_QUEUE: &str = "default";
+
+/// The longest name of a queue, and the longest serial key.
+pub const MAX_QUEUE_NAME_LEN: usize = 100;
+
+/// Checks a queue name or serial key (`what`): 1 to [`MAX_QUEUE_NAME_LEN`] bytes, no control
+/// characters.
+pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_QUEUE_NAME_LEN {
+        return Err(format!(
+            "{what} {name:?} must be 1 to {MAX_QUEUE_NAME_LEN} bytes long"
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!("{what} {name:?} may not hold control characters"));
+    }
+    Ok(())
 }
 
 impl NewJob {
@@ -65,7 +90,47 @@ impl NewJob {
             run_after: None,
             delay: Duration::ZERO,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            queue: DEFAULT_QUEUE.to_owned(),
+            priority: 0,
+            serial_key: None,
+            replace: false,
         })
+    }
+
+    /// Opt-in debounce: if a job with this key is stored and still waiting to run (`queued`,
+    /// not yet claimed), this enqueue replaces its payload, run time, priority, named queue,
+    /// serial key and attempt limit ([`Enqueued::Replaced`]) instead of refusing a different
+    /// payload. A job already running or finished is left as it is, and the enqueue answers as
+    /// without this option.
+    pub fn replace(mut self) -> Self {
+        self.replace = true;
+        self
+    }
+
+    /// Goes to the named queue `name` (default [`DEFAULT_QUEUE`]), which only workers that
+    /// serve it run. A name is 1 to [`MAX_QUEUE_NAME_LEN`] bytes without control characters;
+    /// [`enqueue`](crate::Queue::enqueue) refuses any other, storing nothing.
+    pub fn queue(mut self, name: impl Into<String>) -> Self {
+        self.queue = name.into();
+        self
+    }
+
+    /// Runs before the queue's jobs of lower priority that are available too (default 0;
+    /// higher first, negative below the default). Jobs of one priority run in the order they
+    /// became available.
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Runs one at a time with the other jobs of `key`, in the order they were enqueued,
+    /// across every worker process: a job of the key runs only once the key's jobs enqueued
+    /// before it are done, dead or cancelled (one waiting for a retry holds the later ones
+    /// back). For work that must not overlap or reorder, such as one customer's. The same
+    /// rules as a queue's name apply.
+    pub fn serial_key(mut self, key: impl Into<String>) -> Self {
+        self.serial_key = Some(key.into());
+        self
     }
 
     /// Runs at `at` or later (the default is now): a delayed job, or a schedule's tick.
@@ -94,6 +159,15 @@ impl NewJob {
     pub fn key(&self) -> &str {
         self.key.as_str()
     }
+
+    /// Why the job's queue name or serial key cannot be stored, if one cannot.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        check_name("queue name", &self.queue)?;
+        match &self.serial_key {
+            Some(key) => check_name("serial key", key),
+            None => Ok(()),
+        }
+    }
 }
 
 /// What [enqueue](super::Queue::enqueue) did.
@@ -105,6 +179,9 @@ pub enum Enqueued {
     /// A job with this key (and the same payload) was already stored, in whatever state; nothing
     /// was stored now.
     Duplicate,
+    /// A job with this key waited to run and, as the new job asked
+    /// ([`NewJob::replace`]), now carries its payload, run time, priority and attempts.
+    Replaced,
 }
 
 impl Enqueued {
@@ -113,6 +190,7 @@ impl Enqueued {
         match self {
             Enqueued::Queued => "queued",
             Enqueued::Duplicate => "duplicate",
+            Enqueued::Replaced => "replaced",
         }
     }
 }
@@ -176,6 +254,9 @@ pub enum EnqueueError {
         /// The key in question.
         key: String,
     },
+    /// An option names something that cannot be stored: a queue name or serial key that is
+    /// empty, too long, or holds control characters.
+    Invalid(String),
     /// The database failed or could not be reached; retry later.
     Store(StoreError),
 }
@@ -192,6 +273,7 @@ impl fmt::Display for EnqueueError {
                 "job not enqueued: key {key:?} is already stored with a different payload; use a \
                  key that tells the two jobs apart"
             ),
+            EnqueueError::Invalid(problem) => write!(f, "job not enqueued: {problem}"),
             EnqueueError::Store(e) => write!(f, "job not enqueued: {e}"),
         }
     }
@@ -202,7 +284,7 @@ impl StdError for EnqueueError {
         match self {
             EnqueueError::InvalidKey(e) => Some(e),
             EnqueueError::Payload(e) => Some(e),
-            EnqueueError::KeyReused { .. } => None,
+            EnqueueError::KeyReused { .. } | EnqueueError::Invalid(_) => None,
             EnqueueError::Store(e) => Some(e),
         }
     }
@@ -221,9 +303,34 @@ pub struct Job {
     pub(crate) payload: Value,
     pub(crate) attempt: u32,
     pub(crate) max_attempts: u32,
+    pub(crate) queue: String,
+    /// Set once an operator cancelled the job while it runs ([`Queue::cancel`](crate::Queue::cancel)).
+    pub(crate) cancel: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Job {
+    /// The named queue it was enqueued to.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// Whether the job was cancelled while it runs ([`Queue::cancel`](crate::Queue::cancel)).
+    /// The worker hears of it at the job's next lease renewal (a third of the lease); a handler
+    /// that checks this can stop cleanly (return [`JobError::cancel`](crate::JobError::cancel)
+    /// or anything: the job ends cancelled either way). One that ignores it is cut at the end
+    /// of the lease it holds then.
+    pub fn is_cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Waits until the job is cancelled (see [`is_cancelled`](Job::is_cancelled)); never
+    /// returns for a job nobody cancels. For `tokio::select!` against the work.
+    pub async fn cancelled(&self) {
+        let mut cancel = self.cancel.clone();
+        if cancel.wait_for(|cancelled| *cancelled).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
     /// The schedule and tick this job was enqueued for, if a [`Scheduler`](crate::Scheduler)
     /// enqueued it (its key is `schedule:NAME:TIME`).
     pub fn tick(&self) -> Option<Tick> {
@@ -271,6 +378,9 @@ pub enum JobState {
     Done,
     /// Failed its last attempt; see [`Queue::dead`](super::Queue::dead).
     Dead,
+    /// Cancelled ([`Queue::cancel`](super::Queue::cancel), or its handler's
+    /// [`JobError::cancel`](crate::JobError::cancel)): it will not run again.
+    Cancelled,
 }
 
 impl JobState {
@@ -279,8 +389,25 @@ impl JobState {
             "queued" => JobState::Queued,
             "running" => JobState::Running,
             "done" => JobState::Done,
+            "cancelled" => JobState::Cancelled,
             _ => JobState::Dead,
         }
+    }
+
+    /// `queued`, `running`, `done`, `dead` or `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether it has ended for good: done, dead or cancelled.
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobState::Done | JobState::Dead | JobState::Cancelled)
     }
 }
 
@@ -315,10 +442,12 @@ pub enum JobFilter {
     Done,
     /// Dead-lettered.
     Dead,
+    /// Cancelled.
+    Cancelled,
 }
 
 impl JobFilter {
-    /// The name operators use: `queued`, `running`, `stale`, `done`, `dead`.
+    /// The name operators use: `queued`, `running`, `stale`, `done`, `dead`, `cancelled`.
     pub fn as_str(self) -> &'static str {
         match self {
             JobFilter::Queued => "queued",
@@ -326,6 +455,7 @@ impl JobFilter {
             JobFilter::Stale => "stale",
             JobFilter::Done => "done",
             JobFilter::Dead => "dead",
+            JobFilter::Cancelled => "cancelled",
         }
     }
 }
@@ -352,10 +482,48 @@ pub struct JobInfo {
     pub created_at: SystemTime,
     /// When it may run (queued), or when its lease lapses (running).
     pub available_at: SystemTime,
-    /// When it finished (done or dead).
+    /// When it finished (done, dead or cancelled).
     pub finished_at: Option<SystemTime>,
     /// Its attempts (see [`JobStatus::attempt_log`]).
     pub attempt_log: Vec<Attempt>,
+    /// The named queue it is in.
+    pub queue: String,
+    /// Its priority in that queue.
+    pub priority: i16,
+    /// Its serial key, if it has one.
+    pub serial_key: Option<String>,
+    /// When an operator asked a running attempt to stop, if one did and it has not yet.
+    pub cancel_requested_at: Option<SystemTime>,
+}
+
+/// What [`Queue::cancel`](crate::Queue::cancel) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "Cancel says whether the job was cancelled now or only asked to stop"]
+pub enum Cancel {
+    /// It was waiting to run (or its worker had died): it is `cancelled` now and never runs.
+    Cancelled,
+    /// It is running: its handler is told at its next lease renewal
+    /// ([`Job::cancelled`](crate::Job::cancelled)), and it ends `cancelled` unless it finishes
+    /// first (work done stays done).
+    Requested,
+    /// It had ended already (done, dead or cancelled): nothing changed.
+    Finished(JobState),
+    /// No job has this key.
+    NotFound,
+}
+
+/// How a job ended, or that it has not, from [`Queue::result`](crate::Queue::result).
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobResult {
+    /// Not finished yet (queued or running).
+    Pending,
+    /// Done, with its handler's `Ok` value as JSON (`None` for `()` or a result too large to
+    /// keep).
+    Done(Option<Value>),
+    /// Dead-lettered, with its last error.
+    Dead(Option<String>),
+    /// Cancelled, with the reason.
+    Cancelled(Option<String>),
 }
 
 /// One attempt of a job, from its [attempt log](JobStatus::attempt_log).
@@ -403,7 +571,7 @@ impl Attempt {
         let current = match state {
             JobState::Done => Some("done"),
             JobState::Running => Some("running"),
-            JobState::Queued | JobState::Dead => None,
+            JobState::Queued | JobState::Dead | JobState::Cancelled => None,
         };
         if let (Some(outcome), Some(started_at)) = (current, attempted_at) {
             attempts.push(Attempt {
@@ -448,6 +616,8 @@ pub struct QueueStats {
     pub done: u64,
     /// Dead-lettered.
     pub dead: u64,
+    /// Cancelled.
+    pub cancelled: u64,
 }
 
 pub(crate) fn parse_payload(text: &str) -> Value {

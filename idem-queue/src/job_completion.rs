@@ -69,6 +69,7 @@ impl JobCompleteOp {
             .bind(1i64)
             .bind(duration_micros(workers.lease))
             .bind(&workers.worker)
+            .bind(&workers.queue)
             .fetch_all(&mut *conn)
             .await?;
         let mut answers = Self::settle(&rows, 1, vec![(0, workers)])?;
@@ -86,10 +87,15 @@ impl JobCompleteOp {
         let outputs: Vec<Option<&[u8]>> = batch.iter().map(|c| c.output.as_deref()).collect();
         let keeps: Vec<i64> = batch.iter().map(|c| c.keep).collect();
         let attempts: Vec<i32> = batch.iter().map(|c| c.attempt).collect();
+        // The next jobs are claimed for one holder's slots (one named queue, one lease): the
+        // first's. Completions of other holders in the batch claim nothing; their producers
+        // fill their slots.
+        let first = batch.iter().find_map(|c| c.next.as_ref());
         let slots: Vec<(usize, &Arc<Holder>)> = batch
             .iter()
             .enumerate()
             .filter_map(|(i, c)| c.next.as_ref().map(|workers| (i, workers)))
+            .filter(|(_, workers)| first.is_some_and(|first| Arc::ptr_eq(first, workers)))
             .collect();
         let sql = &batch[0].sql;
         let Some(&(_, workers)) = slots.first() else {
@@ -115,6 +121,7 @@ impl JobCompleteOp {
             .bind(i64::try_from(slots.len()).unwrap_or(i64::MAX))
             .bind(duration_micros(workers.lease))
             .bind(&workers.worker)
+            .bind(&workers.queue)
             .fetch_all(&mut *conn)
             .await?;
         JobCompleteOp::settle(&rows, batch.len(), slots)
@@ -351,6 +358,8 @@ mod tests {
         Arc::new(Holder {
             store: queue.store().clone(),
             sql: queue.sql.clone(),
+            queue: crate::job::DEFAULT_QUEUE.to_owned(),
+            global_limit: None,
             lease: Duration::from_secs(60),
             worker: "test-worker".to_owned(),
             held: Default::default(),
@@ -652,6 +661,7 @@ mod tests {
             .bind(100i64)
             .bind(60_000_000i64)
             .bind("test-worker")
+            .bind(crate::job::DEFAULT_QUEUE)
             .fetch_all(pool)
             .await
             .unwrap();

@@ -68,6 +68,8 @@ struct JobState {
     workers: Option<Arc<Holder>>,
     /// The job the completion claimed for this slot.
     next: Mutex<Option<Claimed>>,
+    /// Set when a renewal hears that an operator cancelled the job.
+    cancel: tokio::sync::watch::Sender<bool>,
 }
 
 impl JobStore {
@@ -78,6 +80,7 @@ impl JobStore {
         attempt: i32,
         claimed: Option<Claim>,
         workers: Option<Arc<Holder>>,
+        cancel: tokio::sync::watch::Sender<bool>,
     ) -> JobStore {
         JobStore {
             queue,
@@ -89,6 +92,7 @@ impl JobStore {
                 completion_sent: AtomicBool::new(false),
                 workers,
                 next: Mutex::new(None),
+                cancel,
             }),
         }
     }
@@ -144,8 +148,10 @@ impl Store for JobStore {
             // Only the first completion claims: one sent again (the first failed, or its
             // caller went away) may follow a first that claimed a job whose answer was lost,
             // and a second claim would take another.
+            // A queue with a global limit claims under its lock only (see `producer::claim`).
             next: self.state.workers.clone().filter(|workers| {
-                !workers.stopping.load(Ordering::SeqCst)
+                workers.global_limit.is_none()
+                    && !workers.stopping.load(Ordering::SeqCst)
                     && !self.state.completion_sent.swap(true, Ordering::SeqCst)
             }),
         };
@@ -176,9 +182,12 @@ impl Store for JobStore {
             .bind(holder)
             .fetch_one(&mut *conn))
         .map_err(|e| store_error(e).during(Operation::Renew))?;
-        let (renewed, job): (i64, i64) = (row.get(0), row.get(1));
+        let (renewed, job, cancel): (i64, i64, bool) = (row.get(0), row.get(1), row.get(2));
         if job == 0 {
             tracing::debug!("the job's claim was settled or taken over before its renewal");
+        }
+        if cancel && !self.state.cancel.send_replace(true) {
+            tracing::info!("the job was cancelled while it runs; its handler is told");
         }
         Ok(if renewed == 1 {
             self.state.written.store(true, Ordering::SeqCst);

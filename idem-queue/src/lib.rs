@@ -9,7 +9,8 @@
 //! recognised as done and not run again.
 //!
 //! - [Setup](#setup) · [Enqueue](#enqueue) · [Workers](#workers) ·
-//!   [Job states](#job-states) · [Dead letters](#dead-letters) · [Purging](#purging) ·
+//!   [Named queues, priorities, serial keys](#named-queues-priorities-serial-keys) ·
+//!   [Cancelling and results](#cancelling-and-results) · [Job states](#job-states) · [Dead letters](#dead-letters) · [Purging](#purging) ·
 //!   [Stats and metrics](#stats-and-metrics) · [How it works](#how-it-works) ·
 //!   [Tuning](#tuning) · [Guarantees and limits](#guarantees-and-limits)
 //!
@@ -82,18 +83,27 @@
 //!
 //! Idle workers are woken when the enqueue commits (a rolled-back enqueue wakes nobody).
 //!
+//! - **Many at once.** [`Queue::enqueue_many`] stores many jobs in one statement, each still
+//!   idempotent on its key, and answers per job: queued, duplicate, or refused (with why).
+//! - **Debounce.** A job built with [`NewJob::replace`] replaces the payload and run time of a
+//!   job of its key that is still waiting ([`Enqueued::Replaced`]), instead of being refused
+//!   for another payload; a running or finished job is left as it is.
+//!
 //! ## Workers
 //!
 //! [`Queue::worker`] takes the handler: an async function of a [`Job`] (its
 //! [`key`](Job::key), [`payload`](Job::payload) or [`payload_as`](Job::payload_as),
-//! [`attempt`](Job::attempt)) that returns `Result<(), E>` for any `E: Display`. Its `Err` and
-//! its panics are failures. Configure the [`WorkerBuilder`], then
+//! [`attempt`](Job::attempt)) that returns `Result<T, E>` for any `E: Display` and any
+//! `T: Serialize`: `T` is the job's [result](#cancelling-and-results). Its `Err` and its panics
+//! are failures. Configure the [`WorkerBuilder`], then
 //! [`start`](WorkerBuilder::start) it on the current Tokio runtime, in as many processes as
 //! you like:
 //!
 //! | option | default | what it does |
 //! | --- | --- | --- |
 //! | [`concurrency`](WorkerBuilder::concurrency) | 4 | jobs running at once in this process |
+//! | [`queue`](WorkerBuilder::queue) | [`DEFAULT_QUEUE`] at the concurrency | a named queue to serve, with its own concurrency; call it once per queue |
+//! | [`global_limit`](WorkerBuilder::global_limit) | none | at most this many of a queue's jobs running across every process |
 //! | [`batch_size`](WorkerBuilder::batch_size) | the concurrency | the most jobs one claim statement takes; never more than the free slots, so no claimed job waits behind another |
 //! | [`lease`](WorkerBuilder::lease) | [`idem_core::DEFAULT_LEASE`], 30 s | how long a claim holds without renewal; renewed every third of it while the job runs, so a slow-but-alive worker keeps its jobs and a crashed one's come back once it lapses |
 //! | [`timeout`](WorkerBuilder::timeout) | none | stops a handler that runs longer and counts a failed attempt (`timed out after ..`); a job done just at its limit is done |
@@ -131,27 +141,89 @@
 //! [`Workers::wait_idle`] waits until nothing runs and no work is waiting (for tests and
 //! maintenance).
 //!
+//! ## Named queues, priorities, serial keys
+//!
+//! - **Named queues.** [`NewJob::queue`] puts a job in a named queue (default
+//!   [`DEFAULT_QUEUE`]); only workers that serve it run it. [`WorkerBuilder::queue`] serves a
+//!   queue with slots of its own, so a flood of one kind of work never takes another's slots.
+//! - **Global limits.** [`WorkerBuilder::global_limit`] caps how many of a queue's jobs run at
+//!   once across every process (a provider's rate or connection limit). A claim of such a
+//!   queue runs under the queue's advisory lock in a transaction: three round trips instead of
+//!   one.
+//! - **Priorities.** [`NewJob::priority`] (default 0; higher first, negative below): within a
+//!   queue, jobs run by priority, then in the order they became available.
+//! - **Serial keys.** Jobs that share a [`NewJob::serial_key`] (one customer, one account)
+//!   run one at a time, in the order they were enqueued, across every process: a claim takes
+//!   a key's first unfinished job only. One waiting for a retry holds the later ones back; a
+//!   dead or cancelled one does not.
+//!
+//! ```no_run
+//! use idem_queue::{Job, NewJob, Queue};
+//!
+//! # async fn run(queue: Queue) -> Result<(), Box<dyn std::error::Error>> {
+//! let refund = NewJob::new("refund:991", &991)?
+//!     .queue("payments")
+//!     .priority(10)
+//!     .serial_key("customer:42"); // after customer 42's earlier payment jobs, never beside them
+//! let _ = queue.enqueue(refund).await?;
+//!
+//! let workers = queue
+//!     .worker(|job: Job| async move { Ok::<_, std::io::Error>(()) })
+//!     .queue("payments", 8)
+//!     .global_limit("payments", 4) // the provider allows four connections
+//!     .queue("default", 16)
+//!     .start();
+//! # Ok(()) }
+//! ```
+//!
+//! ## Cancelling and results
+//!
+//! - **Cancel.** [`Queue::cancel`] (and `idem jobs cancel KEY`) cancels a waiting job at once:
+//!   it never runs. A running one is asked: its worker hears it at the job's next lease
+//!   renewal (a third of the lease), [`Job::cancelled`] and [`Job::is_cancelled`] tell the
+//!   handler, and the job ends `cancelled` unless it finishes first (finished work stays done).
+//!   A handler that ignores it is cut one lease later. A cancelled job's key stays taken.
+//! - **Results.** A handler's `Ok` value is kept with the job as JSON (up to
+//!   [`MAX_RESULT_BYTES`]; a larger one is dropped with a warning, the job still done).
+//!   [`Queue::result`] reads how a job ended and [`Queue::wait_result`] waits for it, so a
+//!   request answered "accepted" can also be answered later.
+//!
+//! ```no_run
+//! # use idem_queue::{JobResult, NewJob, Queue};
+//! # use std::time::Duration;
+//! # async fn run(queue: Queue) -> Result<(), Box<dyn std::error::Error>> {
+//! match queue.wait_result("report:2026-11", Duration::from_secs(5)).await? {
+//!     Some(JobResult::Done(Some(report))) => println!("ready: {report}"),
+//!     Some(JobResult::Pending) => println!("still working: ask again later"),
+//!     Some(other) => println!("ended without a report: {other:?}"),
+//!     None => println!("no such job"),
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! ## Handler outcomes and the attempt log
 //!
 //! A handler's `Err` (any `Display` error) or panic is a failed attempt, retried after the
 //! worker's [`Backoff`]. A [`JobError`] says more: [`JobError::retry_after`] retries after the
 //! delay a provider asked for (its `Retry-After`), [`JobError::permanent`] dead-letters the job
-//! at once, whatever attempts it had left (the handler's error type must be `JobError` itself:
-//! one boxed in `Box<dyn Error>` is an ordinary failure). [`Queue::status`]'s
+//! at once, whatever attempts it had left, [`JobError::snooze`] puts it back for a while
+//! without using an attempt, and [`JobError::cancel`] ends it `cancelled` (the handler's error
+//! type must be `JobError` itself: one boxed in `Box<dyn Error>` is an ordinary failure). [`Queue::status`]'s
 //! [`attempt_log`](JobStatus::attempt_log) (and `idem jobs show`) lists attempts with their
 //! start, end, outcome and error: the latest 20 that ended without completing (retried,
-//! dead-lettered, given back) and the current one. An attempt whose worker died is not in it:
+//! dead-lettered, given back, snoozed, cancelled) and the current one. An attempt whose worker died is not in it:
 //! its claim lapsed and the next attempt took the job.
 //!
 //! ## Job states
 //!
 //! | state | meaning | becomes |
 //! | --- | --- | --- |
-//! | `queued` | waits until its run-after time (enqueued, or a retry's backoff) | `running` when a worker claims it (its attempt counted) |
-//! | `running` | claimed by a worker, on a lease renewed while it runs | `done` when the handler returns `Ok` (or its call was completed before); `queued` again for a retry after a failure with attempts left; `dead` after a failure on its last attempt; `queued` without counting the attempt when given back (shutdown, another run holding the key, the store failing around it) |
+//! | `queued` | waits until its run-after time (enqueued, a retry's backoff, a snooze), in its named queue, by priority (and behind its serial key's earlier jobs) | `running` when a worker of its queue claims it (its attempt counted); `cancelled` by [`Queue::cancel`]; its payload and run time replaced by an enqueue with [`NewJob::replace`] |
+//! | `running` | claimed by a worker, on a lease renewed while it runs | `done` when the handler returns `Ok` (or its call was completed before), with its result; `queued` again for a retry after a failure with attempts left; `dead` after a failure on its last attempt (or a permanent one); `queued` without counting the attempt when snoozed or given back (shutdown, another run holding the key, the store failing around it); `cancelled` when its handler cancels it, or when it stops after an operator's cancel |
 //! | `running`, lease lapsed (`stale`) | its worker died, stalled or lost the database | claimable again: the next claim takes it over and runs it again, or dead-letters it if that was its last attempt |
 //! | `done` | finished; its key stays a duplicate | deleted by [purging](#purging) |
 //! | `dead` | failed its last attempt, with its last error | `queued` with fresh attempts by [`Queue::retry_dead`]; deleted by [`Queue::discard`] |
+//! | `cancelled` | will not run again, with the reason as its last error; its key stays taken | deleted by [`Queue::discard`] |
 //!
 //! [`Queue::status`] gives one job's [`JobStatus`]; [`QueueStats::stale`] counts the lapsed
 //! claims ([`LAPSED_SQL`] is their condition), which `idem jobs` (the `idem-cli` crate) shows
@@ -318,8 +390,11 @@
 //!   provider idempotency keys (`job.key()`) keep the repeat harmless.
 //! - **Failures retry** with backoff up to `max_attempts`, then dead-letter; a worker that
 //!   dies during a job's last attempt leaves it dead-lettered too.
-//! - **Order and features**: jobs run in the order they become available (`available_at`),
-//!   with no priorities, named queues or recurring jobs.
+//! - **Order**: within a named queue, by priority, then in the order jobs become available
+//!   (`available_at`); a serial key's jobs in the order they were enqueued. Recurring jobs are
+//!   [schedules](Scheduler).
+//! - **Cancelling a running job is cooperative**: a handler that finishes before it hears
+//!   (up to a third of a lease) is done, and one that ignores it runs a lease longer.
 
 #![warn(missing_docs)]
 
@@ -352,9 +427,10 @@ mod workers;
 
 pub use backoff::Backoff;
 pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL};
+pub use executor::MAX_RESULT_BYTES;
 pub use job::{
-    Attempt, DeadJob, EnqueueError, Enqueued, Job, JobFilter, JobInfo, JobState, JobStatus, NewJob,
-    QueueStats, DEFAULT_MAX_ATTEMPTS,
+    Attempt, Cancel, DeadJob, EnqueueError, Enqueued, Job, JobFilter, JobInfo, JobResult, JobState,
+    JobStatus, NewJob, QueueStats, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_QUEUE_NAME_LEN,
 };
 pub use job_record::QUEUE_SCOPE;
 pub use outcome::JobError;

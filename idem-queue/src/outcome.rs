@@ -1,6 +1,7 @@
-//! What a handler's failure asks for beyond "retry after the backoff": a retry after a given
-//! delay (a provider's `Retry-After`), or no more attempts. Any `Display` error is an ordinary
-//! failure; a [`JobError`] says which of these it is.
+//! What a handler's error asks for beyond "retry after the backoff": a retry after a given
+//! delay (a provider's `Retry-After`), no more attempts, a snooze that uses no attempt, or
+//! cancellation. Any `Display` error is an ordinary failure; a [`JobError`] says which of
+//! these it is.
 
 use std::any::Any;
 use std::fmt;
@@ -19,6 +20,10 @@ use std::time::Duration;
 ///         200..=299 => Ok(()),
 ///         // Rate-limited: again when the provider says, as an attempt.
 ///         429 => Err(JobError::retry_after(Duration::from_secs(30), "rate limited")),
+///         // Not our turn yet: again in a minute, without using an attempt.
+///         423 => Err(JobError::snooze(Duration::from_secs(60), "locked upstream")),
+///         // The order is gone: nothing left to do, and nothing failed.
+///         410 => Err(JobError::cancel("the order was deleted")),
 ///         // Refused for good: dead now, no more attempts.
 ///         400..=499 => Err(JobError::permanent(format!("refused with {status}"))),
 ///         _ => Err(JobError::retry(format!("failed with {status}"))),
@@ -31,11 +36,19 @@ pub struct JobError {
     kind: Kind,
 }
 
+/// How a job goes on after its handler's error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
+    /// Retried after the backoff, as an attempt.
     Retry,
+    /// Retried after this delay, as an attempt.
     RetryAfter(Duration),
+    /// Dead now.
     Permanent,
+    /// Queued again after this delay, the attempt not counted.
+    Snooze(Duration),
+    /// Ended for good, as `cancelled`.
+    Cancel,
 }
 
 impl JobError {
@@ -66,10 +79,29 @@ impl JobError {
         }
     }
 
-    /// The delay this error asks for, if it asks for one.
+    /// Not a failure: the job goes back to the queue for `delay` (waiting for something
+    /// outside it), and the attempt it used is given back, so snoozing never dead-letters a
+    /// job. The attempt log says `snoozed` with `message`.
+    pub fn snooze(delay: Duration, message: impl fmt::Display) -> JobError {
+        JobError {
+            message: message.to_string(),
+            kind: Kind::Snooze(delay),
+        }
+    }
+
+    /// The job is ended for good as `cancelled` (not failed: nothing to retry or alert on),
+    /// with `message` as its reason.
+    pub fn cancel(message: impl fmt::Display) -> JobError {
+        JobError {
+            message: message.to_string(),
+            kind: Kind::Cancel,
+        }
+    }
+
+    /// The delay this error asks for (a retry's or a snooze's), if it asks for one.
     pub fn delay(&self) -> Option<Duration> {
         match self.kind {
-            Kind::RetryAfter(delay) => Some(delay),
+            Kind::RetryAfter(delay) | Kind::Snooze(delay) => Some(delay),
             _ => None,
         }
     }
@@ -92,8 +124,7 @@ impl std::error::Error for JobError {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Failure {
     pub message: String,
-    pub retry_after: Option<Duration>,
-    pub permanent: bool,
+    pub kind: Kind,
 }
 
 impl Failure {
@@ -101,8 +132,7 @@ impl Failure {
     pub(crate) fn message(message: impl Into<String>) -> Failure {
         Failure {
             message: message.into(),
-            retry_after: None,
-            permanent: false,
+            kind: Kind::Retry,
         }
     }
 
@@ -111,8 +141,7 @@ impl Failure {
         match (&e as &dyn Any).downcast_ref::<JobError>() {
             Some(job_error) => Failure {
                 message: job_error.message.clone(),
-                retry_after: job_error.delay(),
-                permanent: job_error.is_permanent(),
+                kind: job_error.kind,
             },
             None => Failure::message(e.to_string()),
         }

@@ -85,9 +85,11 @@ pub(crate) async fn produce(
         // Whether this look found all the work there was, at a time it would be announced.
         let mut drained = false;
         let starved = match claim(&shared.holder, want).await {
-            Ok(jobs) => {
+            Ok((jobs, blocked)) => {
                 let got = jobs.len();
-                drained = got < want && announced;
+                // Work held back by the global limit is not drained: it runs once places free
+                // up (looked for at the poll interval; no notification says so).
+                drained = got < want && announced && !blocked;
                 idle.send_replace(got == 0 && drained && tasks.is_empty());
                 for job in jobs {
                     tasks.spawn(run(shared.clone(), job).in_current_span());
@@ -165,19 +167,60 @@ fn log_join(joined: Result<(), JoinError>) {
     }
 }
 
-/// Claims up to `limit` jobs in one statement, which also reserves the idempotency record's
-/// fence of each job whose key has none, and notes them as held.
-async fn claim(holder: &Holder, limit: usize) -> Result<Vec<Claimed>, sqlx::Error> {
+/// Claims up to `limit` jobs of the holder's queue in one statement, which also reserves the
+/// idempotency record's fence of each job whose key has none, and notes them as held. A queue
+/// with a global limit is claimed in a transaction under its advisory lock, so that the count
+/// of its running jobs the statement reads (on a snapshot taken after the lock) is not stale.
+/// Also says whether the global limit held jobs back (when it claimed none for that reason).
+async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool), sqlx::Error> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let lease = duration_micros(holder.lease);
     // Never sent again: a claim applied but unanswered would leave its jobs claimed while a
     // second claim took others; unanswered, they return to the queue when their lease lapses.
-    let rows = idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => sqlx::query(&holder.sql.claim)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .bind(duration_micros(holder.lease))
-        .bind(&holder.worker)
-        .fetch_all(&mut *conn))?;
+    let (rows, blocked) = match holder.global_limit {
+        None => (
+            idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => sqlx::query(&holder.sql.claim)
+            .bind(limit)
+            .bind(lease)
+            .bind(&holder.worker)
+            .bind(&holder.queue)
+            .fetch_all(&mut *conn))?,
+            false,
+        ),
+        Some(global) => {
+            let global = i64::try_from(global).unwrap_or(i64::MAX);
+            // The lock is named by the table and queue, hashed by the server.
+            let lock = format!("idem_queue:{}:{}", holder.sql.name, holder.queue);
+            // A transaction cut short (its caller went away) leaves the connection mid-way:
+            // the store closes it, and the server rolls the transaction back.
+            idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => async {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                    .bind(&lock)
+                    .execute(&mut *tx)
+                    .await?;
+                let rows = sqlx::query(&holder.sql.claim_limited)
+                    .bind(limit)
+                    .bind(lease)
+                    .bind(&holder.worker)
+                    .bind(&holder.queue)
+                    .bind(global)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let blocked = rows.is_empty()
+                    && sqlx::query_scalar::<_, bool>(&holder.sql.limit_reached)
+                        .bind(&holder.queue)
+                        .bind(global)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>((rows, blocked))
+            })?
+        }
+    };
     let claimed: Vec<Claimed> = rows.iter().map(|row| Claimed::decode(row, 0)).collect();
     for job in &claimed {
         holder.held.hold(job);
     }
-    Ok(claimed)
+    Ok((claimed, blocked))
 }

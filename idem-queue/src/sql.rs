@@ -21,7 +21,7 @@ pub(crate) const CHANNEL: &str = "idem_queue";
 /// whose predicates name the state in the default collation: a statement that finds its jobs by
 /// key also checks their state this way. Otherwise a generic plan made on a queue never
 /// analyzed, or analyzed while empty (an `ANALYZE` right after `migrate`), may read every queued
-/// and running job (`q_avail`) to find one by key, or every done job (`q_finished`), and the
+/// and running job (`q_ready`) to find one by key, or every done job (`q_finished`), and the
 /// plan is kept until the queue is analyzed again. `tests/plans.rs` checks both states.
 fn in_state(column: &str, state: &str) -> String {
     format!("{column} COLLATE \"C\" = '{state}'")
@@ -42,12 +42,34 @@ pub(crate) struct QueueSql {
     pub(crate) jobs: String,
     /// `$1` key: the stored payload equals `$2`?
     pub(crate) same_payload: String,
+    /// `enqueue`'s parameters: stores the job, or replaces a waiting one's. Returns (stored or
+    /// replaced now, inserted rather than replaced, the stored payload is the same).
+    pub(crate) enqueue_replacing: String,
+    /// Arrays of `enqueue`'s parameters (`$1`..`$8`, one element per job): stores each job
+    /// whose key is free. Returns per job, in order: (inserted, the stored or the batch's first
+    /// payload of its key is the same; NULL when another transaction's job is not yet visible).
+    pub(crate) enqueue_many: String,
     /// `$1` limit, `$2` lease (µs), `$3` worker. The article's claim-then-process statement,
     /// which also reserves a fence for each job's idempotency record when the key has none yet
     /// (returning it and the claim's lease end), so a fresh job's call needs no claim
     /// statement of its own. It writes no record: the job's row is the record (see
     /// `job_store`).
     pub(crate) claim: String,
+    /// `$1` limit, `$2` lease µs, `$3` worker, `$4` queue, `$5` the queue's global limit: the
+    /// claim, never past the global limit (run under the queue's advisory lock).
+    pub(crate) claim_limited: String,
+    /// `$1` queue, `$2` its global limit: whether that many of its jobs run now.
+    pub(crate) limit_reached: String,
+    /// `$1` key, `$2` attempt, `$3` delay µs, `$4` message: back to the queue after the delay,
+    /// the attempt given back, logged `snoozed`.
+    pub(crate) snooze: String,
+    /// `$1` key, `$2` attempt, `$3` reason: the running job ends `cancelled`.
+    pub(crate) cancelled: String,
+    /// `$1` key, `$2` reason: cancels a queued job (or one whose claim lapsed) at once, or asks
+    /// a running one to stop. Returns (the state before or NULL, cancelled now, asked).
+    pub(crate) cancel: String,
+    /// `$1` key: state, result, last error.
+    pub(crate) result: String,
     /// The store's renewal of a job's call (`$1` key, `$2` fence, `$3` lease in µs, `$5`
     /// holder) that also extends the job's claim (`$4` attempt): one renewal per job, on the
     /// lease policy of idem-core's `lease` module. Applies while the job's claim is this
@@ -103,15 +125,17 @@ pub(crate) struct QueueSql {
 
 /// The columns of a job as operators see it: key, state (`stale` for a lapsed claim),
 /// attempts, max attempts, worker, last error, payload, created, available, finished (µs),
-/// attempt log, attempted at (µs).
+/// attempt log, attempted at (µs), queue, priority, serial key, cancel requested at (µs).
 fn job_columns() -> String {
     format!(
         "key, CASE WHEN {LAPSED_SQL} THEN 'stale' ELSE state END, attempts, max_attempts,
-         worker, last_error, payload::text, {}, {}, {}, attempt_log::text, {}",
+         worker, last_error, payload::text, {}, {}, {}, attempt_log::text, {},
+         queue, priority, serial_key, {}",
         micros_sql("created_at"),
         micros_sql("available_at"),
         micros_sql("finished_at"),
-        micros_sql("attempted_at")
+        micros_sql("attempted_at"),
+        micros_sql("cancel_requested_at")
     )
 }
 
@@ -178,9 +202,10 @@ impl QueueSql {
         // kept until the queue is analyzed again).
         let complete_and_done = format!(
             "WITH done AS (
-                 UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
-                 FROM unnest($1::text[], $5::int[], $2::bigint[])
-                      WITH ORDINALITY AS d(key, attempts, fence, i)
+                 UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL,
+                     result = d.output
+                 FROM unnest($1::text[], $5::int[], $2::bigint[], $3::bytea[])
+                      WITH ORDINALITY AS d(key, attempts, fence, output, i)
                  WHERE {in_batch} AND q.attempts = d.attempts AND {q_is_running}
                    AND NOT EXISTS ({})
                  RETURNING d.i
@@ -199,7 +224,8 @@ impl QueueSql {
         // completion goes alone).
         let complete_and_done_one = format!(
             "WITH done AS (
-                 UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL
+                 UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL,
+                     result = $3
                  WHERE q.key = $1 AND q.attempts = $5 AND {q_is_running}
                    AND NOT EXISTS ({})
                  RETURNING 1
@@ -228,7 +254,13 @@ impl QueueSql {
         // custom plan instead costs more planning per execution than the claim takes to run).
         // The limit, and the keys `also` names, are `unseen`, so that a connection that chooses
         // between custom and generic plans (the pool's) settles on the generic one too.
-        let claimed = |limit: &str, lease: &str, worker: &str, also: &str| {
+        //
+        // Only jobs of the named queue `queue`, by priority, then by when they became
+        // available; of a serial key's jobs, only its first unfinished one (a later one waits
+        // while an earlier one is queued or running). Read on this statement's snapshot, that
+        // is safe: an earlier job can only be seen as unfinished when it is not yet, never the
+        // other way, and two claims of the one eligible job meet on its row lock.
+        let claimed = |limit: &str, lease: &str, worker: &str, queue: &str, also: &str| {
             let limit = unseen(limit, "bigint");
             format!(
                 "claimed AS (
@@ -236,13 +268,20 @@ impl QueueSql {
                      SET state = 'running', attempts = attempts + 1, worker = {worker},
                          available_at = now() + {lease}::bigint {micros}, attempted_at = now()
                      WHERE key = ANY(ARRAY(
-                         SELECT key FROM {q}
-                         WHERE state IN ('queued', 'running') AND available_at <= now() {also}
-                         ORDER BY available_at
+                         SELECT j.key FROM {q} AS j
+                         WHERE j.state IN ('queued', 'running') AND j.available_at <= now()
+                           AND j.queue = {queue} {also}
+                           AND (j.serial_key IS NULL OR NOT EXISTS (
+                               SELECT 1 FROM {q} AS s
+                               WHERE s.serial_key = j.serial_key
+                                 AND s.state IN ('queued', 'running')
+                                 AND (s.created_at, s.key) < (j.created_at, j.key)))
+                         ORDER BY j.priority DESC, j.available_at
                          LIMIT {limit}
                          FOR UPDATE SKIP LOCKED
                      ))
-                     RETURNING key, payload, attempts, max_attempts, available_at
+                     RETURNING key, payload, attempts, max_attempts, available_at,
+                               cancel_requested_at IS NOT NULL AS cancel_requested
                  )"
             )
         };
@@ -254,13 +293,14 @@ impl QueueSql {
             format!(
                 "{completing}, {}, records AS ({unheld})
                  SELECT {answers},
-                        NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint
+                        NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint,
+                        NULL::bool
                  {from}
                  UNION ALL
                  SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
-                        r.fence, {lease_end}
+                        r.fence, {lease_end}, c.cancel_requested
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
-                claimed("$6", "$7", "$8", also)
+                claimed("$6", "$7", "$8", "$9", also)
             )
         };
         // The jobs of a batch (`done`, `release`), each while its claim is this attempt's.
@@ -274,9 +314,11 @@ impl QueueSql {
             name: format!("{schema}.{table}"),
             enqueue: format!(
                 "WITH inserted AS (
-                     INSERT INTO {q} (key, payload, max_attempts, available_at)
+                     INSERT INTO {q} (key, payload, max_attempts, available_at, queue, priority,
+                                      serial_key)
                      VALUES ($1, $2::jsonb, $3,
-                             COALESCE(to_timestamp($4::bigint / 1000000.0), now()) + $5::bigint {micros})
+                             COALESCE(to_timestamp($4::bigint / 1000000.0), now()) + $5::bigint {micros},
+                             $6, $7, $8)
                      ON CONFLICT (key) DO NOTHING
                      RETURNING 1
                  )
@@ -284,12 +326,112 @@ impl QueueSql {
                         (SELECT payload = $2::jsonb FROM {q} WHERE key = $1)"
             ),
             same_payload: format!("SELECT payload = $2::jsonb FROM {q} WHERE key = $1"),
+            enqueue_replacing: format!(
+                "WITH written AS (
+                     INSERT INTO {q} AS q (key, payload, max_attempts, available_at, queue,
+                                           priority, serial_key)
+                     VALUES ($1, $2::jsonb, $3,
+                             COALESCE(to_timestamp($4::bigint / 1000000.0), now()) + $5::bigint {micros},
+                             $6, $7, $8)
+                     ON CONFLICT (key) DO UPDATE
+                     SET payload = excluded.payload, max_attempts = excluded.max_attempts,
+                         available_at = excluded.available_at, queue = excluded.queue,
+                         priority = excluded.priority, serial_key = excluded.serial_key
+                     WHERE q.state = 'queued'
+                     RETURNING xmax = 0 AS inserted
+                 )
+                 SELECT EXISTS (SELECT 1 FROM written),
+                        coalesce((SELECT inserted FROM written), false),
+                        (SELECT payload = $2::jsonb FROM {q} WHERE key = $1)"
+            ),
+            enqueue_many: format!(
+                "WITH input AS (
+                     SELECT i.*, i.n = min(i.n) OVER (PARTITION BY i.key) AS first,
+                            first_value(i.payload) OVER (PARTITION BY i.key ORDER BY i.n)
+                                AS first_payload
+                     FROM unnest($1::text[], $2::jsonb[], $3::int[], $4::bigint[], $5::bigint[],
+                                 $6::text[], $7::smallint[], $8::text[])
+                          WITH ORDINALITY AS i(key, payload, max_attempts, run_after, delay,
+                                               queue, priority, serial_key, n)
+                 ),
+                 inserted AS (
+                     INSERT INTO {q} (key, payload, max_attempts, available_at, queue, priority,
+                                      serial_key)
+                     SELECT key, payload, max_attempts,
+                            COALESCE(to_timestamp(run_after / 1000000.0), now()) + delay {micros},
+                            queue, priority, serial_key
+                     FROM input WHERE first ORDER BY n
+                     ON CONFLICT (key) DO NOTHING
+                     RETURNING key
+                 )
+                 SELECT i.first AND i.key IN (SELECT key FROM inserted),
+                        CASE WHEN i.key IN (SELECT key FROM inserted) THEN i.payload = i.first_payload
+                             ELSE (SELECT q.payload = i.payload FROM {q} q WHERE q.key = i.key) END
+                 FROM input i ORDER BY i.n"
+            ),
             claim: format!(
                 "WITH {}, records AS ({unheld})
-                 SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end}
+                 SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
+                        c.cancel_requested
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
-                claimed("$1", "$2", "$3", "")
+                claimed("$1", "$2", "$3", "$4", "")
             ),
+            claim_limited: format!(
+                "WITH {}, records AS ({unheld})
+                 SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
+                        c.cancel_requested
+                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
+                claimed(
+                    &format!(
+                        "GREATEST(0, LEAST($1::bigint, $5::bigint - (
+                             SELECT count(*) FROM {q}
+                             WHERE queue = $4 AND state IN ('queued', 'running')
+                               AND state = 'running' AND available_at > now())))"
+                    ),
+                    "$2",
+                    "$3",
+                    "$4",
+                    ""
+                )
+            ),
+            limit_reached: format!(
+                "SELECT count(*) >= $2 FROM {q}
+                 WHERE queue = $1 AND state IN ('queued', 'running')
+                   AND state = 'running' AND available_at > now()"
+            ),
+            snooze: format!(
+                "UPDATE {q} SET state = 'queued', attempts = attempts - 1, worker = NULL,
+                     available_at = now() + $3::bigint {micros},
+                     attempt_log = {}
+                 WHERE key = $1 AND attempts = $2 AND {is_running}",
+                logged("attempts", "'snoozed'", "$4::text")
+            ),
+            cancelled: format!(
+                "UPDATE {q} SET state = 'cancelled', finished_at = now(), last_error = $3,
+                     worker = NULL, attempt_log = {}
+                 WHERE key = $1 AND attempts = $2 AND {is_running}",
+                logged("attempts", "'cancelled'", "$3::text")
+            ),
+            cancel: format!(
+                "WITH now_cancelled AS (
+                     UPDATE {q} SET state = 'cancelled', finished_at = now(), last_error = $2,
+                         worker = NULL,
+                         attempt_log = CASE WHEN state = 'running' THEN {} ELSE attempt_log END
+                     WHERE key = $1
+                       AND ({is_queued} OR ({is_running} AND available_at <= now()))
+                     RETURNING 1
+                 ),
+                 asked AS (
+                     UPDATE {q} SET cancel_requested_at = coalesce(cancel_requested_at, now())
+                     WHERE key = $1 AND {is_running} AND available_at > now()
+                     RETURNING 1
+                 )
+                 SELECT (SELECT state FROM {q} WHERE key = $1),
+                        EXISTS (SELECT 1 FROM now_cancelled), EXISTS (SELECT 1 FROM asked)",
+                logged("attempts", "'cancelled'", "$2::text"),
+                is_queued = in_state("state", "queued"),
+            ),
+            result: format!("SELECT state, result, last_error FROM {q} WHERE key = $1"),
             // The job's claim is extended while it is still this attempt's; the record is
             // renewed when it is written with the call's fence, and written (the first
             // renewal of a job whose claim reserved its fence) when there is none.
@@ -297,10 +439,11 @@ impl QueueSql {
                 "WITH job AS (
                      UPDATE {q} SET available_at = now() + $3::bigint {micros}
                      WHERE key = $1 AND attempts = $4 AND {is_running}
-                     RETURNING 1
+                     RETURNING cancel_requested_at IS NOT NULL AS cancel
                  ),
                  held AS ({})
-                 SELECT (SELECT count(*) FROM held), (SELECT count(*) FROM job)",
+                 SELECT (SELECT count(*) FROM held), (SELECT count(*) FROM job),
+                        coalesce((SELECT bool_or(cancel) FROM job), false)",
                 records.hold(
                     QUEUE_SCOPE,
                     "SELECT $1::text AS key, $2::bigint AS fence FROM job",
@@ -321,14 +464,14 @@ impl QueueSql {
                 &complete_and_done,
                 &format!("n.i, {completion_answers}"),
                 &format!("FROM generate_series(1, {key_count}) AS n(i)"),
-                &format!("AND key <> ALL({keys})"),
+                &format!("AND j.key <> ALL({keys})"),
             ),
             complete_and_done_one: format!("{complete_and_done_one} SELECT {completion_answer}"),
             complete_and_claim_one: and_claim(
                 &complete_and_done_one,
                 &format!("1::bigint, {completion_answer}"),
                 "",
-                &format!("AND key <> {}", unseen("$1", "text")),
+                &format!("AND j.key <> {}", unseen("$1", "text")),
             ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
@@ -354,7 +497,8 @@ impl QueueSql {
                         count(*) FILTER (WHERE state = 'running' AND NOT {LAPSED_SQL}),
                         count(*) FILTER (WHERE {LAPSED_SQL}),
                         count(*) FILTER (WHERE state = 'done'),
-                        count(*) FILTER (WHERE state = 'dead')
+                        count(*) FILTER (WHERE state = 'dead'),
+                        count(*) FILTER (WHERE state = 'cancelled')
                  FROM {q}"
             ),
             job: format!("SELECT {} FROM {q} WHERE key = $1", job_columns()),
@@ -382,7 +526,10 @@ impl QueueSql {
                      finished_at = NULL
                  WHERE key = $1 AND {is_dead}"
             ),
-            discard: format!("DELETE FROM {q} WHERE key = $1 AND {is_dead}"),
+            discard: format!(
+                "DELETE FROM {q} WHERE key = $1 AND ({is_dead} OR {})",
+                in_state("state", "cancelled")
+            ),
             // In `finished_at` order from where the drain's previous batch ended ($3), as the
             // records' purge does: the index entries of the jobs a drain deleted stay until
             // VACUUM, and a batch that started at the start of the done jobs would read past
@@ -426,7 +573,11 @@ mod tests {
         vec![
             ("enqueue", q.enqueue),
             ("same_payload", q.same_payload),
+            ("enqueue_replacing", q.enqueue_replacing),
+            ("enqueue_many", q.enqueue_many),
             ("claim", q.claim),
+            ("claim_limited", q.claim_limited),
+            ("limit_reached", q.limit_reached),
             ("renew", q.renew),
             ("done", q.done),
             ("complete_and_done_many", q.complete_and_done_many),
@@ -436,6 +587,10 @@ mod tests {
             ("retry", q.retry),
             ("dead", q.dead),
             ("release", q.release),
+            ("snooze", q.snooze),
+            ("cancelled", q.cancelled),
+            ("cancel", q.cancel),
+            ("result", q.result),
             ("status", q.status),
             ("job", q.job),
             ("retry_dead", q.retry_dead),
@@ -591,16 +746,22 @@ mod tests {
             };
             for _ in 0..10 {
                 let executions = [
-                    sqlx::query(&sql.claim).bind(1i64).bind(lease).bind(worker),
+                    sqlx::query(&sql.claim)
+                        .bind(1i64)
+                        .bind(lease)
+                        .bind(worker)
+                        .bind("default"),
                     completions(&sql.complete_and_claim_many)
                         .bind(1i64)
                         .bind(lease)
-                        .bind(worker),
+                        .bind(worker)
+                        .bind("default"),
                     completions(&sql.complete_and_done_many),
                     completion(&sql.complete_and_claim_one)
                         .bind(1i64)
                         .bind(lease)
-                        .bind(worker),
+                        .bind(worker)
+                        .bind("default"),
                     completion(&sql.complete_and_done_one),
                     sqlx::query(&sql.done).bind(&keys).bind(&attempts),
                     sqlx::query(&sql.release)

@@ -20,20 +20,33 @@ use crate::shared::Shared;
 #[must_use = "dropping Workers stops them at once; keep them, and call `shutdown` to stop"]
 pub struct Workers {
     stop: watch::Sender<Option<Instant>>,
-    idle: watch::Receiver<bool>,
-    producer: Option<JoinHandle<ShutdownReport>>,
+    /// Each producer's idleness.
+    idle: Vec<watch::Receiver<bool>>,
+    /// A producer per named queue.
+    producers: Vec<JoinHandle<ShutdownReport>>,
 }
 
 impl Workers {
-    pub(crate) fn start(shared: Arc<Shared>, config: ProducerConfig) -> Workers {
+    pub(crate) fn start(producers: Vec<(Arc<Shared>, ProducerConfig)>) -> Workers {
         let (stop, stopping) = watch::channel(None);
-        let (idle_tx, idle) = watch::channel(false);
-        let span = tracing::info_span!("idem::queue::workers", queue = %shared.holder.sql.name);
-        let producer = tokio::spawn(produce(shared, config, stopping, idle_tx).instrument(span));
+        let mut idle = Vec::new();
+        let producers = producers
+            .into_iter()
+            .map(|(shared, config)| {
+                let (idle_tx, idle_rx) = watch::channel(false);
+                idle.push(idle_rx);
+                let span = tracing::info_span!(
+                    "idem::queue::workers",
+                    table = %shared.holder.sql.name,
+                    queue = %shared.holder.queue
+                );
+                tokio::spawn(produce(shared, config, stopping.clone(), idle_tx).instrument(span))
+            })
+            .collect();
         Workers {
             stop,
             idle,
-            producer: Some(producer),
+            producers,
         }
     }
 
@@ -42,8 +55,15 @@ impl Workers {
     /// listening). Work enqueued after this returns reaches them by a notification (or the next
     /// poll). Useful in tests and before maintenance; it waits for ever if work keeps coming.
     pub async fn wait_idle(&self) {
-        let mut idle = self.idle.clone();
-        let _ = idle.wait_for(|idle| *idle).await;
+        // Every producer idle at once: one may have taken work while another was awaited.
+        loop {
+            for idle in &self.idle {
+                let _ = idle.clone().wait_for(|idle| *idle).await;
+            }
+            if self.idle.iter().all(|idle| *idle.borrow()) {
+                return;
+            }
+        }
     }
 
     /// Stops claiming, lets running jobs finish for up to `deadline`, then stops the rest and
@@ -53,24 +73,27 @@ impl Workers {
     /// cannot, its store unreachable, is dropped, and its job returns when its lease lapses).
     pub async fn shutdown(mut self, deadline: Duration) -> ShutdownReport {
         let _ = self.stop.send(Some(Instant::now() + deadline));
-        match self.producer.take() {
-            Some(producer) => producer.await.unwrap_or_else(|e| {
+        let mut report = ShutdownReport::default();
+        for producer in std::mem::take(&mut self.producers) {
+            let one = producer.await.unwrap_or_else(|e| {
                 tracing::error!(error = %e, "idem queue workers failed");
                 ShutdownReport::default()
-            }),
-            None => ShutdownReport::default(),
+            });
+            report.finished += one.finished;
+            report.released += one.released;
         }
+        report
     }
 
     /// Whether the workers have stopped.
     pub fn is_finished(&self) -> bool {
-        self.producer.as_ref().is_none_or(|p| p.is_finished())
+        self.producers.iter().all(JoinHandle::is_finished)
     }
 }
 
 impl Drop for Workers {
     fn drop(&mut self) {
-        if self.producer.is_some() {
+        if !self.producers.is_empty() {
             let _ = self.stop.send(Some(Instant::now()));
         }
     }

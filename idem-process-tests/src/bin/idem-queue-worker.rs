@@ -3,11 +3,13 @@
 //!
 //! ```text
 //! DATABASE_URL=.. idem-queue-worker --schema S --concurrency N --until-done TOTAL
-//!     [--work-ms W] [--lease-ms L] [--shutdown-ms D] [--seed X]
+//!     [--work-ms W] [--fixed-work BOOL] [--lease-ms L] [--shutdown-ms D] [--seed X]
+//!     [--queue NAME] [--global-limit N]
 //! ```
 //!
 //! Every job's handler inserts a row into `<schema>.executions` (no unique constraint, so a job
-//! that runs twice shows up twice), then sleeps up to `--work-ms`. The process exits once
+//! that runs twice shows up twice), then sleeps up to `--work-ms` (exactly, with
+//! `--fixed-work`; until cancelled, when the job is), then notes its end (`ended_at`). The process exits once
 //! `TOTAL` jobs are done or dead, or on SIGTERM, shutting its workers down with a
 //! `--shutdown-ms` deadline. It prints `runs=N finished=N released=N`.
 
@@ -24,6 +26,7 @@ struct Ctx {
     pool: PgPool,
     schema: String,
     work_ms: u64,
+    fixed_work: bool,
     seed: Random,
     runs: AtomicU64,
 }
@@ -43,8 +46,28 @@ impl Ctx {
         .bind(std::process::id() as i32)
         .execute(&self.pool)
         .await?;
-        if self.work_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(self.random(self.work_ms))).await;
+        let work = if self.fixed_work {
+            self.work_ms
+        } else if self.work_ms > 0 {
+            self.random(self.work_ms)
+        } else {
+            0
+        };
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(work)) => {}
+            () = job.cancelled() => {}
+        }
+        sqlx::query(&format!(
+            "UPDATE \"{}\".executions SET ended_at = clock_timestamp()
+             WHERE key = $1 AND pid = $2 AND ended_at IS NULL",
+            self.schema
+        ))
+        .bind(job.key())
+        .bind(std::process::id() as i32)
+        .execute(&self.pool)
+        .await?;
+        if job.is_cancelled() {
+            return Err(sqlx::Error::Protocol("cancelled".into()));
         }
         Ok(())
     }
@@ -67,6 +90,15 @@ struct Args {
     /// How long a shutdown lets running jobs finish (ms).
     #[arg(long, default_value_t = 10_000)]
     shutdown_ms: u64,
+    /// Each job works `--work-ms` exactly, not up to it (`--fixed-work true`).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false)]
+    fixed_work: bool,
+    /// The named queue served (default: the default queue).
+    #[arg(long, default_value = idem_queue::DEFAULT_QUEUE)]
+    queue: String,
+    /// At most this many of the queue's jobs run at once across every process.
+    #[arg(long)]
+    global_limit: Option<usize>,
 }
 
 #[tokio::main]
@@ -80,19 +112,23 @@ async fn main() {
         pool,
         schema: args.worker.schema.clone(),
         work_ms: args.worker.work_ms,
+        fixed_work: args.fixed_work,
         seed: Random::for_process(args.worker.seed),
         runs: AtomicU64::new(0),
     });
     let handler_ctx = ctx.clone();
-    let workers = queue
+    let mut workers = queue
         .worker(move |job: Job| {
             let ctx = handler_ctx.clone();
             async move { ctx.run(job).await }
         })
-        .concurrency(concurrency)
+        .queue(args.queue.clone(), concurrency)
         .lease(Duration::from_millis(args.lease_ms))
-        .poll_interval(Duration::from_millis(100))
-        .start();
+        .poll_interval(Duration::from_millis(100));
+    if let Some(limit) = args.global_limit {
+        workers = workers.global_limit(args.queue.clone(), limit);
+    }
+    let workers = workers.start();
 
     let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut check = tokio::time::interval(Duration::from_millis(100));
@@ -100,7 +136,7 @@ async fn main() {
         tokio::select! {
             _ = terminate.recv() => break,
             _ = check.tick() => match queue.stats().await {
-                Ok(stats) if stats.done + stats.dead >= until_done => break,
+                Ok(stats) if stats.done + stats.dead + stats.cancelled >= until_done => break,
                 Ok(_) => {}
                 Err(e) => eprintln!("stats: {e}"),
             },

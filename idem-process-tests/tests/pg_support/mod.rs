@@ -29,7 +29,8 @@ impl Schema {
         idem_queue::Queue::new(&store).migrate().await.unwrap();
         sqlx::raw_sql(&format!(
             "CREATE TABLE \"{name}\".executions (
-                 key text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+                 key text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp(),
+                 ended_at timestamptz);
              CREATE TABLE \"{name}\".lost_claims (
                  key text NOT NULL, pid int NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());"
         ))

@@ -1,0 +1,47 @@
+-- Control over which job runs when: named queues (`queue`, served by workers that name it),
+-- priorities within a queue (higher first, then by `available_at`), serial keys (jobs that share
+-- one run one at a time, in the order they were enqueued), a job's result (its handler's `Ok`
+-- value, JSON), cancellation (`cancelled`: it will not run again; a running job is asked first,
+-- through `cancel_requested_at`), and the `snoozed` outcome in the attempt log.
+ALTER TABLE "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
+    ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'default',
+    ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS serial_key text,
+    ADD COLUMN IF NOT EXISTS result bytea,
+    ADD COLUMN IF NOT EXISTS cancel_requested_at timestamptz;
+
+ALTER TABLE "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
+    DROP CONSTRAINT IF EXISTS "__IDEM_TABLE___queue_state_check";
+ALTER TABLE "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
+    ADD CONSTRAINT "__IDEM_TABLE___queue_state_check"
+    CHECK (state IN ('queued', 'running', 'done', 'dead', 'cancelled'));
+
+-- The claim's order: a queue's jobs by priority, then by when they became available. It
+-- replaces `q_avail` (the same rows, in one queue's order), so a claim still costs one index.
+CREATE INDEX IF NOT EXISTS "__IDEM_TABLE___q_ready" ON "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
+    (queue, priority DESC, available_at)
+    WHERE state IN ('queued', 'running');
+DROP INDEX IF EXISTS "__IDEM_SCHEMA__"."__IDEM_TABLE___q_avail";
+
+-- A serial key's unfinished jobs in enqueue order: a claim takes a key's first one only. Jobs
+-- without a serial key are not in it, and cost it nothing.
+CREATE INDEX IF NOT EXISTS "__IDEM_TABLE___q_serial" ON "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
+    (serial_key, created_at, key)
+    WHERE serial_key IS NOT NULL AND state IN ('queued', 'running');
+
+-- The finished states' index gains `cancelled`, which operators' lists read as they read
+-- `done` and `dead`.
+DROP INDEX IF EXISTS "__IDEM_SCHEMA__"."__IDEM_TABLE___q_finished";
+CREATE INDEX IF NOT EXISTS "__IDEM_TABLE___q_finished" ON "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
+    (state, finished_at)
+    WHERE state IN ('done', 'dead', 'cancelled');
+
+-- A serial key's next job becomes claimable when the one before it ends: idle workers are told,
+-- as they are of new work, instead of finding it at their next poll. Jobs without a serial key
+-- are not announced (the condition is checked per row, and is false for them).
+DROP TRIGGER IF EXISTS "__IDEM_TABLE___q_serial_notify" ON "__IDEM_SCHEMA__"."__IDEM_TABLE___queue";
+CREATE TRIGGER "__IDEM_TABLE___q_serial_notify"
+    AFTER UPDATE OF state ON "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
+    FOR EACH ROW
+    WHEN (NEW.serial_key IS NOT NULL AND OLD.state = 'running' AND NEW.state <> 'running')
+    EXECUTE FUNCTION "__IDEM_SCHEMA__"."__IDEM_TABLE___q_notify"();

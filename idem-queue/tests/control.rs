@@ -1,0 +1,507 @@
+//! Control over the queue against a real PostgreSQL: named queues and their priorities, global
+//! limits and serial keys across independent workers (each on a pool and store of its own, as
+//! separate processes are), handler outcomes (snooze, cancel), cancellation of queued and
+//! running jobs, and job results.
+
+mod support;
+
+use idem_queue::{Cancel, EnqueueError, Job, JobError, JobResult, JobState, NewJob, Queue};
+use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+use idem_store_postgres::PgStore;
+use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::TestStore;
+
+fn job(key: &str) -> NewJob {
+    NewJob::new(key, &json!({ "key": key })).unwrap()
+}
+
+/// A queue on the same tables as `test`'s, through a pool and store of its own: what another
+/// process sees.
+async fn another(test: &TestStore) -> Queue {
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&idem_store_postgres::testing::database_url())
+        .await
+        .unwrap();
+    let store = PgStore::builder(pool)
+        .schema(test.schema.clone())
+        .build()
+        .unwrap();
+    Queue::new(&store)
+}
+
+async fn state(queue: &Queue, key: &str) -> JobState {
+    queue.status(key).await.unwrap().expect("the job").state
+}
+
+/// The order jobs started in, and how many ran at once at most.
+#[derive(Clone, Default)]
+struct Log {
+    started: Arc<Mutex<Vec<String>>>,
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    /// Per key, (start, end) indices in one sequence of events.
+    spans: Arc<Mutex<Vec<(String, usize, usize)>>>,
+    events: Arc<AtomicUsize>,
+}
+
+impl Log {
+    /// Runs `work` as `job`'s handler body, logging it.
+    async fn run(&self, job: &Job, work: Duration) {
+        let start = self.events.fetch_add(1, Ordering::SeqCst);
+        self.started.lock().unwrap().push(job.key().to_owned());
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(work).await; // the job's work, not a synchronisation
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let end = self.events.fetch_add(1, Ordering::SeqCst);
+        self.spans
+            .lock()
+            .unwrap()
+            .push((job.key().to_owned(), start, end));
+    }
+
+    fn started(&self) -> Vec<String> {
+        self.started.lock().unwrap().clone()
+    }
+}
+
+/// Workers on `queue` that log each job, taking `work`.
+fn logging(queue: &Queue, log: &Log, work: Duration) -> idem_queue::WorkerBuilder {
+    let log = log.clone();
+    queue
+        .worker(move |job: Job| {
+            let log = log.clone();
+            async move {
+                log.run(&job, work).await;
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .poll_interval(Duration::from_millis(20))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_queues_run_where_served_and_priorities_order_each_queue() {
+    let test = TestStore::new("qc_named", 20).await;
+    let queue = support::queue(&test).await;
+    for (key, named, priority) in [
+        ("low", "mail", -1),
+        ("normal-1", "mail", 0),
+        ("urgent", "mail", 5),
+        ("normal-2", "mail", 0),
+        ("report", "reports", 9),
+        ("default", "default", 0),
+    ] {
+        let new = job(key).queue(named).priority(priority);
+        let _ = queue.enqueue(new).await.unwrap();
+    }
+    let log = Log::default();
+    let workers = logging(&queue, &log, Duration::ZERO)
+        .queue("mail", 1)
+        .start();
+    workers.wait_idle().await;
+    assert_eq!(
+        log.started(),
+        ["urgent", "normal-1", "normal-2", "low"],
+        "the mail queue by priority, then in order"
+    );
+    assert_eq!(state(&queue, "report").await, JobState::Queued);
+    assert_eq!(state(&queue, "default").await, JobState::Queued);
+    let info = queue.job("urgent").await.unwrap().unwrap();
+    assert_eq!((info.queue.as_str(), info.priority), ("mail", 5));
+    workers.shutdown(Duration::from_secs(5)).await;
+
+    // Workers that name two queues serve both, each with its slots.
+    let log = Log::default();
+    let workers = logging(&queue, &log, Duration::ZERO)
+        .queue("reports", 1)
+        .queue("default", 1)
+        .start();
+    workers.wait_idle().await;
+    let mut started = log.started();
+    started.sort();
+    assert_eq!(started, ["default", "report"]);
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_bad_queue_name_or_serial_key_stores_nothing() {
+    let test = TestStore::new("qc_names", 4).await;
+    let queue = support::queue(&test).await;
+    for new in [
+        job("a").queue(""),
+        job("a").queue("x".repeat(101)),
+        job("a").queue("tab\there"),
+        job("a").serial_key(""),
+    ] {
+        let refused = queue.enqueue(new).await;
+        assert!(
+            matches!(refused, Err(EnqueueError::Invalid(_))),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(queue.status("a").await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_global_limit_holds_across_independent_workers() {
+    let test = TestStore::new("qc_global", 20).await;
+    let queue = support::queue(&test).await;
+    for i in 0..24 {
+        let _ = queue
+            .enqueue(job(&format!("limited:{i}")).queue("limited"))
+            .await
+            .unwrap();
+    }
+    let log = Log::default();
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        let queue = another(&test).await;
+        workers.push(
+            logging(&queue, &log, Duration::from_millis(40))
+                .queue("limited", 4)
+                .global_limit("limited", 2)
+                .start(),
+        );
+    }
+    for w in &workers {
+        w.wait_idle().await;
+    }
+    assert_eq!(log.started().len(), 24, "every job ran once");
+    let most = log.most.load(Ordering::SeqCst);
+    assert_eq!(most, 2, "at most two ran at once across 12 slots");
+    for w in workers {
+        w.shutdown(Duration::from_secs(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_keys_run_one_at_a_time_in_enqueue_order_across_workers() {
+    let test = TestStore::new("qc_serial", 20).await;
+    let queue = support::queue(&test).await;
+    let mut expected = Vec::new();
+    for i in 0..8 {
+        let key = format!("customer-7:{i}");
+        // Later jobs first in priority: the serial key's order still wins.
+        let new = job(&key).serial_key("customer-7").priority(i);
+        let _ = queue.enqueue(new).await.unwrap();
+        expected.push(key);
+    }
+    for i in 0..8 {
+        let _ = queue.enqueue(job(&format!("free:{i}"))).await.unwrap();
+    }
+    let log = Log::default();
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        let queue = another(&test).await;
+        workers.push(
+            logging(&queue, &log, Duration::from_millis(20))
+                .concurrency(4)
+                .start(),
+        );
+    }
+    // Every worker idle at once, after the last job: the serial jobs each wait for the one
+    // before, so one look may find nothing while another worker runs the key's job.
+    let all_ended = async {
+        loop {
+            for w in &workers {
+                w.wait_idle().await;
+            }
+            if log.spans.lock().unwrap().len() == 16 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), all_ended)
+        .await
+        .expect("every job ended");
+    let spans = log.spans.lock().unwrap().clone();
+    let serial: Vec<&(String, usize, usize)> = spans
+        .iter()
+        .filter(|(key, _, _)| key.starts_with("customer-7"))
+        .collect();
+    let mut by_start = serial.clone();
+    by_start.sort_by_key(|(_, start, _)| *start);
+    let order: Vec<&str> = by_start.iter().map(|(key, _, _)| key.as_str()).collect();
+    assert_eq!(order, expected, "in enqueue order");
+    for pair in by_start.windows(2) {
+        assert!(
+            pair[0].2 < pair[1].1,
+            "{} started before {} ended",
+            pair[1].0,
+            pair[0].0
+        );
+    }
+    assert!(
+        log.most.load(Ordering::SeqCst) > 1,
+        "jobs without the key ran beside them"
+    );
+    for w in workers {
+        w.shutdown(Duration::from_secs(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snooze_uses_no_attempt_and_a_handler_can_cancel_its_job() {
+    let test = TestStore::new("qc_outcomes", 20).await;
+    let queue = support::queue(&test).await;
+    let _ = queue.enqueue(job("snoozy").max_attempts(1)).await.unwrap();
+    let _ = queue.enqueue(job("gone")).await.unwrap();
+    let snoozes = Arc::new(AtomicUsize::new(0));
+    let counted = snoozes.clone();
+    let workers = queue
+        .worker(move |job: Job| {
+            let snoozes = counted.clone();
+            async move {
+                match job.key() {
+                    // Snoozed twice on its one attempt, then done.
+                    "snoozy" if snoozes.fetch_add(1, Ordering::SeqCst) < 2 => Err(
+                        JobError::snooze(Duration::from_millis(10), "the upstream is locked"),
+                    ),
+                    "snoozy" => Ok(()),
+                    _ => Err(JobError::cancel("the order was deleted")),
+                }
+            }
+        })
+        .poll_interval(Duration::from_millis(10))
+        .start();
+    let done = queue
+        .wait_result("snoozy", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(done, Some(JobResult::Done(None)));
+    let status = queue.status("snoozy").await.unwrap().unwrap();
+    let outcomes: Vec<&str> = status
+        .attempt_log
+        .iter()
+        .map(|a| a.outcome.as_str())
+        .collect();
+    assert_eq!(outcomes, ["snoozed", "snoozed", "done"]);
+    assert_eq!(status.attempts, 1, "snoozes used no attempt");
+    let gone = queue
+        .wait_result("gone", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(
+        gone,
+        Some(JobResult::Cancelled(Some("the order was deleted".into())))
+    );
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_job_cancelled_never_runs() {
+    let test = TestStore::new("qc_cancel_queued", 20).await;
+    let queue = support::queue(&test).await;
+    let _ = queue.enqueue(job("later")).await.unwrap();
+    assert_eq!(
+        queue.cancel("later", "not needed").await.unwrap(),
+        Cancel::Cancelled
+    );
+    assert_eq!(
+        queue.cancel("later", "again").await.unwrap(),
+        Cancel::Finished(JobState::Cancelled)
+    );
+    assert_eq!(queue.cancel("nobody", "x").await.unwrap(), Cancel::NotFound);
+    let log = Log::default();
+    let workers = logging(&queue, &log, Duration::ZERO).start();
+    workers.wait_idle().await;
+    assert!(log.started().is_empty(), "the cancelled job did not run");
+    assert_eq!(
+        queue.result("later").await.unwrap(),
+        Some(JobResult::Cancelled(Some("not needed".into())))
+    );
+    // The key stays taken: enqueueing it again is a duplicate, not a second run.
+    assert_eq!(
+        queue.enqueue(job("later")).await.unwrap(),
+        idem_queue::Enqueued::Duplicate
+    );
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A running job is told of its cancellation at a lease renewal: one that listens stops and
+/// ends cancelled; one that ignores it is cut a lease later and ends cancelled too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_cancelled_is_told_and_one_that_ignores_it_is_cut() {
+    let test = TestStore::new("qc_cancel_running", 20).await;
+    let queue = support::queue(&test).await;
+    let _ = queue.enqueue(job("listens")).await.unwrap();
+    let _ = queue.enqueue(job("ignores")).await.unwrap();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let workers = queue
+        .worker(move |job: Job| {
+            let started = started_tx.clone();
+            async move {
+                let _ = started.send(job.key().to_owned());
+                if job.key() == "listens" {
+                    job.cancelled().await;
+                    return Err(JobError::retry("stopped as asked"));
+                }
+                std::future::pending::<Result<(), JobError>>().await
+            }
+        })
+        .lease(Duration::from_millis(300))
+        .start();
+    for _ in 0..2 {
+        started.recv().await.unwrap();
+    }
+    for key in ["listens", "ignores"] {
+        assert_eq!(queue.cancel(key, "stop").await.unwrap(), Cancel::Requested);
+        let info = queue.job(key).await.unwrap().unwrap();
+        assert!(info.cancel_requested_at.is_some());
+    }
+    for key in ["listens", "ignores"] {
+        let ended = queue
+            .wait_result(key, Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert!(
+            matches!(ended, Some(JobResult::Cancelled(_))),
+            "{key}: {ended:?}"
+        );
+    }
+    let listened = queue.status("listens").await.unwrap().unwrap();
+    assert_eq!(listened.attempt_log.last().unwrap().outcome, "cancelled");
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_ok_value_is_its_result() {
+    let test = TestStore::new("qc_results", 20).await;
+    let queue = support::queue(&test).await;
+    let _ = queue.enqueue(job("sum")).await.unwrap();
+    let _ = queue.enqueue(job("huge")).await.unwrap();
+    assert_eq!(queue.result("sum").await.unwrap(), Some(JobResult::Pending));
+    let workers = queue
+        .worker(|job: Job| async move {
+            Ok::<_, std::io::Error>(match job.key() {
+                "sum" => json!({ "total": 42, "key": job.payload()["key"] }),
+                _ => json!("x".repeat(idem_queue::MAX_RESULT_BYTES + 1)),
+            })
+        })
+        .start();
+    let result = queue
+        .wait_result("sum", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(
+        result,
+        Some(JobResult::Done(Some(json!({ "total": 42, "key": "sum" }))))
+    );
+    let huge = queue
+        .wait_result("huge", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(huge, Some(JobResult::Done(None)), "too large to keep; done");
+    assert_eq!(queue.result("nobody").await.unwrap(), None);
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn batch_enqueue_answers_each_job_and_stores_each_key_once() {
+    let test = TestStore::new("qc_batch", 4).await;
+    let queue = support::queue(&test).await;
+    let _ = queue.enqueue(job("old")).await.unwrap();
+    let _ = queue
+        .enqueue(NewJob::new("taken", &json!("other")).unwrap())
+        .await
+        .unwrap();
+    let answers = queue
+        .enqueue_many(vec![
+            job("new-1").queue("mail").priority(3),
+            job("old"),
+            job("taken"),
+            job("bad").queue(""),
+            job("new-2"),
+            job("new-1").queue("mail").priority(3),
+            NewJob::new("new-2", &json!("changed")).unwrap(),
+        ])
+        .await
+        .unwrap();
+    let said: Vec<String> = answers
+        .iter()
+        .map(|answer| match answer {
+            Ok(enqueued) => enqueued.as_str().to_owned(),
+            Err(EnqueueError::KeyReused { .. }) => "key reused".to_owned(),
+            Err(EnqueueError::Invalid(_)) => "invalid".to_owned(),
+            Err(e) => e.to_string(),
+        })
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "queued",
+            "duplicate",
+            "key reused",
+            "invalid",
+            "queued",
+            "duplicate",
+            "key reused"
+        ]
+    );
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(stats.queued, 4, "old, taken, new-1, new-2");
+    let stored = queue.job("new-1").await.unwrap().unwrap();
+    assert_eq!((stored.queue.as_str(), stored.priority), ("mail", 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_debounces_a_waiting_job_and_leaves_a_running_one() {
+    let test = TestStore::new("qc_replace", 20).await;
+    let queue = support::queue(&test).await;
+    let later = std::time::SystemTime::now() + Duration::from_secs(3600);
+    let first = NewJob::new("digest:7", &json!({"events": 1}))
+        .unwrap()
+        .run_at(later);
+    assert_eq!(
+        queue.enqueue(first).await.unwrap(),
+        idem_queue::Enqueued::Queued
+    );
+    // Without `replace`, another payload is refused; with it, the waiting job takes it.
+    let second = || NewJob::new("digest:7", &json!({"events": 2})).unwrap();
+    assert!(matches!(
+        queue.enqueue(second()).await,
+        Err(EnqueueError::KeyReused { .. })
+    ));
+    assert_eq!(
+        queue.enqueue(second().replace()).await.unwrap(),
+        idem_queue::Enqueued::Replaced
+    );
+    let stored = queue.job("digest:7").await.unwrap().unwrap();
+    assert_eq!(stored.payload, json!({"events": 2}));
+    assert!(
+        stored.available_at < later,
+        "the replacement's run time (now) replaced the hour's wait"
+    );
+    // Once running, a replacement is refused as without the option.
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (release_tx, release) = tokio::sync::watch::channel(false);
+    let workers = queue
+        .worker(move |_job: Job| {
+            let started = started_tx.clone();
+            let mut release = release.clone();
+            async move {
+                let _ = started.send(());
+                let _ = release.wait_for(|go| *go).await;
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .start();
+    started.recv().await.unwrap();
+    let third = NewJob::new("digest:7", &json!({"events": 3}))
+        .unwrap()
+        .replace();
+    assert!(matches!(
+        queue.enqueue(third).await,
+        Err(EnqueueError::KeyReused { .. })
+    ));
+    let _ = release_tx.send(true);
+    workers.wait_idle().await;
+    let done = queue.job("digest:7").await.unwrap().unwrap();
+    assert_eq!(done.payload, json!({"events": 2}));
+    workers.shutdown(Duration::from_secs(5)).await;
+}
