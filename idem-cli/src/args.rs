@@ -89,8 +89,8 @@ pub enum Command {
     #[command(subcommand)]
     Schedules(Schedules),
     /// Run the stored schedules (`schedules add`) and their HTTP jobs until SIGTERM, then drain.
-    /// Every replica may run it: each tick runs once. Run it on a table of its own (`--table`):
-    /// it runs HTTP jobs only, and dead-letters any other job it finds, saying so.
+    /// Every replica may run it: each tick runs once. It serves the named queue `idem-http` only,
+    /// where `schedules add` puts the ticks' jobs, so a program's jobs are never its to run.
     Worker {
         /// Jobs run at once.
         #[arg(long, default_value_t = 8)]

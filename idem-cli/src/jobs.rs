@@ -1,6 +1,6 @@
 //! The work queue's commands: stats, list, show, retry, discard, cancel.
 
-use idem_queue::{Cancel, JobFilter, JobInfo, Queue};
+use idem_queue::{Cancel, JobFilter, JobInfo, JobResult, Queue};
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
@@ -154,6 +154,11 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             Some(info) => {
                 let mut shown = job(&info);
                 shown.insert("attempt_log".into(), attempt_log(&info.attempt_log));
+                let result = match queue.result(id).await.map_err(store_failed)? {
+                    Some(JobResult::Done(Some(value))) => value,
+                    _ => Value::Null,
+                };
+                shown.insert("result".into(), result);
                 out.object(&shown);
                 Ok(OK)
             }

@@ -23,14 +23,16 @@
 //! | `idem effects KEY [--scope S]` | the key's effect journal |
 //! | `idem purge [--dry-run] [--batch N]` | deletes expired records and journal entries in batches, printing each batch's count |
 //! | `idem schedules list` / `add NAME --cron EXPR [--tz ZONE] --post URL [--body JSON] [--catch-up DUR]` / `pause NAME` / `resume NAME` / `remove NAME` | the schedules: next tick, last tick, missed ticks, last success; `add` stores one that POSTs to a URL on each tick (`Idempotency-Key` = the tick's key), checked before anything is stored |
-//! | `idem worker [--concurrency N]` | runs the stored schedules and their HTTP jobs until SIGTERM, then drains: retries with backoff on 5xx, 408, 425, 429 (after their `Retry-After`), timeouts and connection errors, dead at once on other 4xx. Run it on a table of its own (`--table`): it dead-letters any job that is not an HTTP job |
-//! | `idem jobs stats` / `list [--state queued\|running\|stale\|done\|dead]` / `show ID` / `retry ID\|--all-dead` / `discard ID` | the work queue; `stale` is running with the lease lapsed: its worker died (`worker` names it) and the next claim takes it again |
+//! | `idem worker [--concurrency N]` | runs the stored schedules and their HTTP jobs until SIGTERM, then drains: retries with backoff on 5xx, 408, 425, 429 (after their `Retry-After`), timeouts and connection errors, dead at once on other 4xx. It serves the named queue `idem-http` only (where `schedules add` puts its ticks), so a program's jobs on the same tables are never its to run; each delivery's status, time and first bytes are the job's result |
+//! | `idem jobs stats` / `list [--state queued\|running\|stale\|done\|dead\|cancelled]` / `show ID` / `retry ID\|--all-dead` / `discard ID` / `cancel ID [--reason TEXT]` | the work queue; `stale` is running with the lease lapsed: its worker died (`worker` names it) and the next claim takes it again; `cancel` stops a waiting job at once and tells a running one at its next lease renewal |
 //!
 //! Tables for people, `--json` for scripts: one JSON document per command, with the same
 //! fields (`records`: `key`, `scope`, `state`, `fence`, `holder`, `lease_expires_at`,
 //! `lease_left_s`, `completed_at`, `keep_until`, `fingerprint`, `output_bytes`, and under
-//! `show` `journal`; `jobs`: `id`, `state`, `attempts`, `max_attempts`, `worker`,
-//! `last_error`, `created_at`, `available_at`, `finished_at`, `payload`; changes: `message` and
+//! `show` `journal`; `jobs`: `id`, `state`, `queue`, `priority`, `serial_key`,
+//! `outcome` (the last attempt's), `attempts`, `max_attempts`, `worker`, `last_error`,
+//! `created_at`, `available_at`, `finished_at`, `cancel_requested_at`, `payload`, and under
+//! `show` `attempt_log` and `result`; changes: `message` and
 //! what changed). Every destructive command prints what it changed. On Redis, `list` and a
 //! `show` without `--scope` walk the prefix's keys with `SCAN`.
 //!

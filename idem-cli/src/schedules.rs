@@ -122,7 +122,9 @@ async fn add(
         );
     }
     let schedule = match Schedule::cron(name, cron).and_then(|s| s.time_zone(tz)) {
-        Ok(schedule) => schedule.payload(target.payload()),
+        Ok(schedule) => schedule
+            .payload(target.payload())
+            .queue(idem_queue::http::HTTP_QUEUE),
         Err(e) => return refuse(out, e.to_string()),
     };
     let schedule = match catch_up {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use idem_queue::http::HTTP_QUEUE;
 use idem_queue::{Queue, Schedule, SchedulerHandle};
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
@@ -39,18 +40,17 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32
     };
     let queue = Queue::new(store);
     queue.migrate().await.map_err(failed)?;
-    // Its handler runs HTTP jobs only: on a queue that also holds a program's jobs (or
-    // schedules a program declares), it would dead-letter them. Refuse, saying why.
-    let (others, declared) = idem_queue::http::foreign_work(&queue)
+    // It serves the HTTP jobs' named queue only, whose jobs its handler runs; a program's jobs
+    // put there would be dead-lettered. Refuse, saying why.
+    let others = idem_queue::http::foreign_work(&queue)
         .await
         .map_err(failed)?;
-    if others > 0 || declared > 0 {
+    if others > 0 {
         out.message(
             &format!(
-                "error: this queue ({table}) also serves a program ({others} waiting jobs that \
-                 are not HTTP jobs, {declared} schedules declared in code); `idem worker` runs \
-                 HTTP jobs only and would dead-letter the rest. Run it on a table of its own \
-                 (--table), where `idem schedules add` stores its schedules"
+                "error: the queue {HTTP_QUEUE:?} of {table} holds {others} waiting jobs that are \
+                 not HTTP jobs; `idem worker` runs HTTP jobs only and would dead-letter them. \
+                 Give a program's jobs a named queue of their own"
             ),
             Map::from_iter([("refused".into(), json!(true))]),
         );
@@ -62,7 +62,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32
             let client = client.clone();
             async move { idem_queue::http::post(&client, job).await }
         })
-        .concurrency(concurrency.max(1))
+        .queue(HTTP_QUEUE, concurrency.max(1))
         .start();
     let mut running: Option<(Vec<Value>, SchedulerHandle)> = None;
     let stop = shutdown_signal();

@@ -489,3 +489,40 @@ async fn schedules_are_listed_paused_resumed_and_removed() {
         serde_json::json!([])
     );
 }
+
+#[tokio::test]
+async fn jobs_cancel_stops_a_waiting_job_and_jobs_show_its_queue_and_outcome() {
+    let test = TestStore::new("cli_cancel", 8).await;
+    let queue = Queue::new(&test.store);
+    queue.migrate().await.unwrap();
+    let job = NewJob::new("export:9", &serde_json::json!({"n": 9}))
+        .unwrap()
+        .queue("exports")
+        .priority(4)
+        .run_at(std::time::SystemTime::now() + Duration::from_secs(3600));
+    let _ = queue.enqueue(job).await.unwrap();
+    let listed = json(&test, &["jobs", "list"]);
+    assert_eq!(listed["jobs"][0]["queue"], "exports");
+    assert_eq!(listed["jobs"][0]["priority"], 4);
+    let cancelled = idem(
+        &test,
+        &["jobs", "cancel", "export:9", "--reason", "customer left"],
+    );
+    assert_eq!(status(&cancelled), 0, "{}", text(&cancelled));
+    assert!(
+        text(&cancelled).contains("it will not run"),
+        "{}",
+        text(&cancelled)
+    );
+    let shown = json(&test, &["jobs", "show", "export:9"]);
+    assert_eq!(shown["state"], "cancelled");
+    assert_eq!(shown["last_error"], "customer left");
+    assert_eq!(json(&test, &["jobs", "stats"])["cancelled"], 1);
+    let again = idem(&test, &["jobs", "cancel", "export:9"]);
+    assert_eq!(status(&again), 3, "nothing to cancel: {}", text(&again));
+    assert_eq!(status(&idem(&test, &["jobs", "cancel", "nope"])), 1);
+    let cancelled_list = json(&test, &["jobs", "list", "--state", "cancelled"]);
+    assert_eq!(cancelled_list["jobs"][0]["id"], "export:9");
+    assert_eq!(status(&idem(&test, &["jobs", "discard", "export:9"])), 0);
+    assert_eq!(queue.status("export:9").await.unwrap(), None);
+}

@@ -129,6 +129,11 @@ async fn a_stored_schedule_posts_each_tick_with_one_key_retrying_until_it_succee
         assert_eq!(output.status.code(), Some(2), "{bad:?}");
         assert!(String::from_utf8_lossy(&output.stdout).contains("nothing stored"));
     }
+    // A program's job on the same tables, in the default queue: not the worker's to run.
+    let program = Queue::new(&test.store);
+    program.migrate().await.unwrap();
+    let job = idem_queue::NewJob::new("program:1", &serde_json::json!(1)).unwrap();
+    let _ = program.enqueue(job).await.unwrap();
     let add = idem(
         &test,
         &[
@@ -202,6 +207,21 @@ async fn a_stored_schedule_posts_each_tick_with_one_key_retrying_until_it_succee
     let log = queue.status(key).await.unwrap().unwrap().attempt_log;
     let outcomes: Vec<&str> = log.iter().map(|a| a.outcome.as_str()).collect();
     assert_eq!(outcomes, ["retried", "retried", "done"], "{log:?}");
+    // The delivery is the job's result: its status, time and the answer's first bytes.
+    match queue.result(key).await.unwrap() {
+        Some(idem_queue::JobResult::Done(Some(delivery))) => {
+            assert_eq!(delivery["status"], 200, "{delivery}");
+            assert!(delivery["elapsed_ms"].is_u64(), "{delivery}");
+        }
+        other => panic!("{key}: {other:?}"),
+    }
+    let info = queue.job(key).await.unwrap().unwrap();
+    assert_eq!(info.queue, idem_queue::http::HTTP_QUEUE);
+    assert_eq!(
+        queue.status("program:1").await.unwrap().unwrap().state,
+        idem_queue::JobState::Queued,
+        "the program's job was left alone"
+    );
     assert!(
         log[0].error.as_deref().unwrap().contains("answered 409"),
         "{log:?}"
@@ -227,21 +247,30 @@ async fn a_stored_schedule_posts_each_tick_with_one_key_retrying_until_it_succee
     assert_eq!(listed["schedules"][0]["name"], "hook");
 }
 
-/// On a queue that also serves a program, `idem worker` refuses to start (it would
-/// dead-letter the program's jobs), saying why.
+/// `idem worker` serves the HTTP jobs' named queue only: a program's jobs on the same tables
+/// are never its to run. A job without an HTTP target put on that queue makes it refuse to
+/// start (it would dead-letter the job), saying why.
 #[tokio::test]
-async fn the_worker_refuses_a_queue_that_serves_a_program() {
+async fn the_worker_leaves_a_programs_jobs_and_refuses_foreign_jobs_on_its_queue() {
     let test = TestStore::new("cli_worker_refuse", 4).await;
     let queue = Queue::new(&test.store);
     queue.migrate().await.unwrap();
     let job = idem_queue::NewJob::new("welcome:1", &serde_json::json!({"user": 1})).unwrap();
     let _ = queue.enqueue(job).await.unwrap();
+    let foreign = idem_queue::NewJob::new("welcome:2", &serde_json::json!({"user": 2}))
+        .unwrap()
+        .queue(idem_queue::http::HTTP_QUEUE);
+    let _ = queue.enqueue(foreign).await.unwrap();
     let output = idem(&test, &["worker"]);
     assert_eq!(output.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&output.stdout).contains("table of its own"));
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("not HTTP jobs"),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
     assert_eq!(
         queue.stats().await.unwrap().queued,
-        1,
-        "the program's job is untouched"
+        2,
+        "the jobs are untouched"
     );
 }

@@ -19,6 +19,11 @@ use serde_json::Value;
 use crate::job::Job;
 use crate::outcome::JobError;
 
+/// The named queue of HTTP jobs: where schedules that `idem schedules add` stores put their
+/// ticks' jobs, and the only queue `idem worker` serves, so its handler (which runs HTTP jobs
+/// only) never meets a program's jobs.
+pub const HTTP_QUEUE: &str = "idem-http";
+
 /// How long a request may take, by default.
 pub const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -190,24 +195,21 @@ fn retry_after(value: &str) -> Option<Duration> {
     )
 }
 
-/// What on `queue` is not HTTP work: jobs waiting or running whose payload carries no target,
-/// and schedules a program declares. A worker that runs only [`post`] (as `idem worker` does)
-/// would dead-letter such jobs: it belongs on a queue of its own, and this says whether the
-/// queue is one.
-pub async fn foreign_work(
-    queue: &crate::queue::Queue,
-) -> Result<(u64, u64), idem_core::StoreError> {
+/// How many jobs waiting or running in [`HTTP_QUEUE`] carry no HTTP target: a worker that runs
+/// only [`post`] (as `idem worker` does) would dead-letter them, so it refuses to start while
+/// there are any.
+pub async fn foreign_work(queue: &crate::queue::Queue) -> Result<u64, idem_core::StoreError> {
     let (schema, table) = queue.store().names();
     let statement = format!(
-        "SELECT (SELECT count(*) FROM \"{schema}\".\"{table}_queue\"
-                 WHERE state IN ('queued', 'running') AND NOT (payload ? 'http')),
-                (SELECT count(*) FROM \"{schema}\".\"{table}_schedules\" WHERE stored IS NULL)"
+        "SELECT count(*) FROM \"{schema}\".\"{table}_queue\"
+         WHERE queue = $1 AND state IN ('queued', 'running') AND NOT (payload ? 'http')"
     );
-    let (jobs, schedules): (i64, i64) = sqlx::query_as(&statement)
+    let jobs: i64 = sqlx::query_scalar(&statement)
+        .bind(HTTP_QUEUE)
         .fetch_one(queue.store().pool())
         .await
         .map_err(|e| {
             idem_store_postgres::extend::store_error(e).during(idem_core::Operation::Get)
         })?;
-    Ok((jobs.unsigned_abs(), schedules.unsigned_abs()))
+    Ok(jobs.unsigned_abs())
 }

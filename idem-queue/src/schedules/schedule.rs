@@ -11,7 +11,7 @@ use croner::Cron;
 use serde_json::Value;
 
 use super::tick::tick_key;
-use crate::job::{NewJob, DEFAULT_MAX_ATTEMPTS};
+use crate::job::{EnqueueError, NewJob, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE};
 
 /// How far back a scheduler that was down enqueues the ticks it missed, by default: ticks
 /// older than this when it comes back are counted as missed instead. An hour: a restart or a
@@ -70,6 +70,7 @@ pub struct Schedule {
     catch_up: Duration,
     grace: Duration,
     max_attempts: u32,
+    queue: String,
 }
 
 impl fmt::Debug for Schedule {
@@ -158,6 +159,7 @@ impl Schedule {
             catch_up: DEFAULT_CATCH_UP,
             grace: DEFAULT_GRACE,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            queue: DEFAULT_QUEUE.to_owned(),
         }
     }
 
@@ -185,6 +187,13 @@ impl Schedule {
             }
         }
         Ok(self)
+    }
+
+    /// The named queue of every tick's job (default [`DEFAULT_QUEUE`]); checked with the
+    /// schedule, before anything fires.
+    pub fn queue(mut self, name: impl Into<String>) -> Schedule {
+        self.queue = name.into();
+        self
     }
 
     /// The payload of every tick's job (default `null`).
@@ -291,7 +300,8 @@ impl Schedule {
             )));
         }
         NewJob::new(self.tick_key(SystemTime::UNIX_EPOCH), &self.payload)
-            .map(|_| ())
+            .map(|job| job.queue(self.queue.clone()))
+            .and_then(|job| job.check().map_err(EnqueueError::Invalid))
             .map_err(|e| ScheduleError(format!("schedule {:?}: {e}", self.name)))
     }
 
@@ -309,6 +319,10 @@ impl Schedule {
 
     pub(crate) fn attempts(&self) -> u32 {
         self.max_attempts
+    }
+
+    pub(crate) fn queue_name(&self) -> &str {
+        &self.queue
     }
 }
 
@@ -332,6 +346,7 @@ impl Schedule {
             "grace_s": self.grace.as_secs(),
             "max_attempts": self.max_attempts,
             "payload": self.payload,
+            "queue": self.queue,
         })
     }
 
@@ -368,7 +383,8 @@ impl Schedule {
                     .as_u64()
                     .map_or(DEFAULT_MAX_ATTEMPTS, |n| n as u32),
             )
-            .payload(stored["payload"].clone()))
+            .payload(stored["payload"].clone())
+            .queue(stored["queue"].as_str().unwrap_or(DEFAULT_QUEUE)))
     }
 }
 

@@ -300,7 +300,10 @@ impl Scheduler {
     async fn enqueue_tick(&self, schedule: &Schedule, at: SystemTime) -> Result<bool, StoreError> {
         let key = tick_key(schedule.name(), at);
         let job = match NewJob::new(key.as_str(), schedule.payload_value()) {
-            Ok(job) => job.run_at(at).max_attempts(schedule.attempts()),
+            Ok(job) => job
+                .run_at(at)
+                .max_attempts(schedule.attempts())
+                .queue(schedule.queue_name()),
             Err(e) => {
                 tracing::warn!(%key, error = %e, "the tick's job cannot be enqueued: counted as missed");
                 return Ok(false);
