@@ -2,7 +2,7 @@
 -- priorities within a queue (higher first, then by `available_at`), serial keys (jobs that share
 -- one run one at a time, in the order they were enqueued), a job's result (its handler's `Ok`
 -- value, JSON), cancellation (`cancelled`: it will not run again; a running job is asked first,
--- through `cancel_requested_at`), and the `snoozed` outcome in the attempt log.
+-- through `cancel_requested_at`), the `snoozed` outcome in the attempt log, and trace context.
 ALTER TABLE "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
     ADD COLUMN IF NOT EXISTS queue text NOT NULL DEFAULT 'default',
     ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0,
@@ -45,3 +45,7 @@ CREATE TRIGGER "__IDEM_TABLE___q_serial_notify"
     FOR EACH ROW
     WHEN (NEW.serial_key IS NOT NULL AND OLD.state = 'running' AND NEW.state <> 'running')
     EXECUTE FUNCTION "__IDEM_SCHEMA__"."__IDEM_TABLE___q_notify"();
+
+-- The W3C `traceparent` of the span that enqueued the job, for the job's span to link to.
+ALTER TABLE "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
+    ADD COLUMN IF NOT EXISTS traceparent text;

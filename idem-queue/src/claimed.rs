@@ -17,11 +17,13 @@ pub(crate) struct Claimed {
     /// Whether an operator asked to cancel it while an earlier attempt ran (that worker died
     /// before it heard): it is not run again.
     pub cancel_requested: bool,
+    /// The `traceparent` of the span that enqueued it.
+    pub traceparent: Option<String>,
 }
 
 impl Claimed {
     /// Decodes a claimed job from the columns of `claim` (key, payload, attempts, max
-    /// attempts, record fence, record lease end, cancel requested) starting at column `first`.
+    /// attempts, record fence, record lease end, cancel requested, traceparent) starting at column `first`.
     pub(crate) fn decode(row: &PgRow, first: usize) -> Claimed {
         Claimed {
             key: row.get(first),
@@ -32,6 +34,7 @@ impl Claimed {
                 .get::<Option<i64>, _>(first + 4)
                 .zip(row.get::<Option<i64>, _>(first + 5)),
             cancel_requested: row.get::<Option<bool>, _>(first + 6).unwrap_or(false),
+            traceparent: row.get(first + 7),
         }
     }
 }

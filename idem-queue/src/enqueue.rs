@@ -55,6 +55,7 @@ impl Queue {
             .bind(&job.queue)
             .bind(job.priority)
             .bind(job.serial_key.as_deref())
+            .bind(job.traceparent.as_deref())
             .fetch_one(executor)
             .await
             .map_err(|e| EnqueueError::Store(store_error(e).during(Operation::Enqueue)))?;
@@ -170,6 +171,12 @@ impl Queue {
                 valid
                     .iter()
                     .map(|j| j.serial_key.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                valid
+                    .iter()
+                    .map(|j| j.traceparent.as_deref())
                     .collect::<Vec<_>>(),
             )
             .fetch_all(self.store.pool())

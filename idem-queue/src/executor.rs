@@ -19,6 +19,7 @@ use crate::job_store::JobStore;
 use crate::outcome::{Failure, Kind};
 use crate::rescuer::rescue;
 use crate::shared::Shared;
+use crate::trace;
 use idem_store_postgres::extend::from_micros;
 
 /// The longest error text kept with a job.
@@ -72,6 +73,9 @@ pub(crate) async fn run(shared: Arc<Shared>, job: Claimed) {
     let mut next = Some(job);
     while let Some(job) = next.take() {
         let span = tracing::info_span!("idem::queue::job", key = %job.key, attempt = job.attempt);
+        if let Some(traceparent) = &job.traceparent {
+            trace::link(&span, traceparent);
+        }
         next = run_one(&shared, job).instrument(span).await;
     }
 }
@@ -127,6 +131,7 @@ async fn execute(
         attempt: job.attempt.unsigned_abs(),
         max_attempts: job.max_attempts.unsigned_abs(),
         queue: shared.holder.queue.clone(),
+        traceparent: job.traceparent.clone(),
         cancel: cancelled.clone(),
     });
     // The timeout cuts the handler only, never the call around it: a call cut while its

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::schedules::tick::{parse_tick_key, Tick};
+use crate::trace;
 
 /// How many times a job runs before it is dead-lettered, unless [`NewJob::max_attempts`] says
 /// otherwise.
@@ -40,6 +41,7 @@ pub struct NewJob {
     pub(crate) priority: i16,
     pub(crate) serial_key: Option<String>,
     pub(crate) replace: bool,
+    pub(crate) traceparent: Option<String>,
 }
 
 /// The named queue a job goes to unless [`NewJob::queue`] names another, and the one workers
@@ -94,7 +96,18 @@ impl NewJob {
             priority: 0,
             serial_key: None,
             replace: false,
+            traceparent: trace::current(),
         })
+    }
+
+    /// The W3C `traceparent` of the work this job continues, when it is not the current span's
+    /// (with the `opentelemetry` feature, a job made inside a traced span takes that span's
+    /// without this). The span that runs the job links to it. It must have the W3C shape
+    /// (`00-` and three groups of hex digits); [`enqueue`](crate::Queue::enqueue) refuses
+    /// another.
+    pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
+        self
     }
 
     /// Opt-in debounce: if a job with this key is stored and still waiting to run (`queued`,
@@ -163,6 +176,11 @@ impl NewJob {
     /// Why the job's queue name or serial key cannot be stored, if one cannot.
     pub(crate) fn check(&self) -> Result<(), String> {
         check_name("queue name", &self.queue)?;
+        if let Some(traceparent) = &self.traceparent {
+            if !trace::is_traceparent(traceparent) {
+                return Err(format!("{traceparent:?} is not a W3C traceparent"));
+            }
+        }
         match &self.serial_key {
             Some(key) => check_name("serial key", key),
             None => Ok(()),
@@ -304,6 +322,7 @@ pub struct Job {
     pub(crate) attempt: u32,
     pub(crate) max_attempts: u32,
     pub(crate) queue: String,
+    pub(crate) traceparent: Option<String>,
     /// Set once an operator cancelled the job while it runs ([`Queue::cancel`](crate::Queue::cancel)).
     pub(crate) cancel: tokio::sync::watch::Receiver<bool>,
 }
@@ -312,6 +331,12 @@ impl Job {
     /// The named queue it was enqueued to.
     pub fn queue(&self) -> &str {
         &self.queue
+    }
+
+    /// The W3C `traceparent` of the span that enqueued it (or the one given to
+    /// [`NewJob::traceparent`]), if there was one.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
     }
 
     /// Whether the job was cancelled while it runs ([`Queue::cancel`](crate::Queue::cancel)).

@@ -10,7 +10,8 @@
 //!
 //! - [Setup](#setup) · [Enqueue](#enqueue) · [Workers](#workers) ·
 //!   [Named queues, priorities, serial keys](#named-queues-priorities-serial-keys) ·
-//!   [Cancelling and results](#cancelling-and-results) · [Job states](#job-states) · [Dead letters](#dead-letters) · [Purging](#purging) ·
+//!   [Cancelling and results](#cancelling-and-results) · [Trace context](#trace-context) ·
+//!   [Job states](#job-states) · [Dead letters](#dead-letters) · [Purging](#purging) ·
 //!   [Stats and metrics](#stats-and-metrics) · [How it works](#how-it-works) ·
 //!   [Tuning](#tuning) · [Guarantees and limits](#guarantees-and-limits)
 //!
@@ -201,6 +202,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Trace context
+//!
+//! With the `opentelemetry` feature, a job made inside a span traced by `tracing-opentelemetry`
+//! carries that span's W3C `traceparent`, and the span that runs the job
+//! (`idem::queue::job`) links to it, so a trace shows which request enqueued the work. Without
+//! the feature, [`NewJob::traceparent`] still carries one (from an incoming request's header,
+//! say) and [`Job::traceparent`] reads it. Each job costs a column of 55 bytes when it has one.
+//!
 //! ## Handler outcomes and the attempt log
 //!
 //! A handler's `Err` (any `Display` error) or panic is a failed attempt, retried after the
@@ -303,7 +312,9 @@
 //! behind `idem-http` runs it once), retried on 5xx, 408, 425 and 429 (after their
 //! `Retry-After`), timeouts and connection errors, and dead at once on any other 4xx. Schedules
 //! of them can live in the database ([`Queue::store_schedule`]); `idem schedules add NAME
-//! --cron EXPR --post URL` stores one and `idem worker` runs them, no code needed.
+//! --cron EXPR --post URL` stores one and `idem worker` runs them, no code needed, on the named
+//! queue [`http::HTTP_QUEUE`] (so never a program's jobs). A delivery's status, time and first
+//! bytes are the job's result ([`http::Delivery`]).
 //!
 //! ## Purging
 //!
@@ -423,6 +434,7 @@ mod shared;
 mod sql;
 #[cfg(test)]
 mod test_store;
+mod trace;
 mod workers;
 
 pub use backoff::Backoff;

@@ -281,7 +281,7 @@ impl QueueSql {
                          FOR UPDATE SKIP LOCKED
                      ))
                      RETURNING key, payload, attempts, max_attempts, available_at,
-                               cancel_requested_at IS NOT NULL AS cancel_requested
+                               cancel_requested_at IS NOT NULL AS cancel_requested, traceparent
                  )"
             )
         };
@@ -294,11 +294,11 @@ impl QueueSql {
                 "{completing}, {}, records AS ({unheld})
                  SELECT {answers},
                         NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint,
-                        NULL::bool
+                        NULL::bool, NULL::text
                  {from}
                  UNION ALL
                  SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
-                        r.fence, {lease_end}, c.cancel_requested
+                        r.fence, {lease_end}, c.cancel_requested, c.traceparent
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
                 claimed("$6", "$7", "$8", "$9", also)
             )
@@ -315,10 +315,10 @@ impl QueueSql {
             enqueue: format!(
                 "WITH inserted AS (
                      INSERT INTO {q} (key, payload, max_attempts, available_at, queue, priority,
-                                      serial_key)
+                                      serial_key, traceparent)
                      VALUES ($1, $2::jsonb, $3,
                              COALESCE(to_timestamp($4::bigint / 1000000.0), now()) + $5::bigint {micros},
-                             $6, $7, $8)
+                             $6, $7, $8, $9)
                      ON CONFLICT (key) DO NOTHING
                      RETURNING 1
                  )
@@ -329,14 +329,15 @@ impl QueueSql {
             enqueue_replacing: format!(
                 "WITH written AS (
                      INSERT INTO {q} AS q (key, payload, max_attempts, available_at, queue,
-                                           priority, serial_key)
+                                           priority, serial_key, traceparent)
                      VALUES ($1, $2::jsonb, $3,
                              COALESCE(to_timestamp($4::bigint / 1000000.0), now()) + $5::bigint {micros},
-                             $6, $7, $8)
+                             $6, $7, $8, $9)
                      ON CONFLICT (key) DO UPDATE
                      SET payload = excluded.payload, max_attempts = excluded.max_attempts,
                          available_at = excluded.available_at, queue = excluded.queue,
-                         priority = excluded.priority, serial_key = excluded.serial_key
+                         priority = excluded.priority, serial_key = excluded.serial_key,
+                         traceparent = excluded.traceparent
                      WHERE q.state = 'queued'
                      RETURNING xmax = 0 AS inserted
                  )
@@ -350,16 +351,16 @@ impl QueueSql {
                             first_value(i.payload) OVER (PARTITION BY i.key ORDER BY i.n)
                                 AS first_payload
                      FROM unnest($1::text[], $2::jsonb[], $3::int[], $4::bigint[], $5::bigint[],
-                                 $6::text[], $7::smallint[], $8::text[])
+                                 $6::text[], $7::smallint[], $8::text[], $9::text[])
                           WITH ORDINALITY AS i(key, payload, max_attempts, run_after, delay,
-                                               queue, priority, serial_key, n)
+                                               queue, priority, serial_key, traceparent, n)
                  ),
                  inserted AS (
                      INSERT INTO {q} (key, payload, max_attempts, available_at, queue, priority,
-                                      serial_key)
+                                      serial_key, traceparent)
                      SELECT key, payload, max_attempts,
                             COALESCE(to_timestamp(run_after / 1000000.0), now()) + delay {micros},
-                            queue, priority, serial_key
+                            queue, priority, serial_key, traceparent
                      FROM input WHERE first ORDER BY n
                      ON CONFLICT (key) DO NOTHING
                      RETURNING key
@@ -372,14 +373,14 @@ impl QueueSql {
             claim: format!(
                 "WITH {}, records AS ({unheld})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
-                        c.cancel_requested
+                        c.cancel_requested, c.traceparent
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
                 claimed("$1", "$2", "$3", "$4", "")
             ),
             claim_limited: format!(
                 "WITH {}, records AS ({unheld})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
-                        c.cancel_requested
+                        c.cancel_requested, c.traceparent
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
                 claimed(
                     &format!(

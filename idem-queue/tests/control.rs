@@ -136,6 +136,7 @@ async fn a_bad_queue_name_or_serial_key_stores_nothing() {
         job("a").queue("x".repeat(101)),
         job("a").queue("tab\there"),
         job("a").serial_key(""),
+        job("a").traceparent("00-not-a-trace"),
     ] {
         let refused = queue.enqueue(new).await;
         assert!(
