@@ -87,16 +87,31 @@ impl JobCompleteOp {
         let outputs: Vec<Option<&[u8]>> = batch.iter().map(|c| c.output.as_deref()).collect();
         let keeps: Vec<i64> = batch.iter().map(|c| c.keep).collect();
         let attempts: Vec<i32> = batch.iter().map(|c| c.attempt).collect();
-        // The next jobs are claimed for one holder's slots (one named queue, one lease): the
-        // first's. Completions of other holders in the batch claim nothing; their producers
-        // fill their slots.
+        // The next jobs are claimed for the slots of the first completion's workers (one name,
+        // one lease), in each slot's named queue. Completions of other workers in the batch
+        // claim nothing; their producers fill their slots.
         let first = batch.iter().find_map(|c| c.next.as_ref());
         let slots: Vec<(usize, &Arc<Holder>)> = batch
             .iter()
             .enumerate()
             .filter_map(|(i, c)| c.next.as_ref().map(|workers| (i, workers)))
-            .filter(|(_, workers)| first.is_some_and(|first| Arc::ptr_eq(first, workers)))
+            .filter(|(_, workers)| {
+                first.is_some_and(|first| {
+                    first.worker == workers.worker && first.lease == workers.lease
+                })
+            })
             .collect();
+        let mut queues: Vec<&str> = Vec::new();
+        let mut wanted: Vec<i64> = Vec::new();
+        for (_, workers) in &slots {
+            match queues.iter().position(|q| *q == workers.queue) {
+                Some(i) => wanted[i] += 1,
+                None => {
+                    queues.push(&workers.queue);
+                    wanted.push(1);
+                }
+            }
+        }
         let sql = &batch[0].sql;
         let Some(&(_, workers)) = slots.first() else {
             let rows = sqlx::query(&sql.complete_and_done_many)
@@ -118,19 +133,20 @@ impl JobCompleteOp {
             .bind(&outputs)
             .bind(&keeps)
             .bind(&attempts)
-            .bind(i64::try_from(slots.len()).unwrap_or(i64::MAX))
+            .bind(&wanted)
             .bind(duration_micros(workers.lease))
             .bind(&workers.worker)
-            .bind(&workers.queue)
+            .bind(&queues)
             .fetch_all(&mut *conn)
             .await?;
         JobCompleteOp::settle(&rows, batch.len(), slots)
     }
 
     /// The answers of `count` completions from the rows of a completion-and-claim statement (a
-    /// row per completion, its position first, then a row per claimed job), each claimed job
-    /// given to a slot of `slots` (the position of the completion that freed it, and its
-    /// workers) and held there before any slot hears of it (it is given back at shutdown).
+    /// row per completion, its position first, then a row per claimed job, its named queue
+    /// last), each claimed job given to a slot of `slots` of its queue (the position of the
+    /// completion that freed it, and its workers) and held there before any slot hears of it
+    /// (it is given back at shutdown).
     fn settle(
         rows: &[PgRow],
         count: usize,
@@ -148,10 +164,18 @@ impl JobCompleteOp {
                         .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {i}")))?;
                     (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?);
                 }
-                None => claimed.push(Claimed::decode(row, 3)),
+                None => claimed.push((Claimed::decode(row, 3), row.try_get::<String, _>(11)?)),
             }
         }
-        for ((slot, workers), job) in slots.into_iter().zip(claimed) {
+        // Each claimed job to a free slot of its named queue.
+        let mut free = slots;
+        for (job, queue) in claimed {
+            let Some(at) = free.iter().position(|(_, workers)| workers.queue == queue) else {
+                return Err(sqlx::Error::Protocol(format!(
+                    "a job of queue {queue:?} was claimed for no slot of it"
+                )));
+            };
+            let (slot, workers) = free.swap_remove(at);
             workers.held.hold(&job);
             answers[slot].2 = Some(job);
         }

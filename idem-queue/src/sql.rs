@@ -86,11 +86,11 @@ pub(crate) struct QueueSql {
     /// row is the record). Returns, for each position `i` (from 1, in order), (call completed,
     /// job marked done).
     pub(crate) complete_and_done_many: String,
-    /// `complete_and_done_many` that also claims up to `$6` more jobs, as `claim` does (`$7`
-    /// lease in µs, `$8` worker), for the slots those jobs free: the completions' keys are never
-    /// among them. Returns, first, a row per completion (`i`, call completed, job marked
-    /// done, then NULLs), then a row per claimed job (NULL, NULL, NULL, then `claim`'s
-    /// columns).
+    /// `complete_and_done_many` that also claims more jobs, as `claim` does: up to `$6[i]`
+    /// (`bigint[]`) of named queue `$9[i]` (`text[]`) for each `i` (`$7` lease in µs, `$8`
+    /// worker), for the slots those jobs free: the completions' keys are never among them.
+    /// Returns, first, a row per completion (`i`, call completed, job marked done, then NULLs),
+    /// then a row per claimed job (NULL, NULL, NULL, then `claim`'s columns, then its queue).
     pub(crate) complete_and_claim_many: String,
     /// `complete_and_done_many` for one job: the same parameters, each a scalar (`$1` key,
     /// `$2` fence, `$3` output, `$4` keep in µs, `$5` attempt). Returns one row: (call
@@ -260,47 +260,68 @@ impl QueueSql {
         // while an earlier one is queued or running). Read on this statement's snapshot, that
         // is safe: an earlier job can only be seen as unfinished when it is not yet, never the
         // other way, and two claims of the one eligible job meet on its row lock.
-        let claimed = |limit: &str, lease: &str, worker: &str, queue: &str, also: &str| {
-            let limit = unseen(limit, "bigint");
+        let pick = |queue: &str, limit: &str, also: &str| {
+            format!(
+                "SELECT j.key FROM {q} AS j
+                 WHERE j.state IN ('queued', 'running') AND j.available_at <= now()
+                   AND j.queue = {queue} {also}
+                   AND (j.serial_key IS NULL OR NOT EXISTS (
+                       SELECT 1 FROM {q} AS s
+                       WHERE s.serial_key = j.serial_key
+                         AND s.state IN ('queued', 'running')
+                         AND (s.created_at, s.key) < (j.created_at, j.key)))
+                 ORDER BY j.priority DESC, j.available_at
+                 LIMIT {limit}
+                 FOR UPDATE SKIP LOCKED"
+            )
+        };
+        // The jobs `picked` (a query of their keys) claimed for `worker` on a lease.
+        let claim_picked = |picked: &str, lease: &str, worker: &str| {
             format!(
                 "claimed AS (
                      UPDATE {q}
                      SET state = 'running', attempts = attempts + 1, worker = {worker},
                          available_at = now() + {lease}::bigint {micros}, attempted_at = now()
-                     WHERE key = ANY(ARRAY(
-                         SELECT j.key FROM {q} AS j
-                         WHERE j.state IN ('queued', 'running') AND j.available_at <= now()
-                           AND j.queue = {queue} {also}
-                           AND (j.serial_key IS NULL OR NOT EXISTS (
-                               SELECT 1 FROM {q} AS s
-                               WHERE s.serial_key = j.serial_key
-                                 AND s.state IN ('queued', 'running')
-                                 AND (s.created_at, s.key) < (j.created_at, j.key)))
-                         ORDER BY j.priority DESC, j.available_at
-                         LIMIT {limit}
-                         FOR UPDATE SKIP LOCKED
-                     ))
+                     WHERE key = ANY(ARRAY({picked}))
                      RETURNING key, payload, attempts, max_attempts, available_at,
-                               cancel_requested_at IS NOT NULL AS cancel_requested, traceparent
+                               cancel_requested_at IS NOT NULL AS cancel_requested, traceparent,
+                               queue
                  )"
             )
         };
-        // Completions (`completing`: their CTEs) that also claim up to `$6` jobs (`$7` lease in
-        // µs, `$8` worker), never one that `also` rules out: a row per completion (`answers`,
-        // its position first, over `from`), then a row per claimed job, each padded with the
-        // other's NULLs.
-        let and_claim = |completing: &str, answers: &str, from: &str, also: &str| {
+        let claimed = |limit: &str, lease: &str, worker: &str, queue: &str, also: &str| {
+            claim_picked(&pick(queue, &unseen(limit, "bigint"), also), lease, worker)
+        };
+        // The same, claiming up to `limits[i]` jobs of named queue `queues[i]` for each `i`
+        // (SQL arrays): one statement for slots of several named queues.
+        let claimed_in = |limits: &str, lease: &str, worker: &str, queues: &str, also: &str| {
+            claim_picked(
+                &format!(
+                    "SELECT p.key FROM unnest({}, {}) AS w(queue, n),
+                         LATERAL ({}) AS p",
+                    unseen(queues, "text[]"),
+                    unseen(limits, "bigint[]"),
+                    pick("w.queue", "w.n", also)
+                ),
+                lease,
+                worker,
+            )
+        };
+        // Completions (`completing`: their CTEs) that also claim jobs (`claiming`: a `claimed`
+        // CTE), never one that `also` rules out: a row per completion (`answers`, its position
+        // first, over `from`), then a row per claimed job with its named queue last, each padded
+        // with the other's NULLs.
+        let and_claim = |completing: &str, answers: &str, from: &str, claiming: &str| {
             format!(
-                "{completing}, {}, records AS ({unheld})
+                "{completing}, {claiming}, records AS ({unheld})
                  SELECT {answers},
                         NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint,
-                        NULL::bool, NULL::text
+                        NULL::bool, NULL::text, NULL::text
                  {from}
                  UNION ALL
                  SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
-                        r.fence, {lease_end}, c.cancel_requested, c.traceparent
-                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
-                claimed("$6", "$7", "$8", "$9", also)
+                        r.fence, {lease_end}, c.cancel_requested, c.traceparent, c.queue
+                 FROM claimed c LEFT JOIN records r ON r.key = c.key"
             )
         };
         // The jobs of a batch (`done`, `release`), each while its claim is this attempt's.
@@ -465,14 +486,20 @@ impl QueueSql {
                 &complete_and_done,
                 &format!("n.i, {completion_answers}"),
                 &format!("FROM generate_series(1, {key_count}) AS n(i)"),
-                &format!("AND j.key <> ALL({keys})"),
+                &claimed_in("$6", "$7", "$8", "$9", &format!("AND j.key <> ALL({keys})")),
             ),
             complete_and_done_one: format!("{complete_and_done_one} SELECT {completion_answer}"),
             complete_and_claim_one: and_claim(
                 &complete_and_done_one,
                 &format!("1::bigint, {completion_answer}"),
                 "",
-                &format!("AND j.key <> {}", unseen("$1", "text")),
+                &claimed(
+                    "$6",
+                    "$7",
+                    "$8",
+                    "$9",
+                    &format!("AND j.key <> {}", unseen("$1", "text")),
+                ),
             ),
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
@@ -753,10 +780,10 @@ mod tests {
                         .bind(worker)
                         .bind("default"),
                     completions(&sql.complete_and_claim_many)
-                        .bind(1i64)
+                        .bind(vec![1i64])
                         .bind(lease)
                         .bind(worker)
-                        .bind("default"),
+                        .bind(vec!["default"]),
                     completions(&sql.complete_and_done_many),
                     completion(&sql.complete_and_claim_one)
                         .bind(1i64)
