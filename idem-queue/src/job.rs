@@ -560,8 +560,9 @@ pub struct Attempt {
     pub started_at: Option<SystemTime>,
     /// When it ended (`None` while it runs).
     pub ended_at: Option<SystemTime>,
-    /// How it ended: `done`, `retried`, `dead`, `released` (given back, not counted), or
-    /// `running`.
+    /// How it ended: `done`, `retried`, `dead`, `released` (given back, not counted),
+    /// `snoozed`, `cancelled`, `lapsed` (its worker stopped renewing the lease and the next
+    /// claim took the job over), or `running`.
     pub outcome: String,
     /// Its error text, if it failed (bounded as `last_error` is).
     pub error: Option<String>,

@@ -220,8 +220,9 @@
 //! type must be `JobError` itself: one boxed in `Box<dyn Error>` is an ordinary failure). [`Queue::status`]'s
 //! [`attempt_log`](JobStatus::attempt_log) (and `idem jobs show`) lists attempts with their
 //! start, end, outcome and error: the latest 20 that ended without completing (retried,
-//! dead-lettered, given back, snoozed, cancelled) and the current one. An attempt whose worker died is not in it:
-//! its claim lapsed and the next attempt took the job.
+//! dead-lettered, given back, snoozed, cancelled, or `lapsed`: its worker died and the next
+//! claim took the job over) and the current one. An operator's retry of a dead job numbers its
+//! attempts from 1 again; the log keeps the earlier ones.
 //!
 //! ## Job states
 //!

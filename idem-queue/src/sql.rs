@@ -276,12 +276,22 @@ impl QueueSql {
             )
         };
         // The jobs `picked` (a query of their keys) claimed for `worker` on a lease.
+        // A running job whose lease lapsed is taken over: its attempt ended with its worker
+        // (crashed, killed, stalled or cut off), logged as `lapsed` when the claim took it.
+        let lapsed = logged(
+            "attempts",
+            "'lapsed'",
+            "'its worker stopped renewing the lease (crashed, killed, stalled or cut off from \
+              the database)'",
+        );
         let claim_picked = |picked: &str, lease: &str, worker: &str| {
             format!(
                 "claimed AS (
                      UPDATE {q}
                      SET state = 'running', attempts = attempts + 1, worker = {worker},
-                         available_at = now() + {lease}::bigint {micros}, attempted_at = now()
+                         available_at = now() + {lease}::bigint {micros}, attempted_at = now(),
+                         attempt_log = CASE WHEN state = 'running' THEN {lapsed}
+                                            ELSE attempt_log END
                      WHERE key = ANY(ARRAY({picked}))
                      RETURNING key, payload, attempts, max_attempts, available_at,
                                cancel_requested_at IS NOT NULL AS cancel_requested, traceparent,

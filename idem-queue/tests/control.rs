@@ -506,3 +506,37 @@ async fn replace_debounces_a_waiting_job_and_leaves_a_running_one() {
     assert_eq!(done.payload, json!({"events": 2}));
     workers.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A job whose worker died mid-attempt keeps that attempt in its log, as `lapsed`, when the
+/// next claim takes it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_whose_worker_died_is_logged_as_lapsed() {
+    let test = TestStore::new("qc_lapsed", 8).await;
+    let queue = support::queue(&test).await;
+    let _ = queue.enqueue(job("orphan")).await.unwrap();
+    // What a worker that died a second into the job's first attempt leaves.
+    idem_store_postgres::sqlx::query(&format!(
+        "UPDATE {}.idem_records_queue SET state = 'running', attempts = 1, worker = 'vm:gone',
+             attempted_at = now() - interval '2 seconds', available_at = now() - interval '1 second'
+         WHERE key = 'orphan'",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    let log = Log::default();
+    let workers = logging(&queue, &log, Duration::ZERO).start();
+    let done = queue
+        .wait_result("orphan", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(done, Some(JobResult::Done(None)));
+    let status = queue.status("orphan").await.unwrap().unwrap();
+    let attempts: Vec<(u32, &str)> = status
+        .attempt_log
+        .iter()
+        .map(|a| (a.attempt, a.outcome.as_str()))
+        .collect();
+    assert_eq!(attempts, [(1, "lapsed"), (2, "done")]);
+    workers.shutdown(Duration::from_secs(5)).await;
+}

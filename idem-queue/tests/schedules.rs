@@ -320,3 +320,55 @@ async fn started_schedulers_enqueue_ticks_as_they_fall_due() {
     let state = &queue.schedules().await.unwrap()[0];
     assert_eq!(state.missed, 0);
 }
+
+/// A pass that enqueued ticks and then failed before it moved the schedule on leaves them in
+/// the queue: when the next pass comes after the catch-up window, they are not missed.
+#[tokio::test]
+async fn ticks_enqueued_by_a_pass_that_failed_are_not_counted_missed_later() {
+    let test = TestStore::new("sched_failed_pass", 4).await;
+    let queue = support::queue(&test).await;
+    let t0 = database_now(&queue).await;
+    let schedule = every_second("interrupted").catch_up(secs(5));
+    let scheduler = queue.scheduler(vec![schedule.clone()]).unwrap();
+    scheduler.declare_at(t0).await.unwrap();
+    // What the failed pass enqueued: the first three ticks.
+    for n in 1..=3 {
+        let job =
+            idem_queue::NewJob::new(schedule.tick_key(t0 + secs(n)), &serde_json::Value::Null)
+                .unwrap();
+        let _ = queue.enqueue(job).await.unwrap();
+    }
+    let pass = scheduler.pass_at(t0 + secs(20)).await.unwrap();
+    assert_eq!(
+        (pass[0].enqueued, pass[0].not_enqueued),
+        (8, 12),
+        "ticks 1-3 were enqueued, 4-15 missed, 16-20 enqueued now"
+    );
+    assert_eq!(queue.schedules().await.unwrap()[0].missed, 12);
+}
+
+/// A stored schedule an operator removes stops firing, and its row stays removed: its
+/// scheduler does not declare it again (one declared in code is).
+#[tokio::test]
+async fn a_removed_stored_schedule_is_not_written_again() {
+    let test = TestStore::new("sched_removed", 4).await;
+    let queue = support::queue(&test).await;
+    let t0 = database_now(&queue).await;
+    queue.store_schedule(&every_second("stored")).await.unwrap();
+    let stored = queue.stored_schedules().await.unwrap();
+    let scheduler = queue.scheduler(stored).unwrap();
+    scheduler.declare_at(t0).await.unwrap();
+    assert!(queue.remove_schedule("stored").await.unwrap());
+    let pass = scheduler.pass_at(t0 + secs(3)).await.unwrap();
+    assert_eq!(pass[0].enqueued, 0);
+    assert!(
+        queue.schedules().await.unwrap().is_empty(),
+        "not written again"
+    );
+    // One declared in code comes back: the code still says it runs.
+    let declared = queue.scheduler(vec![every_second("coded")]).unwrap();
+    declared.declare_at(t0).await.unwrap();
+    assert!(queue.remove_schedule("coded").await.unwrap());
+    declared.pass_at(t0 + secs(3)).await.unwrap();
+    assert_eq!(queue.schedules().await.unwrap()[0].name, "coded");
+}

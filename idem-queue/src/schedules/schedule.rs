@@ -71,6 +71,8 @@ pub struct Schedule {
     grace: Duration,
     max_attempts: u32,
     queue: String,
+    /// Read from the database ([`Schedule::from_stored`]), not declared in code.
+    stored: bool,
 }
 
 impl fmt::Debug for Schedule {
@@ -160,6 +162,7 @@ impl Schedule {
             grace: DEFAULT_GRACE,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             queue: DEFAULT_QUEUE.to_owned(),
+            stored: false,
         }
     }
 
@@ -324,6 +327,11 @@ impl Schedule {
     pub(crate) fn queue_name(&self) -> &str {
         &self.queue
     }
+
+    /// Whether it was read from the database rather than declared in code.
+    pub(crate) fn is_stored(&self) -> bool {
+        self.stored
+    }
 }
 
 impl Schedule {
@@ -375,6 +383,8 @@ impl Schedule {
             }
             _ => return Err(bad("unknown kind")),
         };
+        let mut schedule = schedule;
+        schedule.stored = true;
         Ok(schedule
             .catch_up(secs("catch_up_s", DEFAULT_CATCH_UP))
             .grace(secs("grace_s", DEFAULT_GRACE))

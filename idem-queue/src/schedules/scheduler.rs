@@ -207,7 +207,12 @@ impl Scheduler {
             .await
             .map_err(failed(Operation::Get))?;
         let Some(row) = row else {
-            // Removed by an operator while still declared here: declared again, from now.
+            if schedule.is_stored() {
+                // A stored schedule removed by an operator: it stops here (its scheduler is
+                // about to be rebuilt without it), and its row is not written again.
+                return Ok(PassReport::default());
+            }
+            // Removed by an operator while still declared in code: declared again, from now.
             self.declare_one(schedule, now).await?;
             return Ok(PassReport::default());
         };
@@ -231,6 +236,9 @@ impl Scheduler {
         let cutoff = now
             .checked_sub(schedule.catch_up_window())
             .unwrap_or(SystemTime::UNIX_EPOCH);
+        // Ticks past the window that were enqueued after all (a pass that enqueued them
+        // failed before it could move the schedule on) are not missed.
+        let enqueued_before = self.in_queue(schedule, &ticks, cutoff).await?;
         // In order, so that a failure stops the pass at the last tick handled: the next pass
         // goes on from there, and no tick is passed over uncounted.
         let mut latest = last_tick;
@@ -238,8 +246,10 @@ impl Scheduler {
         for &at in &ticks {
             if passed_over(at) {
                 // Paused: neither run nor missed.
-            } else if at <= cutoff {
+            } else if at <= cutoff && !enqueued_before.contains(&at) {
                 pass.not_enqueued += 1;
+            } else if at <= cutoff {
+                pass.enqueued += 1;
             } else {
                 match self.enqueue_tick(schedule, at).await {
                     Ok(true) => pass.enqueued += 1,
@@ -282,6 +292,32 @@ impl Scheduler {
         }
         pass.not_completed = self.verify(schedule, now, verified_through, latest).await?;
         Ok(pass)
+    }
+
+    /// Which of `ticks` at or before `cutoff` have a job in the queue.
+    async fn in_queue(
+        &self,
+        schedule: &Schedule,
+        ticks: &[SystemTime],
+        cutoff: SystemTime,
+    ) -> Result<Vec<SystemTime>, StoreError> {
+        let old: Vec<SystemTime> = ticks.iter().copied().filter(|&at| at <= cutoff).collect();
+        if old.is_empty() {
+            return Ok(old);
+        }
+        let keys: Vec<String> = old.iter().map(|&at| schedule.tick_key(at)).collect();
+        let rows = sqlx::query(&self.queue.schedule_sql.jobs)
+            .bind(&keys)
+            .fetch_all(self.queue.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        let found: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+        Ok(old
+            .into_iter()
+            .zip(keys)
+            .filter(|(_, key)| found.contains(key))
+            .map(|(at, _)| at)
+            .collect())
     }
 
     async fn declare_one(&self, schedule: &Schedule, now: SystemTime) -> Result<(), StoreError> {
