@@ -17,7 +17,8 @@
 //!
 //! ## Setup
 //!
-//! The queue sits on a [`PgStore`](idem_store_postgres::PgStore) (`idem-store-postgres`): its table, `<table>_queue`, lives
+//! The queue sits on a [`PgStore`](idem_store_postgres::PgStore) (`idem-store-postgres`): its
+//! table, `<table>_queue`, lives
 //! next to the store's records, and its jobs' calls run on that store.
 //!
 //! ```no_run
@@ -49,7 +50,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`Queue::migrate`] runs [`PgStore::migrate`](idem_store_postgres::PgStore::migrate) (the records table, its journal and sequence)
+//! [`Queue::migrate`] runs [`PgStore::migrate`](idem_store_postgres::PgStore::migrate) (the
+//! records table, its journal and sequence)
 //! and then the queue's own versioned migrations: the table `<table>_queue` with its indexes
 //! and the trigger that notifies idle workers, with their history in
 //! `<table>_queue_migrations`. It is safe to call from many processes at once and on every
@@ -212,17 +214,17 @@
 //!
 //! ## Handler outcomes and the attempt log
 //!
-//! A handler's `Err` (any `Display` error) or panic is a failed attempt, retried after the
-//! worker's [`Backoff`]. A [`JobError`] says more: [`JobError::retry_after`] retries after the
-//! delay a provider asked for (its `Retry-After`), [`JobError::permanent`] dead-letters the job
-//! at once, whatever attempts it had left, [`JobError::snooze`] puts it back for a while
-//! without using an attempt, and [`JobError::cancel`] ends it `cancelled` (the handler's error
-//! type must be `JobError` itself: one boxed in `Box<dyn Error>` is an ordinary failure). [`Queue::status`]'s
-//! [`attempt_log`](JobStatus::attempt_log) (and `idem jobs show`) lists attempts with their
-//! start, end, outcome and error: the latest 20 that ended without completing (retried,
-//! dead-lettered, given back, snoozed, cancelled, or `lapsed`: its worker died and the next
-//! claim took the job over) and the current one. An operator's retry of a dead job numbers its
-//! attempts from 1 again; the log keeps the earlier ones.
+//! A handler's `Err` (any `Display` error) or panic is a failed attempt, retried after the worker's
+//! [`Backoff`]. A [`JobError`] says more: [`JobError::retry_after`] retries after the delay a
+//! provider asked for (its `Retry-After`), [`JobError::permanent`] dead-letters the job at once,
+//! whatever attempts it had left, [`JobError::snooze`] puts it back for a while without using an
+//! attempt, and [`JobError::cancel`] ends it `cancelled` (the handler's error type must be
+//! `JobError` itself: one boxed in `Box<dyn Error>` is an ordinary failure). [`Queue::status`]'s
+//! [`attempt_log`](JobStatus::attempt_log) (and `idem jobs show`) lists attempts with their start,
+//! end, outcome and error: the latest 20 that ended without completing (retried, dead-lettered,
+//! given back, snoozed, cancelled, or `lapsed`: its worker died and the next claim took the job
+//! over) and the current one. An operator's retry of a dead job numbers its attempts from 1 again;
+//! the log keeps the earlier ones.
 //!
 //! ## Job states
 //!
