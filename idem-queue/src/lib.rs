@@ -316,8 +316,8 @@
 //! `Retry-After`), timeouts and connection errors, and dead at once on any other 4xx. Schedules
 //! of them can live in the database ([`Queue::store_schedule`]); `idem schedules add NAME
 //! --cron EXPR --post URL` stores one and `idem worker` runs them, no code needed, on the named
-//! queue [`http::HTTP_QUEUE`] (so never a program's jobs). A delivery's status, time and first
-//! bytes are the job's result ([`http::Delivery`]).
+//! queue `http::HTTP_QUEUE` (so never a program's jobs). A delivery's status, time and first
+//! bytes are the job's result (`http::Delivery`).
 //!
 //! ## Purging
 //!
