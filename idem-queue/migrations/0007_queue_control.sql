@@ -23,8 +23,14 @@ CREATE INDEX IF NOT EXISTS "__IDEM_TABLE___q_ready" ON "__IDEM_SCHEMA__"."__IDEM
     WHERE state IN ('queued', 'running');
 DROP INDEX IF EXISTS "__IDEM_SCHEMA__"."__IDEM_TABLE___q_avail";
 
--- A serial key's unfinished jobs in enqueue order: a claim takes a key's first one only. Jobs
--- without a serial key are not in it, and cost it nothing.
+-- Enqueue order, within a transaction too: a job's `created_at` is the moment its row was
+-- inserted, not its transaction's start (which every row of one transaction shares).
+ALTER TABLE "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
+    ALTER COLUMN created_at SET DEFAULT clock_timestamp();
+
+-- A serial key's unfinished jobs in enqueue order: a claim takes a key's first one only, and
+-- only while no other job of the key runs. Jobs without a serial key are not in it, and cost
+-- it nothing.
 CREATE INDEX IF NOT EXISTS "__IDEM_TABLE___q_serial" ON "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
     (serial_key, created_at, key)
     WHERE serial_key IS NOT NULL AND state IN ('queued', 'running');
@@ -49,3 +55,12 @@ CREATE TRIGGER "__IDEM_TABLE___q_serial_notify"
 -- The W3C `traceparent` of the span that enqueued the job, for the job's span to link to.
 ALTER TABLE "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
     ADD COLUMN IF NOT EXISTS traceparent text;
+
+-- HTTP jobs and their stored schedules move to the named queue `idem-http`, the only one
+-- `idem worker` serves: before named queues, it ran on a table of its own, so the HTTP jobs
+-- waiting there (and its schedules' next ticks) keep running after the upgrade.
+UPDATE "__IDEM_SCHEMA__"."__IDEM_TABLE___queue" SET queue = 'idem-http'
+    WHERE state IN ('queued', 'running') AND payload ? 'http';
+UPDATE "__IDEM_SCHEMA__"."__IDEM_TABLE___schedules"
+    SET stored = stored || '{"queue": "idem-http"}'::jsonb
+    WHERE stored IS NOT NULL AND NOT (stored ? 'queue') AND stored->'payload' ? 'http';

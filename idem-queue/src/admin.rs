@@ -304,20 +304,27 @@ impl Queue {
     /// renewal, and it ends `cancelled` unless it finishes first: finished work stays done).
     /// `reason` is kept as the job's last error. What `idem jobs cancel` does.
     pub async fn cancel(&self, key: &str, reason: &str) -> Result<Cancel, StoreError> {
-        let row = sqlx::query(&self.sql.cancel)
-            .bind(key)
-            .bind(reason)
-            .fetch_one(self.store.pool())
-            .await
-            .map_err(failed(Operation::Release))?;
-        let (before, now, asked): (Option<String>, bool, bool) =
-            (row.get(0), row.get(1), row.get(2));
-        Ok(match (before, now, asked) {
-            (None, _, _) => Cancel::NotFound,
-            (_, true, _) => Cancel::Cancelled,
-            (_, _, true) => Cancel::Requested,
-            (Some(state), false, false) => Cancel::Finished(JobState::parse(&state)),
-        })
+        loop {
+            let row = sqlx::query(&self.sql.cancel)
+                .bind(key)
+                .bind(reason)
+                .fetch_one(self.store.pool())
+                .await
+                .map_err(failed(Operation::Release))?;
+            let (seen, now, asked): (Option<String>, bool, bool) =
+                (row.get(0), row.get(1), row.get(2));
+            return Ok(match (seen, now, asked) {
+                (None, _, _) => Cancel::NotFound,
+                (_, true, _) => Cancel::Cancelled,
+                (_, _, true) => Cancel::Requested,
+                (Some(state), false, false) => match JobState::parse(&state) {
+                    // The job moved on while the statement waited for its row (a claim took
+                    // it, or its attempt was settled): look again.
+                    JobState::Queued | JobState::Running => continue,
+                    ended => Cancel::Finished(ended),
+                },
+            });
+        }
     }
 
     /// How the job `key` ended, or [`JobResult::Pending`]; `None` if no job has this key
@@ -344,8 +351,8 @@ impl Queue {
     }
 
     /// Waits up to `timeout` for the job `key` to end, and says how ([`result`](Queue::result));
-    /// [`JobResult::Pending`] if it had not by then. It reads the job's row, first after 5 ms,
-    /// then at doubling intervals up to 250 ms: "respond fast, work later" that can also
+    /// [`JobResult::Pending`] if it had not by then. It reads the job's row at once, then after
+    /// 5 ms, then at doubling intervals up to 250 ms: "respond fast, work later" that can also
     /// answer later, at one indexed read per look.
     pub async fn wait_result(
         &self,

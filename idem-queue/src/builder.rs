@@ -102,8 +102,10 @@ impl WorkerBuilder {
     /// At most `jobs` of queue `name` run at once across every process serving it (a provider's
     /// rate or connection limit), on top of each process's own concurrency. Each process must
     /// say the same limit. A claim of such a queue takes an advisory lock for its transaction,
-    /// so that two processes cannot both take the last free place: three round trips instead of
-    /// one, and a finished job's completion does not claim the next one in its statement.
+    /// so that two processes cannot both take the last free place: four or five round trips
+    /// instead of one, a count of the queue's running jobs under the lock (which reads the
+    /// queue's backlog in its index), and a finished job's completion does not claim the next
+    /// one in its statement. Workers held back by the limit look again at their poll interval.
     pub fn global_limit(mut self, name: impl Into<String>, jobs: usize) -> Self {
         self.global_limits.push((name.into(), jobs.max(1)));
         self
@@ -144,8 +146,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// Whether idle workers `LISTEN` for new work (default `true`; uses one connection). Without
-    /// it they only poll.
+    /// Whether idle workers `LISTEN` for new work (default `true`; one connection per named
+    /// queue served). Without it they only poll.
     pub fn listen(mut self, listen: bool) -> Self {
         self.listen = listen;
         self

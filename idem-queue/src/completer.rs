@@ -11,7 +11,10 @@ use idem_store_postgres::extend::Resend;
 
 /// How a job's claim ends.
 pub(crate) enum Settle {
-    Done,
+    /// Done, with the result its call's earlier run recorded, if any.
+    Done {
+        result: Option<Vec<u8>>,
+    },
     Retry {
         delay: Duration,
         error: String,
@@ -38,7 +41,7 @@ impl Settle {
     /// How the attempt ended, as the `idem_queue_jobs_total` metric's `outcome` says it.
     pub(crate) fn outcome(&self) -> &'static str {
         match self {
-            Settle::Done => "done",
+            Settle::Done { .. } => "done",
             Settle::Retry { .. } => "retried",
             Settle::Dead { .. } => "dead",
             Settle::Release { .. } => "released",
@@ -53,9 +56,10 @@ impl Settle {
 pub(crate) async fn settle(holder: &Holder, job: &Claimed, settle: Settle) {
     let sql = &holder.sql;
     let query = || match &settle {
-        Settle::Done => sqlx::query(&sql.done)
+        Settle::Done { result } => sqlx::query(&sql.done)
             .bind(vec![job.key.clone()])
-            .bind(vec![job.attempt]),
+            .bind(vec![job.attempt])
+            .bind(result.as_deref()),
         Settle::Retry { delay, error } => sqlx::query(&sql.retry)
             .bind(&job.key)
             .bind(job.attempt)

@@ -20,6 +20,7 @@ use crate::outcome::{Failure, Kind};
 use crate::rescuer::rescue;
 use crate::shared::Shared;
 use crate::trace;
+use idem_core::Codec;
 use idem_store_postgres::extend::from_micros;
 
 /// The longest error text kept with a job.
@@ -97,11 +98,6 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
         cancel,
     );
     let settled = match rescue(&job) {
-        None if job.cancel_requested => Some(Settle::Cancelled {
-            reason: "cancelled while an earlier attempt ran; that worker stopped before it \
-                     heard"
-                .to_owned(),
-        }),
         Some(settle) => Some(settle),
         None => execute(shared, &job, &store, cancelled).await,
     };
@@ -125,14 +121,29 @@ async fn execute(
     store: &JobStore,
     cancelled: tokio::sync::watch::Receiver<bool>,
 ) -> Option<Settle> {
-    let work = (shared.handler)(Job {
-        key: job.key.clone(),
-        payload: parse_payload(&job.payload),
-        attempt: job.attempt.unsigned_abs(),
-        max_attempts: job.max_attempts.unsigned_abs(),
-        queue: shared.holder.queue.clone(),
-        traceparent: job.traceparent.clone(),
-        cancel: cancelled.clone(),
+    // Cancelled while an earlier attempt ran, whose worker stopped before it heard: the call
+    // still runs, to find the work done if that attempt finished it, but its body only ends
+    // the job cancelled.
+    let cancel_only = job.cancel_requested.then(|| -> crate::shared::BoxFuture {
+        Box::pin(async {
+            Err(Failure {
+                message: "cancelled while an earlier attempt ran; that worker stopped before \
+                          it heard"
+                    .to_owned(),
+                kind: Kind::Cancel,
+            })
+        })
+    });
+    let work = cancel_only.unwrap_or_else(|| {
+        (shared.handler)(Job {
+            key: job.key.clone(),
+            payload: parse_payload(&job.payload),
+            attempt: job.attempt.unsigned_abs(),
+            max_attempts: job.max_attempts.unsigned_abs(),
+            queue: shared.holder.queue.clone(),
+            traceparent: job.traceparent.clone(),
+            cancel: cancelled.clone(),
+        })
     });
     // The timeout cuts the handler only, never the call around it: a call cut while its
     // completion is on the wire would leave a finished job to run again, and one cut while
@@ -191,9 +202,11 @@ async fn execute(
             }
             return None;
         }
-        Ok(Ok(Outcome::Duplicate { .. })) => {
+        Ok(Ok(Outcome::Duplicate { value, .. })) => {
             tracing::info!("the job's idempotent call was completed before; not running it again");
-            Settle::Done
+            // The earlier run's result, as its record kept it.
+            let result = value.and_then(|value| ResultCodec.encode(&value).ok().flatten());
+            Settle::Done { result }
         }
         Ok(Ok(Outcome::InProgress { lease_expires_at })) => {
             let delay = lease_expires_at

@@ -110,11 +110,11 @@ impl NewJob {
         self
     }
 
-    /// Opt-in debounce: if a job with this key is stored and still waiting to run (`queued`,
-    /// not yet claimed), this enqueue replaces its payload, run time, priority, named queue,
-    /// serial key and attempt limit ([`Enqueued::Replaced`]) instead of refusing a different
-    /// payload. A job already running or finished is left as it is, and the enqueue answers as
-    /// without this option.
+    /// Opt-in debounce: if a job with this key is stored and waiting to run (`queued`: not yet
+    /// claimed, or waiting for a retry, whose attempts so far it keeps), this enqueue replaces
+    /// its payload, run time, priority, named queue, serial key and attempt limit
+    /// ([`Enqueued::Replaced`]) instead of refusing a different payload. A job already running
+    /// or finished is left as it is, and the enqueue answers as without this option.
     pub fn replace(mut self) -> Self {
         self.replace = true;
         self
@@ -341,9 +341,9 @@ impl Job {
 
     /// Whether the job was cancelled while it runs ([`Queue::cancel`](crate::Queue::cancel)).
     /// The worker hears of it at the job's next lease renewal (a third of the lease); a handler
-    /// that checks this can stop cleanly (return [`JobError::cancel`](crate::JobError::cancel)
-    /// or anything: the job ends cancelled either way). One that ignores it is cut at the end
-    /// of the lease it holds then.
+    /// that checks this can stop cleanly: any `Err` then ends the job cancelled, while `Ok`
+    /// (the work was finished after all) ends it done. One that ignores it is cut a lease
+    /// after the worker heard, and ends cancelled.
     pub fn is_cancelled(&self) -> bool {
         *self.cancel.borrow()
     }
@@ -517,7 +517,8 @@ pub struct JobInfo {
     pub priority: i16,
     /// Its serial key, if it has one.
     pub serial_key: Option<String>,
-    /// When an operator asked a running attempt to stop, if one did and it has not yet.
+    /// When an operator asked a running attempt to stop, if one did (kept once the job ends;
+    /// cleared by [`Queue::retry_dead`](crate::Queue::retry_dead)).
     pub cancel_requested_at: Option<SystemTime>,
 }
 
@@ -525,11 +526,12 @@ pub struct JobInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "Cancel says whether the job was cancelled now or only asked to stop"]
 pub enum Cancel {
-    /// It was waiting to run (or its worker had died): it is `cancelled` now and never runs.
+    /// It was waiting to run: it is `cancelled` now and never runs.
     Cancelled,
     /// It is running: its handler is told at its next lease renewal
     /// ([`Job::cancelled`](crate::Job::cancelled)), and it ends `cancelled` unless it finishes
-    /// first (work done stays done).
+    /// first (work done stays done). If its worker died, the claim that takes it over ends it
+    /// `cancelled` without running it (or `done`, if that worker had finished the work).
     Requested,
     /// It had ended already (done, dead or cancelled): nothing changed.
     Finished(JobState),

@@ -167,20 +167,46 @@ impl JobCompleteOp {
                 None => claimed.push((Claimed::decode(row, 3), row.try_get::<String, _>(11)?)),
             }
         }
-        // Each claimed job to a free slot of its named queue.
+        // Each claimed job to a free slot of its named queue. The statement claims no more of a
+        // queue than it has slots; one that did (never seen) gives the job back at once rather
+        // than fail after its claims were made, which would leave them claimed and unrun.
+        let any_holder = slots.first().map(|(_, workers)| Arc::clone(workers));
         let mut free = slots;
         for (job, queue) in claimed {
-            let Some(at) = free.iter().position(|(_, workers)| workers.queue == queue) else {
-                return Err(sqlx::Error::Protocol(format!(
-                    "a job of queue {queue:?} was claimed for no slot of it"
-                )));
-            };
-            let (slot, workers) = free.swap_remove(at);
-            workers.held.hold(&job);
-            answers[slot].2 = Some(job);
+            match free.iter().position(|(_, workers)| workers.queue == queue) {
+                Some(at) => {
+                    let (slot, workers) = free.swap_remove(at);
+                    workers.held.hold(&job);
+                    answers[slot].2 = Some(job);
+                }
+                None => {
+                    if let Some(holder) = &any_holder {
+                        give_back(Arc::clone(holder), job, &queue);
+                    }
+                }
+            }
         }
         Ok(answers)
     }
+}
+
+/// Gives a claimed job that no slot can run back to the queue, on the runtime, its attempt not
+/// counted.
+fn give_back(holder: Arc<Holder>, job: Claimed, queue: &str) {
+    tracing::error!(key = %job.key, queue, "a job was claimed for no slot of its queue; giving it back");
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return; // it returns when its lease lapses
+    };
+    runtime.spawn(async move {
+        settle(
+            &holder,
+            &job,
+            Settle::Release {
+                delay: Duration::ZERO,
+            },
+        )
+        .await;
+    });
 }
 
 impl Op for JobCompleteOp {

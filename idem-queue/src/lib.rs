@@ -151,8 +151,8 @@
 //!   queue with slots of its own, so a flood of one kind of work never takes another's slots.
 //! - **Global limits.** [`WorkerBuilder::global_limit`] caps how many of a queue's jobs run at
 //!   once across every process (a provider's rate or connection limit). A claim of such a
-//!   queue runs under the queue's advisory lock in a transaction: three round trips instead of
-//!   one.
+//!   queue runs under the queue's advisory lock in a transaction: four or five round trips
+//!   instead of one.
 //! - **Priorities.** [`NewJob::priority`] (default 0; higher first, negative below): within a
 //!   queue, jobs run by priority, then in the order they became available.
 //! - **Serial keys.** Jobs that share a [`NewJob::serial_key`] (one customer, one account)
@@ -407,6 +407,10 @@
 //! - **Order**: within a named queue, by priority, then in the order jobs become available
 //!   (`available_at`); a serial key's jobs in the order they were enqueued. Recurring jobs are
 //!   [schedules](Scheduler).
+//! - **Serial keys order jobs as they commit**: a job whose transaction began before a later
+//!   job of its key was enqueued, and committed after that one was claimed, runs after it, or
+//!   in a narrow race beside it. A key's first unfinished job holds the key in every named
+//!   queue, served or not.
 //! - **Cancelling a running job is cooperative**: a handler that finishes before it hears
 //!   (up to a third of a lease) is done, and one that ignores it runs a lease longer.
 

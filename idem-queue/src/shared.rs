@@ -12,7 +12,9 @@ use crate::job::Job;
 use crate::outcome::Failure;
 use crate::queue::Queue;
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, Failure>> + Send>>;
+/// A running handler.
+pub(crate) type BoxFuture =
+    Pin<Box<dyn Future<Output = Result<serde_json::Value, Failure>> + Send>>;
 
 /// A job handler, its result as JSON and its error turned into a [`Failure`].
 pub(crate) type Handler = Arc<dyn Fn(Job) -> BoxFuture + Send + Sync>;

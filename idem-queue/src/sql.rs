@@ -46,7 +46,9 @@ pub(crate) struct QueueSql {
     /// replaced now, inserted rather than replaced, the stored payload is the same).
     pub(crate) enqueue_replacing: String,
     /// Arrays of `enqueue`'s parameters (`$1`..`$8`, one element per job): stores each job
-    /// whose key is free. Returns per job, in order: (inserted, the stored or the batch's first
+    /// whose key is free, timed (`created_at`) in the batch's order and inserted in key order (two
+    /// batches that share keys then meet them in one order: they wait, never deadlock).
+    /// Returns per job, in order: (inserted, the stored or the batch's first
     /// payload of its key is the same; NULL when another transaction's job is not yet visible).
     pub(crate) enqueue_many: String,
     /// `$1` limit, `$2` lease (µs), `$3` worker. The article's claim-then-process statement,
@@ -65,8 +67,8 @@ pub(crate) struct QueueSql {
     pub(crate) snooze: String,
     /// `$1` key, `$2` attempt, `$3` reason: the running job ends `cancelled`.
     pub(crate) cancelled: String,
-    /// `$1` key, `$2` reason: cancels a queued job (or one whose claim lapsed) at once, or asks
-    /// a running one to stop. Returns (the state before or NULL, cancelled now, asked).
+    /// `$1` key, `$2` reason: cancels a queued job at once, or asks a running one (live or
+    /// lapsed) to stop. Returns (the state it saw or NULL, cancelled now, asked).
     pub(crate) cancel: String,
     /// `$1` key: state, result, last error.
     pub(crate) result: String,
@@ -76,7 +78,7 @@ pub(crate) struct QueueSql {
     /// attempt's and the record is the call's or not written yet (then it writes it, in
     /// progress). Returns (records written or renewed, jobs extended).
     pub(crate) renew: String,
-    /// `$1` keys, `$2` attempts: marks finished jobs done, in one statement per batch.
+    /// `$1` keys, `$2` attempts, `$3` a result (or NULL): marks finished jobs done.
     pub(crate) done: String,
     /// The store's completion of many jobs' calls (each key at most once: `$1` keys, `$2`
     /// fences, `$3` outputs, `$4` keeps in µs) that also marks each job done (`$5` attempts),
@@ -256,10 +258,15 @@ impl QueueSql {
         // between custom and generic plans (the pool's) settles on the generic one too.
         //
         // Only jobs of the named queue `queue`, by priority, then by when they became
-        // available; of a serial key's jobs, only its first unfinished one (a later one waits
-        // while an earlier one is queued or running). Read on this statement's snapshot, that
-        // is safe: an earlier job can only be seen as unfinished when it is not yet, never the
-        // other way, and two claims of the one eligible job meet on its row lock.
+        // available; of a serial key's jobs, only its first unfinished one in enqueue order
+        // (`created_at`, each row's insertion time), and only while no other job of the
+        // key runs on a live lease. Read on this statement's snapshot, that is safe: a job is
+        // seen unfinished or running too long, never too short, so a claim can only wait when
+        // it need not; two claims of the one eligible job meet on its row lock. The exception
+        // is a job committed late (by a transaction that began before a later job of its key
+        // was enqueued and claimed): it waits for that job, unless a claim whose snapshot
+        // missed that job's claim takes it in the moment between.
+        let now = unseen("now()", "timestamptz");
         let pick = |queue: &str, limit: &str, also: &str| {
             format!(
                 "SELECT j.key FROM {q} AS j
@@ -268,8 +275,9 @@ impl QueueSql {
                    AND (j.serial_key IS NULL OR NOT EXISTS (
                        SELECT 1 FROM {q} AS s
                        WHERE s.serial_key = j.serial_key
-                         AND s.state IN ('queued', 'running')
-                         AND (s.created_at, s.key) < (j.created_at, j.key)))
+                         AND s.state IN ('queued', 'running') AND s.key <> j.key
+                         AND ((s.created_at, s.key) < (j.created_at, j.key)
+                              OR (s.state = 'running' AND s.available_at > {now}))))
                  ORDER BY j.priority DESC, j.available_at
                  LIMIT {limit}
                  FOR UPDATE SKIP LOCKED"
@@ -285,10 +293,13 @@ impl QueueSql {
               the database)'",
         );
         let claim_picked = |picked: &str, lease: &str, worker: &str| {
+            // Unseen, so that a custom plan's width for it cannot price it below the generic.
+            let worker_unseen = unseen(worker, "text");
             format!(
                 "claimed AS (
                      UPDATE {q}
-                     SET state = 'running', attempts = attempts + 1, worker = {worker},
+                     SET state = 'running', attempts = attempts + 1,
+                         worker = {worker_unseen},
                          available_at = now() + {lease}::bigint {micros}, attempted_at = now(),
                          attempt_log = CASE WHEN state = 'running' THEN {lapsed}
                                             ELSE attempt_log END
@@ -299,8 +310,14 @@ impl QueueSql {
                  )"
             )
         };
+        // The queue's name is `unseen` too: a custom plan that knew it would look cheaper than
+        // the generic one, and a pool connection would then plan every claim anew.
         let claimed = |limit: &str, lease: &str, worker: &str, queue: &str, also: &str| {
-            claim_picked(&pick(queue, &unseen(limit, "bigint"), also), lease, worker)
+            claim_picked(
+                &pick(&unseen(queue, "text"), &unseen(limit, "bigint"), also),
+                lease,
+                worker,
+            )
         };
         // The same, claiming up to `limits[i]` jobs of named queue `queues[i]` for each `i`
         // (SQL arrays): one statement for slots of several named queues.
@@ -381,18 +398,22 @@ impl QueueSql {
                      SELECT i.*, i.n = min(i.n) OVER (PARTITION BY i.key) AS first,
                             first_value(i.payload) OVER (PARTITION BY i.key ORDER BY i.n)
                                 AS first_payload
-                     FROM unnest($1::text[], $2::jsonb[], $3::int[], $4::bigint[], $5::bigint[],
-                                 $6::text[], $7::smallint[], $8::text[], $9::text[])
-                          WITH ORDINALITY AS i(key, payload, max_attempts, run_after, delay,
-                                               queue, priority, serial_key, traceparent, n)
+                     FROM (
+                         SELECT u.*, clock_timestamp() AS created_at
+                         FROM unnest($1::text[], $2::jsonb[], $3::int[], $4::bigint[],
+                                     $5::bigint[], $6::text[], $7::smallint[], $8::text[],
+                                     $9::text[])
+                              WITH ORDINALITY AS u(key, payload, max_attempts, run_after, delay,
+                                                   queue, priority, serial_key, traceparent, n)
+                     ) AS i
                  ),
                  inserted AS (
                      INSERT INTO {q} (key, payload, max_attempts, available_at, queue, priority,
-                                      serial_key, traceparent)
+                                      serial_key, traceparent, created_at)
                      SELECT key, payload, max_attempts,
                             COALESCE(to_timestamp(run_after / 1000000.0), now()) + delay {micros},
-                            queue, priority, serial_key, traceparent
-                     FROM input WHERE first ORDER BY n
+                            queue, priority, serial_key, traceparent, created_at
+                     FROM input WHERE first ORDER BY key
                      ON CONFLICT (key) DO NOTHING
                      RETURNING key
                  )
@@ -447,20 +468,17 @@ impl QueueSql {
             cancel: format!(
                 "WITH now_cancelled AS (
                      UPDATE {q} SET state = 'cancelled', finished_at = now(), last_error = $2,
-                         worker = NULL,
-                         attempt_log = CASE WHEN state = 'running' THEN {} ELSE attempt_log END
-                     WHERE key = $1
-                       AND ({is_queued} OR ({is_running} AND available_at <= now()))
+                         worker = NULL
+                     WHERE key = $1 AND {is_queued}
                      RETURNING 1
                  ),
                  asked AS (
                      UPDATE {q} SET cancel_requested_at = coalesce(cancel_requested_at, now())
-                     WHERE key = $1 AND {is_running} AND available_at > now()
+                     WHERE key = $1 AND {is_running}
                      RETURNING 1
                  )
                  SELECT (SELECT state FROM {q} WHERE key = $1),
                         EXISTS (SELECT 1 FROM now_cancelled), EXISTS (SELECT 1 FROM asked)",
-                logged("attempts", "'cancelled'", "$2::text"),
                 is_queued = in_state("state", "queued"),
             ),
             result: format!("SELECT state, result, last_error FROM {q} WHERE key = $1"),
@@ -484,7 +502,8 @@ impl QueueSql {
                 )
             ),
             done: format!(
-                "UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL {fenced}"
+                "UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL,
+                     result = coalesce($3, q.result) {fenced}"
             ),
             complete_and_done_many: format!(
                 "{complete_and_done}
@@ -561,7 +580,7 @@ impl QueueSql {
             ),
             retry_dead: format!(
                 "UPDATE {q} SET state = 'queued', attempts = 0, available_at = now(),
-                     finished_at = NULL
+                     finished_at = NULL, cancel_requested_at = NULL
                  WHERE key = $1 AND {is_dead}"
             ),
             discard: format!(
@@ -801,7 +820,10 @@ mod tests {
                         .bind(worker)
                         .bind("default"),
                     completion(&sql.complete_and_done_one),
-                    sqlx::query(&sql.done).bind(&keys).bind(&attempts),
+                    sqlx::query(&sql.done)
+                        .bind(&keys)
+                        .bind(&attempts)
+                        .bind(None::<Vec<u8>>),
                     sqlx::query(&sql.release)
                         .bind(&keys)
                         .bind(&attempts)

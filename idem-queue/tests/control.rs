@@ -540,3 +540,81 @@ async fn an_attempt_whose_worker_died_is_logged_as_lapsed() {
     assert_eq!(attempts, [(1, "lapsed"), (2, "done")]);
     workers.shutdown(Duration::from_secs(5)).await;
 }
+
+/// An earlier job of a serial key retried by an operator while a later one runs waits for it:
+/// the key runs one job at a time whatever order its jobs come back in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_earlier_job_waits_while_its_keys_later_job_runs() {
+    let test = TestStore::new("qc_serial_retry", 20).await;
+    let queue = support::queue(&test).await;
+    let _ = queue
+        .enqueue(job("acct:1").serial_key("acct").max_attempts(1))
+        .await
+        .unwrap();
+    let _ = queue
+        .enqueue(job("acct:2").serial_key("acct"))
+        .await
+        .unwrap();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (release_tx, release) = tokio::sync::watch::channel(false);
+    let first = Arc::new(AtomicUsize::new(0));
+    let workers = queue
+        .worker(move |job: Job| {
+            let started = started_tx.clone();
+            let mut release = release.clone();
+            let first = first.clone();
+            async move {
+                let _ = started.send(job.key().to_owned());
+                if job.key() == "acct:1" && first.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return Err(JobError::retry("the bank was down"));
+                }
+                if job.key() == "acct:2" {
+                    let _ = release.wait_for(|go| *go).await;
+                }
+                Ok(())
+            }
+        })
+        .start();
+    assert_eq!(started.recv().await.unwrap(), "acct:1");
+    assert_eq!(started.recv().await.unwrap(), "acct:2", "after acct:1 died");
+    assert!(queue.retry_dead("acct:1").await.unwrap());
+    // Another worker looks for work, and finds none it may run: acct:2 holds the key.
+    let other = another(&test)
+        .await
+        .worker(|_job: Job| async { Ok::<_, std::io::Error>(()) })
+        .start();
+    other.wait_idle().await;
+    assert_eq!(state(&queue, "acct:1").await, JobState::Queued);
+    let _ = release_tx.send(true);
+    let done = queue
+        .wait_result("acct:1", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(done, Some(JobResult::Done(None)));
+    other.shutdown(Duration::from_secs(5)).await;
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A job whose call was completed before (its worker finished and died before settling it)
+/// is done with the result that run recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_found_done_keeps_the_result_its_earlier_run_recorded() {
+    let test = TestStore::new("qc_dup_result", 8).await;
+    let queue = support::queue(&test).await;
+    let _ = queue.enqueue(job("invoice:3")).await.unwrap();
+    let earlier = idem_core::Call::new(&test.store, "invoice:3")
+        .scope(idem_queue::QUEUE_SCOPE)
+        .run_replay(async { Ok::<_, std::io::Error>(json!({"invoice": 3})) })
+        .await
+        .unwrap();
+    assert!(earlier.is_executed());
+    let log = Log::default();
+    let workers = logging(&queue, &log, Duration::ZERO).start();
+    let done = queue
+        .wait_result("invoice:3", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(done, Some(JobResult::Done(Some(json!({"invoice": 3})))));
+    assert!(log.started().is_empty(), "not run again");
+    workers.shutdown(Duration::from_secs(5)).await;
+}
