@@ -113,6 +113,16 @@ async fn three_replicas_one_killed_run_every_tick_once() {
     let schema = fresh_schema("cron3").await;
     let mut replicas: Vec<Replica> = (0..3).map(|_| replica(&schema, "1h")).collect();
     std::thread::sleep(Duration::from_secs(7));
+    // Killed once it has run a tick (which replica wins a tick is the replicas' race, so
+    // seven seconds alone may leave it none), so that its runs are part of what is counted.
+    let gate = std::time::Instant::now();
+    while replicas[0].ran.lock().unwrap().is_empty() {
+        assert!(
+            gate.elapsed() < Duration::from_secs(30),
+            "the first replica ran no tick in 37 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     kill(&mut replicas[0]);
     let killed_ran = replicas[0].ran.lock().unwrap().len();
     std::thread::sleep(Duration::from_secs(8));
