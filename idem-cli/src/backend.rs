@@ -11,7 +11,7 @@ use idem_store_postgres::PgStore;
 use idem_store_redis::RedisStore;
 use idem_store_sqlite::SqliteStore;
 use serde_json::{json, Map, Value};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use crate::args::State;
 
@@ -80,12 +80,7 @@ pub(crate) enum Backend {
     },
 }
 
-pub(crate) fn micros_of(at: SystemTime) -> i64 {
-    match at.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_micros() as i64,
-        Err(e) => -(e.duration().as_micros() as i64),
-    }
-}
+pub(crate) use idem_store_postgres::extend::to_micros as micros_of;
 
 /// A record as a row, judged against `now`.
 fn row_of(inspected: &InspectedRecord, now: SystemTime) -> RecordRow {

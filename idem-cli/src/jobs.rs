@@ -10,11 +10,6 @@ use crate::output::{Out, NOT_FOUND, OK, REFUSED, USAGE};
 
 /// A job's attempts, oldest first: number, start, end, outcome, error.
 fn attempt_log(log: &[idem_queue::Attempt]) -> Value {
-    let time = |at: Option<std::time::SystemTime>| {
-        at.map_or(Value::Null, |at| {
-            json!(crate::backend::rfc3339(crate::backend::micros_of(at)))
-        })
-    };
     Value::Array(
         log.iter()
             .map(|a| {

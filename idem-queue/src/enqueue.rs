@@ -5,8 +5,8 @@ use sqlx::{PgExecutor, Row};
 
 use crate::job::{EnqueueError, Enqueued, NewJob};
 use crate::queue::Queue;
-use idem_store_postgres::extend::duration_micros;
 use idem_store_postgres::extend::store_error;
+use idem_store_postgres::extend::{duration_micros, to_micros};
 
 impl Queue {
     /// Stores `job` unless a job with its key is stored already, and says which. Idle workers
@@ -36,11 +36,7 @@ impl Queue {
         X: PgExecutor<'e>,
     {
         job.check().map_err(EnqueueError::Invalid)?;
-        let run_after = job.run_after.map(|at| {
-            at.duration_since(std::time::UNIX_EPOCH)
-                .map(duration_micros)
-                .unwrap_or(0)
-        });
+        let run_after = job.run_after.map(to_micros);
         let statement = if job.replace {
             &self.sql.enqueue_replacing
         } else {
@@ -137,13 +133,6 @@ impl Queue {
         if valid.is_empty() {
             return Ok(answers.into_iter().flatten().collect());
         }
-        let micros = |at: Option<std::time::SystemTime>| {
-            at.map(|at| {
-                at.duration_since(std::time::UNIX_EPOCH)
-                    .map(duration_micros)
-                    .unwrap_or(0)
-            })
-        };
         let rows = sqlx::query(&self.sql.enqueue_many)
             .bind(valid.iter().map(|j| j.key.as_str()).collect::<Vec<_>>())
             .bind(valid.iter().map(|j| j.payload.as_str()).collect::<Vec<_>>())
@@ -156,7 +145,7 @@ impl Queue {
             .bind(
                 valid
                     .iter()
-                    .map(|j| micros(j.run_after))
+                    .map(|j| j.run_after.map(to_micros))
                     .collect::<Vec<_>>(),
             )
             .bind(

@@ -15,5 +15,5 @@ pub use crate::connections::{Attempts, Resend, StoreConnection};
 pub use crate::error::store_error;
 pub use crate::migrate::Migrations;
 pub use crate::records::{batch_rows, fence_param, RecordsSql};
-pub use crate::time::{batch_start_sql, duration_micros, from_micros, micros_sql};
+pub use crate::time::{batch_start_sql, duration_micros, from_micros, micros_sql, to_micros};
 pub use crate::unseen::unseen;

@@ -26,6 +26,15 @@ pub fn from_micros(micros: i64) -> SystemTime {
     }
 }
 
+/// A `SystemTime` as epoch microseconds (negative before 1970), as the statements take times:
+/// the inverse of [`from_micros`], saturating.
+pub fn to_micros(at: SystemTime) -> i64 {
+    match at.duration_since(UNIX_EPOCH) {
+        Ok(since) => duration_micros(since),
+        Err(before) => -duration_micros(before.duration()),
+    }
+}
+
 /// A duration as whole microseconds for `$n * interval '1 microsecond'`, saturating.
 pub fn duration_micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)

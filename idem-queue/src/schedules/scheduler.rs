@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use idem_core::{Operation, StoreError};
-use idem_store_postgres::extend::{duration_micros, from_micros};
+use idem_store_postgres::extend::{from_micros, to_micros};
 use sqlx::Row;
 use tokio::sync::watch;
 
@@ -265,10 +265,10 @@ impl Scheduler {
         let next = schedule.next_after(latest.max(now));
         let advanced = sqlx::query(&sql.advance)
             .bind(schedule.name())
-            .bind(micros(last_tick))
-            .bind(micros(latest))
+            .bind(to_micros(last_tick))
+            .bind(to_micros(latest))
             .bind(pass.not_enqueued as i64)
-            .bind(next.map(micros))
+            .bind(next.map(to_micros))
             .execute(pool)
             .await
             .map_err(failed(Operation::Complete))?
@@ -324,7 +324,7 @@ impl Scheduler {
         sqlx::query(&self.queue.schedule_sql.register)
             .bind(schedule.name())
             .bind(schedule.spec())
-            .bind(micros(now))
+            .bind(to_micros(now))
             .execute(self.queue.store.pool())
             .await
             .map_err(failed(Operation::Claim))?;
@@ -400,8 +400,8 @@ impl Scheduler {
         }
         let verified = sqlx::query(&self.queue.schedule_sql.verify)
             .bind(schedule.name())
-            .bind(micros(verified_through))
-            .bind(micros(last))
+            .bind(to_micros(verified_through))
+            .bind(to_micros(last))
             .bind(late.len() as i64)
             .bind(success)
             .execute(pool)
@@ -430,12 +430,5 @@ impl Scheduler {
                 .set(success as f64 / 1e6);
         }
         Ok(late.len() as u64)
-    }
-}
-
-fn micros(at: SystemTime) -> i64 {
-    match at.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(since) => duration_micros(since),
-        Err(before) => -duration_micros(before.duration()),
     }
 }
