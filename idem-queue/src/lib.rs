@@ -371,7 +371,8 @@
 //! that runs each job as an idempotent call on the job's view of the store (`job_store`, whose
 //! completion also claims the next job for the slot it frees, so the slot's task runs it next), a
 //! `completer` that records how each claim ended, and a `rescuer` that decides what a claim
-//! whose worker died becomes. The queue sits on top of [`PgStore`](idem_store_postgres::PgStore): the store knows nothing of
+//! whose worker died becomes. The queue sits on top of
+//! [`PgStore`](idem_store_postgres::PgStore): the store knows nothing of
 //! it, and the queue reaches job records only through the store's extension interface
 //! ([`idem_store_postgres::extend`]). For claim-then-process on a table of your own, see
 //! [`own_table`](idem_store_postgres::own_table).
@@ -383,13 +384,14 @@
 //!   [`through_pool`](idem_store_postgres::PgStoreBuilder::through_pool) runs the queue at a
 //!   round trip more per statement and without batching, well below its speed on the store's
 //!   own connections.
-//! - **VACUUM.** A claim reads the `available_at` index from its start, past the entries of
-//!   every job claimed since the table was last vacuumed, so claims slow down as jobs run until
-//!   autovacuum comes. Finished jobs stay until purged, and PostgreSQL's default vacuums once a
-//!   fifth of a table is dead row versions, so the more jobs a queue keeps, the longer between
-//!   vacuums: the queue's migrations set `autovacuum_vacuum_scale_factor = 0.01` on its table
-//!   (a value you set there yourself is kept). Purge finished jobs you no longer need as
-//!   duplicates; a long-running transaction anywhere in the database holds every vacuum back.
+//! - **VACUUM.** A claim reads its named queue's part of the claim index (by priority, then
+//!   `available_at`) from its start, past the entries of every job claimed since the table was last
+//!   vacuumed, so claims slow down as jobs run until autovacuum comes. Finished jobs stay until
+//!   purged, and PostgreSQL's default vacuums once a fifth of a table is dead row versions, so the
+//!   more jobs a queue keeps, the longer between vacuums: the queue's migrations set
+//!   `autovacuum_vacuum_scale_factor = 0.01` on its table (a value you set there yourself is kept).
+//!   Purge finished jobs you no longer need as duplicates; a long-running transaction anywhere in
+//!   the database holds every vacuum back.
 //! - **Enqueue rate.** `NOTIFY` serialises the commits of the transactions that send one (a
 //!   database-wide lock at commit), which bounds how fast jobs can be enqueued one
 //!   transaction at a time.
