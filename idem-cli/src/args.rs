@@ -227,16 +227,17 @@ pub enum JobState {
     Cancelled,
 }
 
-impl JobState {
-    /// As the queue's table spells it (`stale`: a `running` row whose lease lapsed).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Queued => "queued",
-            JobState::Running => "running",
-            JobState::Stale => "stale",
-            JobState::Done => "done",
-            JobState::Dead => "dead",
-            JobState::Cancelled => "cancelled",
+impl From<JobState> for idem_queue::JobFilter {
+    /// The queue's filter for the state named on the command line (which spells it as the
+    /// filter does: [`JobFilter::as_str`](idem_queue::JobFilter::as_str)).
+    fn from(state: JobState) -> Self {
+        match state {
+            JobState::Queued => Self::Queued,
+            JobState::Running => Self::Running,
+            JobState::Stale => Self::Stale,
+            JobState::Done => Self::Done,
+            JobState::Dead => Self::Dead,
+            JobState::Cancelled => Self::Cancelled,
         }
     }
 }

@@ -4,7 +4,7 @@ use idem_queue::{Cancel, JobFilter, JobInfo, JobResult, Queue};
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
-use crate::args::{JobState, Jobs};
+use crate::args::Jobs;
 use crate::connect::Ctx;
 use crate::output::{Out, NOT_FOUND, OK, REFUSED, USAGE};
 
@@ -117,14 +117,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             Ok(OK)
         }
         Jobs::List { state, limit } => {
-            let filter = state.map(|state| match state {
-                JobState::Queued => JobFilter::Queued,
-                JobState::Running => JobFilter::Running,
-                JobState::Stale => JobFilter::Stale,
-                JobState::Done => JobFilter::Done,
-                JobState::Dead => JobFilter::Dead,
-                JobState::Cancelled => JobFilter::Cancelled,
-            });
+            let filter = state.map(JobFilter::from);
             let limit = usize::try_from(*limit).unwrap_or(0);
             let found = queue.jobs(filter, limit).await.map_err(store_failed)?;
             let jobs: Vec<_> = found.iter().map(job).collect();
