@@ -96,6 +96,21 @@ pub enum Command {
         #[arg(long, default_value_t = 8)]
         concurrency: usize,
     },
+    /// Serve the web dashboard until SIGTERM: records (every store), and on PostgreSQL the work
+    /// queue and schedules, with the actions of these commands. Without --token it binds only a
+    /// loopback address, and prints a token made at start that actions need.
+    Ui {
+        /// The address to listen on (port 0: any free port, printed).
+        #[arg(long, default_value = "127.0.0.1:7780")]
+        addr: std::net::SocketAddr,
+        /// Every page and action needs this token (a login form asks for it). Prefer the
+        /// environment variable: a command line is visible to every user of the machine.
+        #[arg(long, env = "IDEM_UI_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Refuse every action.
+        #[arg(long)]
+        read_only: bool,
+    },
 }
 
 /// The schedules' commands.

@@ -24,6 +24,7 @@
 //! | `idem purge [--dry-run] [--batch N]` | deletes expired records and journal entries in batches, printing each batch's count |
 //! | `idem schedules list` / `add NAME --cron EXPR [--tz ZONE] --post URL [--body JSON] [--catch-up DUR]` / `pause NAME` / `resume NAME` / `remove NAME` | the schedules: next tick, last tick, missed ticks, last success; `add` stores one that POSTs to a URL on each tick (`Idempotency-Key` = the tick's key), checked before anything is stored |
 //! | `idem worker [--concurrency N]` | runs the stored schedules and their HTTP jobs until SIGTERM, then drains: retries with backoff on 5xx, 408, 425, 429 (after their `Retry-After`), timeouts and connection errors, dead at once on other 4xx. It serves the named queue `idem-http` only (where `schedules add` puts its ticks), so a program's jobs on the same tables are never its to run; each delivery's status, time and first bytes are the job's result |
+//! | `idem ui [--addr 127.0.0.1:7780] [--token TOKEN] [--read-only]` | serves the web dashboard ([idem-ui](https://docs.rs/idem-ui)) until SIGTERM: the overview, lists, detail pages and these commands' actions with the same safety rules; a non-loopback address needs `--token` (or `IDEM_UI_TOKEN`); without one, a token made at start is printed and actions need it |
 //! | `idem jobs stats` / `list [--state queued\|running\|stale\|done\|dead\|cancelled]` / `show ID` / `retry ID\|--all-dead` / `discard ID` / `cancel ID [--reason TEXT]` | the work queue; `stale` is running with the lease lapsed: its worker died (`worker` names it) and the next claim takes it again; `cancel` stops a waiting job at once and tells a running one at its next lease renewal |
 //!
 //! Tables for people, `--json` for scripts: one JSON document per command, with the same
@@ -49,6 +50,8 @@ mod jobs;
 mod output;
 mod records;
 mod schedules;
+mod signal;
+mod ui;
 mod worker;
 
 use clap::Parser;
@@ -161,5 +164,10 @@ async fn execute(ctx: &Ctx, out: &mut Out<'_>, command: &Command) -> Result<i32,
         Command::Jobs(jobs) => jobs::run(ctx, out, jobs).await,
         Command::Schedules(command) => schedules::run(ctx, out, command).await,
         Command::Worker { concurrency } => worker::run(ctx, out, *concurrency).await,
+        Command::Ui {
+            addr,
+            token,
+            read_only,
+        } => ui::run(ctx, out, *addr, token.clone(), *read_only).await,
     }
 }

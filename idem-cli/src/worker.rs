@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use crate::connect::Ctx;
 use crate::output::{Out, OK, USAGE};
+use crate::signal::shutdown_signal;
 
 /// How often the worker reads the stored schedules again: a schedule added, changed or
 /// removed with `idem schedules` is fired (or stops firing) within this.
@@ -110,22 +111,4 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32
         ]),
     );
     Ok(OK)
-}
-
-/// SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
 }

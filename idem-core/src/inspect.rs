@@ -45,6 +45,18 @@ impl RecordStatus {
             RecordStatus::Expired => "expired",
         }
     }
+
+    /// The status [`as_str`](Self::as_str) names, or `None`.
+    pub fn parse(name: &str) -> Option<RecordStatus> {
+        [
+            RecordStatus::Claimed,
+            RecordStatus::Stale,
+            RecordStatus::Completed,
+            RecordStatus::Expired,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == name)
+    }
 }
 
 impl InspectedRecord {
@@ -87,6 +99,53 @@ impl Default for RecordFilter {
     }
 }
 
+/// Where a page of records in key order resumes: just after this record
+/// ([`Inspect::page`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecordCursor {
+    /// The last key of the page before.
+    pub key: String,
+    /// That record's scope.
+    pub scope: String,
+}
+
+/// How many records of one scope stand in each status ([`Inspect::summary`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScopeCounts {
+    /// The scope.
+    pub scope: String,
+    /// Claimed, the lease live.
+    pub claimed: u64,
+    /// Claimed, the lease lapsed.
+    pub stale: u64,
+    /// Completed, within their `keep`.
+    pub completed: u64,
+    /// Completed, past their `keep` (a purge deletes them).
+    pub expired: u64,
+}
+
+impl ScopeCounts {
+    /// Adds `n` records in `status`.
+    pub fn add(&mut self, status: RecordStatus, n: u64) {
+        *match status {
+            RecordStatus::Claimed => &mut self.claimed,
+            RecordStatus::Stale => &mut self.stale,
+            RecordStatus::Completed => &mut self.completed,
+            RecordStatus::Expired => &mut self.expired,
+        } += n;
+    }
+}
+
+/// What an overview shows of a store's records ([`Inspect::summary`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordSummary {
+    /// Counts by status, one entry per scope, by scope.
+    pub scopes: Vec<ScopeCounts>,
+    /// Records completed in each minute since the time asked about (the start of the minute,
+    /// and the count), oldest first; minutes with none are left out.
+    pub completed_per_minute: Vec<(SystemTime, u64)>,
+}
+
 /// One entry of a key's journal, as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InspectedEffect {
@@ -127,6 +186,20 @@ pub trait Inspect: Purge {
     /// The records `filter` selects, newest first (by completion, else by lease end).
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<InspectedRecord>, StoreError>;
 
+    /// Up to `filter.limit` records `filter` selects, in (key, scope) order, starting just after
+    /// `after` (at the start without one): keyset paging, which the SQL stores serve from their
+    /// primary key, so a page deep into a large table costs what the first does. The last
+    /// record of a full page is where the next page starts.
+    async fn page(
+        &self,
+        filter: &RecordFilter,
+        after: Option<&RecordCursor>,
+    ) -> Result<Vec<InspectedRecord>, StoreError>;
+
+    /// Counts of records by scope and status, and completions per minute since `since`: what
+    /// an overview shows. It reads every record (one pass on the SQL stores).
+    async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError>;
+
     /// Deletes `key`'s record if it is completed (expired or not), so the key is new work;
     /// says whether it did. A claimed record is left alone: release it with its fence.
     async fn forget(&self, key: &Key) -> Result<bool, StoreError>;
@@ -140,4 +213,60 @@ pub trait Inspect: Purge {
 
     /// How many records and journal entries have expired (what a purge would delete now).
     async fn count_expired(&self) -> Result<ExpiredCounts, StoreError>;
+}
+
+/// What [`release_claim`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    /// The claim was deleted: the next delivery runs the work.
+    Released,
+    /// No record has this key in this scope.
+    NotFound,
+    /// The record is completed: there is no claim to release (forget it to run the work again).
+    Completed,
+    /// The lease is live, so its run may still be going: releasing it would let the next
+    /// delivery run beside it. Refused without `force`.
+    Live {
+        /// Who holds it, when the store keeps that.
+        holder: Option<String>,
+        /// The lease left.
+        left: std::time::Duration,
+    },
+    /// The record no longer holds the fence the operator saw (completed or taken over
+    /// meanwhile): nothing was released.
+    Changed,
+}
+
+/// Releases the claim on `key` that holds `fence` (the one the operator saw), by the rules
+/// `idem release` and the dashboard share: a completed record is not a claim, a live lease is
+/// refused unless `force` (its run may still be going), and the release is fenced, so a claim
+/// taken over since is never deleted.
+pub async fn release_claim<S: Inspect + ?Sized>(
+    store: &S,
+    key: &Key,
+    fence: crate::store::Fence,
+    force: bool,
+) -> Result<Released, StoreError> {
+    let now = SystemTime::now();
+    let found = store.find(key.as_str(), Some(key.scope())).await?;
+    let Some(record) = found.first() else {
+        return Ok(Released::NotFound);
+    };
+    if record.record.fence != fence {
+        return Ok(Released::Changed);
+    }
+    match (&record.record.state, record.status(now)) {
+        (_, RecordStatus::Completed | RecordStatus::Expired) => return Ok(Released::Completed),
+        (RecordState::InProgress { lease_expires_at }, RecordStatus::Claimed) if !force => {
+            return Ok(Released::Live {
+                holder: record.holder.clone(),
+                left: lease_expires_at.duration_since(now).unwrap_or_default(),
+            });
+        }
+        _ => {}
+    }
+    Ok(match store.release(key, fence).await? {
+        crate::store::Fenced::Applied => Released::Released,
+        _ => Released::Changed,
+    })
 }

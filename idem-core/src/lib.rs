@@ -587,8 +587,10 @@ pub use holder::holder;
 /// with its default, keys and scopes, what a duplicate gets, and what a call does.
 ///
 pub use idem_macros::idempotent;
+pub use inspect::release_claim;
 pub use inspect::{
-    ExpiredCounts, Inspect, InspectedEffect, InspectedRecord, RecordFilter, RecordStatus,
+    ExpiredCounts, Inspect, InspectedEffect, InspectedRecord, RecordCursor, RecordFilter,
+    RecordStatus, RecordSummary, Released, ScopeCounts,
 };
 pub use key::{InvalidKey, InvalidKeyReason, Key, DEFAULT_SCOPE, MAX_KEY_LEN, MAX_SCOPE_LEN};
 pub use memory::MemoryStore;

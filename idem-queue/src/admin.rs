@@ -261,7 +261,7 @@ impl Queue {
 }
 
 /// A row of the `job` and `jobs` statements.
-fn job_info(row: &sqlx::postgres::PgRow) -> JobInfo {
+pub(crate) fn job_info(row: &sqlx::postgres::PgRow) -> JobInfo {
     let state = match row.get::<&str, _>(1) {
         "queued" => JobFilter::Queued,
         "running" => JobFilter::Running,

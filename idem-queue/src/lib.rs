@@ -420,6 +420,7 @@
 
 mod admin;
 mod backoff;
+mod browse;
 mod builder;
 mod claimed;
 mod completer;
@@ -447,6 +448,7 @@ mod trace;
 mod workers;
 
 pub use backoff::Backoff;
+pub use browse::{FinishedInMinute, JobPage, JobsQuery};
 pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL};
 pub use executor::MAX_RESULT_BYTES;
 pub use job::{

@@ -109,6 +109,20 @@ pub(crate) struct QueueSql {
     /// `$1` keys, `$2` attempts, `$3` delay (µs): gives claims back without counting them.
     pub(crate) release: String,
     pub(crate) stats: String,
+    /// `$1` state filter or NULL, `$2` queue or NULL, `$3` key prefix or NULL, `$4` the key the
+    /// page starts at (inclusive), `$5` limit: a page in key order (the primary key).
+    pub(crate) page_from: String,
+    /// As `page_from`, starting just after the key `$4`.
+    pub(crate) page_after: String,
+    /// `$1` a finished state, `$2` queue or NULL, `$3` key prefix or NULL, `$4` finished at
+    /// (epoch µs) and `$5` key of the previous page's last job, `$6` limit: a page of one
+    /// finished state, newest first, from the finished jobs' index.
+    pub(crate) page_finished: String,
+    /// Counts by queue and state.
+    pub(crate) queue_counts: String,
+    /// `$1` since (epoch µs): jobs done and dead per minute (epoch µs of the minute, done,
+    /// dead), from the finished jobs' index.
+    pub(crate) finished_per_minute: String,
     /// `$1` key.
     pub(crate) status: String,
     /// `$1` limit.
@@ -159,6 +173,12 @@ fn logged(attempt: &str, outcome: &str, error: &str) -> String {
 /// How many ended attempts a job's log keeps (the latest).
 pub(crate) const MAX_LOGGED_ATTEMPTS: usize = 20;
 
+/// SQL for the `timestamptz` of the epoch microseconds in `param` (exact: the product is a
+/// double, exact below 2^53 µs, some 285 years).
+fn from_micros_sql(param: &str) -> String {
+    format!("('epoch'::timestamptz + {param}::bigint * interval '1 microsecond')")
+}
+
 impl QueueSql {
     pub(crate) fn new(store: &PgStore) -> QueueSql {
         let (schema, table) = store.names();
@@ -166,6 +186,20 @@ impl QueueSql {
         let q = format!("\"{schema}\".\"{table}_queue\"");
         let micros = "* interval '1 microsecond'";
         let keep = duration_micros(JOB_KEEP);
+        // Keyset paging: `key > ..` is a range of the primary key, so the plan walks the index
+        // from there and stops when the page is full.
+        let page = |from: &str| {
+            format!(
+                "SELECT {} FROM {q}
+                 WHERE key {from} $4::text
+                   AND ($1::text IS NULL OR (state = $1 AND NOT ({LAPSED_SQL}))
+                        OR ($1 = 'stale' AND {LAPSED_SQL}))
+                   AND ($2::text IS NULL OR queue = $2)
+                   AND ($3::text IS NULL OR starts_with(key, $3))
+                 ORDER BY key LIMIT $5",
+                job_columns()
+            )
+        };
         // The fence of each claimed job's record, for jobs whose key has none yet (and that
         // will run: attempts left). No record is written: the job's claim holds the key (see
         // `job_store`).
@@ -548,6 +582,40 @@ impl QueueSql {
                      available_at = now() + $3::bigint {micros},
                      attempt_log = {} {fenced}",
                 logged("q.attempts", "'released'", "NULL::text")
+            ),
+            page_from: page(">="),
+            page_after: page(">"),
+            // The literal `state IN (..)` lets every plan, generic ones too, use the finished
+            // jobs' partial index; `(finished_at, key) < (..)` is that index's range from the
+            // previous page on (`tests/plans.rs`).
+            page_finished: format!(
+                "SELECT {} FROM {q}
+                 WHERE state IN ('done', 'dead', 'cancelled') AND state = $1
+                   AND (finished_at, key) < ({at}, $5::text)
+                   AND ($2::text IS NULL OR queue = $2)
+                   AND ($3::text IS NULL OR starts_with(key, $3))
+                 ORDER BY finished_at DESC, key DESC LIMIT $6",
+                job_columns(),
+                at = from_micros_sql("$4"),
+            ),
+            queue_counts: format!(
+                "SELECT queue,
+                        count(*) FILTER (WHERE state = 'queued'),
+                        count(*) FILTER (WHERE state = 'running' AND NOT {LAPSED_SQL}),
+                        count(*) FILTER (WHERE {LAPSED_SQL}),
+                        count(*) FILTER (WHERE state = 'done'),
+                        count(*) FILTER (WHERE state = 'dead'),
+                        count(*) FILTER (WHERE state = 'cancelled')
+                 FROM {q} GROUP BY queue ORDER BY queue"
+            ),
+            finished_per_minute: format!(
+                "SELECT {}, count(*) FILTER (WHERE state = 'done'),
+                        count(*) FILTER (WHERE state = 'dead')
+                 FROM {q}
+                 WHERE state IN ('done', 'dead') AND finished_at >= {since}
+                 GROUP BY 1 ORDER BY 1",
+                micros_sql("date_trunc('minute', finished_at)"),
+                since = from_micros_sql("$1"),
             ),
             stats: format!(
                 "SELECT count(*) FILTER (WHERE state = 'queued'),

@@ -4,14 +4,16 @@
 use async_trait::async_trait;
 use idem_core::{
     EffectEntry, EffectState, ExpiredCounts, Fingerprint, Inspect, InspectedEffect,
-    InspectedRecord, Key, Operation, Record, RecordFilter, RecordState, StoreError,
+    InspectedRecord, Key, Operation, Record, RecordCursor, RecordFilter, RecordState, RecordStatus,
+    RecordSummary, ScopeCounts, StoreError,
 };
 use sqlx::postgres::PgRow;
 use sqlx::Row;
+use std::time::SystemTime;
 
 use crate::error::store_error;
 use crate::records::fence;
-use crate::time::from_micros;
+use crate::time::{from_micros, to_micros};
 use crate::PgStore;
 
 /// A row of `InspectSql::find` or `list`.
@@ -75,6 +77,67 @@ impl Inspect for PgStore {
             .await
             .map_err(failed(Operation::Get))?;
         inspected_all(&rows)
+    }
+
+    async fn page(
+        &self,
+        filter: &RecordFilter,
+        after: Option<&RecordCursor>,
+    ) -> Result<Vec<InspectedRecord>, StoreError> {
+        let sql = &self.records().inspect;
+        // The first page starts at the prefix (keys below it cannot match).
+        let (statement, key, scope) = match after {
+            Some(cursor) => (&sql.page_after, cursor.key.as_str(), cursor.scope.as_str()),
+            None => (
+                &sql.page_from,
+                filter.key_prefix.as_deref().unwrap_or(""),
+                "",
+            ),
+        };
+        let rows = sqlx::query(statement)
+            .bind(filter.status.map(|status| status.as_str()))
+            .bind(filter.scope.as_deref())
+            .bind(filter.key_prefix.as_deref())
+            .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+            .bind(key)
+            .bind(scope)
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        inspected_all(&rows)
+    }
+
+    async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError> {
+        let sql = &self.records().inspect;
+        let rows = sqlx::query(&sql.counts)
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        let mut summary = RecordSummary::default();
+        for row in &rows {
+            let (scope, status, n): (String, String, i64) = (row.get(0), row.get(1), row.get(2));
+            if summary.scopes.last().is_none_or(|last| last.scope != scope) {
+                summary.scopes.push(ScopeCounts {
+                    scope,
+                    ..ScopeCounts::default()
+                });
+            }
+            if let (Some(counts), Some(status)) =
+                (summary.scopes.last_mut(), RecordStatus::parse(&status))
+            {
+                counts.add(status, n.unsigned_abs());
+            }
+        }
+        let rows = sqlx::query(&sql.completed_per_minute)
+            .bind(to_micros(since))
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        summary.completed_per_minute = rows
+            .iter()
+            .map(|row| (from_micros(row.get(0)), row.get::<i64, _>(1).unsigned_abs()))
+            .collect();
+        Ok(summary)
     }
 
     async fn forget(&self, key: &Key) -> Result<bool, StoreError> {

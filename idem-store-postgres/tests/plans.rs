@@ -6,7 +6,8 @@ mod support;
 
 use idem_store_postgres::sqlx;
 use idem_store_postgres::testing::{
-    arrays_scanned_per_row, fresh_claim, generic_plan, generic_plan_json, statements, whole_reads,
+    arrays_scanned_per_row, custom_plan, fresh_claim, generic_plan, generic_plan_json,
+    page_statements, statements, whole_reads,
 };
 use support::TestStore;
 
@@ -242,4 +243,60 @@ async fn a_purge_batch_finds_its_rows_without_a_join() {
         assert!(tid_scans("idem_records") >= records, "{plan}");
         assert!(tid_scans("idem_records_effects") >= journal, "{plan}");
     }
+}
+
+/// A page of records (the dashboard's lists: `Inspect::page`) is a range of the primary key:
+/// on a table of 200,000 records the plan walks the index from the page's start and stops when
+/// the page is full, with no sort and no read of the table whole, in the plan the server makes
+/// with the values (the first page, and one deep in the table) and in the generic one. A list
+/// ordered by anything the index does not hold would sort every record for each page.
+#[tokio::test]
+async fn a_page_of_records_is_a_range_of_the_primary_key() {
+    let test = TestStore::new("pages", 2).await;
+    let (pool, store) = (test.store.pool(), &test.store);
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {table} (key, scope, fence, completed_at, expires_at, purge_at)
+             SELECT 'k' || i, 's' || (i % 3), i, CASE WHEN i % 10 > 0 THEN now() END,
+                    now() + interval '1 day', now() + interval '1 day'
+             FROM generate_series(1, 200000) i;
+         ANALYZE {table}",
+        table = store.table(),
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let mut failures = Vec::new();
+    for (name, statement) in page_statements(store) {
+        let plans = [
+            ("generic", generic_plan(&mut conn, &statement, true).await),
+            (
+                "first page",
+                custom_plan(&mut conn, &statement, "NULL, NULL, NULL, 50, '', ''").await,
+            ),
+            (
+                "deep page, filtered",
+                custom_plan(
+                    &mut conn,
+                    &statement,
+                    "'completed', 's1', 'k1', 50, 'k150000', 's0'",
+                )
+                .await,
+            ),
+        ];
+        for (which, plan) in plans {
+            let range = plan
+                .lines()
+                .skip_while(|line| !line.contains("Index Scan using idem_records_pkey"))
+                .nth(1)
+                .is_some_and(|cond| {
+                    cond.contains("Index Cond:") && cond.contains("ROW(key, scope) >")
+                });
+            if !range || plan.contains("Sort") || plan.contains("Seq Scan") {
+                failures.push(format!("{name} ({which}):\n{plan}"));
+            }
+        }
+    }
+    drop(conn);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -3,10 +3,10 @@
 
 use async_trait::async_trait;
 use idem_core::{
-    ExpiredCounts, Inspect, InspectedEffect, InspectedRecord, Key, RecordFilter, RecordState,
-    RecordStatus, Store, StoreError,
+    ExpiredCounts, Inspect, InspectedEffect, InspectedRecord, Key, RecordCursor, RecordFilter,
+    RecordState, RecordStatus, RecordSummary, ScopeCounts, Store, StoreError,
 };
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::keys;
 use crate::scripts;
@@ -95,6 +95,31 @@ fn scoped(key: &str, scope: &str) -> Result<Key, StoreError> {
         .map_err(|e| StoreError::msg(e.to_string()))
 }
 
+impl RedisStore {
+    /// Every record `filter` selects (its limit aside), in no order.
+    async fn selected(&self, filter: &RecordFilter) -> Result<Vec<InspectedRecord>, StoreError> {
+        let now = SystemTime::now();
+        Ok(self
+            .every_record()
+            .await?
+            .into_iter()
+            .filter(|r| filter.status.is_none_or(|s| r.status(now) == s))
+            .filter(|r| {
+                filter
+                    .scope
+                    .as_deref()
+                    .is_none_or(|s| r.record.key.scope() == s)
+            })
+            .filter(|r| {
+                filter
+                    .key_prefix
+                    .as_deref()
+                    .is_none_or(|p| r.record.key.as_str().starts_with(p))
+            })
+            .collect())
+    }
+}
+
 #[async_trait]
 impl Inspect for RedisStore {
     async fn find(
@@ -120,28 +145,65 @@ impl Inspect for RedisStore {
     }
 
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<InspectedRecord>, StoreError> {
-        let now = SystemTime::now();
-        let mut found: Vec<_> = self
-            .every_record()
-            .await?
-            .into_iter()
-            .filter(|r| filter.status.is_none_or(|s| r.status(now) == s))
-            .filter(|r| {
-                filter
-                    .scope
-                    .as_deref()
-                    .is_none_or(|s| r.record.key.scope() == s)
-            })
-            .filter(|r| {
-                filter
-                    .key_prefix
-                    .as_deref()
-                    .is_none_or(|p| r.record.key.as_str().starts_with(p))
-            })
-            .collect();
+        let mut found = self.selected(filter).await?;
         found.sort_by_key(|r| std::cmp::Reverse(newest(r)));
         found.truncate(filter.limit);
         Ok(found)
+    }
+
+    /// Redis keeps no order of its keys: a page walks the prefix's keys with `SCAN` (as `list`
+    /// does), then sorts what `filter` selects.
+    async fn page(
+        &self,
+        filter: &RecordFilter,
+        after: Option<&RecordCursor>,
+    ) -> Result<Vec<InspectedRecord>, StoreError> {
+        let order = |r: &InspectedRecord| {
+            (
+                r.record.key.as_str().to_owned(),
+                r.record.key.scope().to_owned(),
+            )
+        };
+        let mut found: Vec<_> = self
+            .selected(filter)
+            .await?
+            .into_iter()
+            .filter(|r| after.is_none_or(|a| order(r) > (a.key.clone(), a.scope.clone())))
+            .collect();
+        found.sort_by_key(order);
+        found.truncate(filter.limit);
+        Ok(found)
+    }
+
+    async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError> {
+        let now = SystemTime::now();
+        let mut scopes = std::collections::BTreeMap::<String, ScopeCounts>::new();
+        let mut minutes = std::collections::BTreeMap::<u64, u64>::new();
+        for r in self.every_record().await? {
+            let scope = r.record.key.scope().to_owned();
+            scopes
+                .entry(scope.clone())
+                .or_insert_with(|| ScopeCounts {
+                    scope,
+                    ..ScopeCounts::default()
+                })
+                .add(r.status(now), 1);
+            if let RecordState::Completed { completed_at, .. } = r.record.state {
+                if completed_at >= since {
+                    let secs = completed_at
+                        .duration_since(SystemTime::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    *minutes.entry(secs / 60 * 60).or_default() += 1;
+                }
+            }
+        }
+        Ok(RecordSummary {
+            scopes: scopes.into_values().collect(),
+            completed_per_minute: minutes
+                .into_iter()
+                .map(|(secs, n)| (SystemTime::UNIX_EPOCH + Duration::from_secs(secs), n))
+                .collect(),
+        })
     }
 
     async fn forget(&self, key: &Key) -> Result<bool, StoreError> {

@@ -3,10 +3,12 @@
 use async_trait::async_trait;
 use idem_core::{
     EffectEntry, EffectState, ExpiredCounts, Fence, Fingerprint, Inspect, InspectedEffect,
-    InspectedRecord, Key, Operation, Record, RecordFilter, RecordState, StoreError,
+    InspectedRecord, Key, Operation, Record, RecordCursor, RecordFilter, RecordState, RecordStatus,
+    RecordSummary, ScopeCounts, StoreError,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
+use std::time::SystemTime;
 
 use crate::store::{at, now_us, store_error};
 use crate::SqliteStore;
@@ -76,6 +78,72 @@ impl Inspect for SqliteStore {
             .await
             .map_err(failed(Operation::Get))?;
         inspected_all(&rows)
+    }
+
+    async fn page(
+        &self,
+        filter: &RecordFilter,
+        after: Option<&RecordCursor>,
+    ) -> Result<Vec<InspectedRecord>, StoreError> {
+        let sql = &self.inner.sql;
+        // The first page starts at the prefix (keys below it cannot match).
+        let (statement, key, scope) = match after {
+            Some(cursor) => (&sql.page_after, cursor.key.as_str(), cursor.scope.as_str()),
+            None => (
+                &sql.page_from,
+                filter.key_prefix.as_deref().unwrap_or(""),
+                "",
+            ),
+        };
+        let rows = sqlx::query(statement)
+            .bind(filter.status.map(|status| status.as_str()))
+            .bind(filter.scope.as_deref())
+            .bind(filter.key_prefix.as_deref())
+            .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+            .bind(now_us())
+            .bind(key)
+            .bind(scope)
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        inspected_all(&rows)
+    }
+
+    async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError> {
+        let sql = &self.inner.sql;
+        let rows = sqlx::query(&sql.counts)
+            .bind(now_us())
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        let mut summary = RecordSummary::default();
+        for row in &rows {
+            let (scope, status, n): (String, String, i64) = (row.get(0), row.get(1), row.get(2));
+            if summary.scopes.last().is_none_or(|last| last.scope != scope) {
+                summary.scopes.push(ScopeCounts {
+                    scope,
+                    ..ScopeCounts::default()
+                });
+            }
+            if let (Some(counts), Some(status)) =
+                (summary.scopes.last_mut(), RecordStatus::parse(&status))
+            {
+                counts.add(status, n.unsigned_abs());
+            }
+        }
+        let since = since
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        let rows = sqlx::query(&sql.completed_per_minute)
+            .bind(since)
+            .fetch_all(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        summary.completed_per_minute = rows
+            .iter()
+            .map(|row| (at(row.get(0)), row.get::<i64, _>(1).unsigned_abs()))
+            .collect();
+        Ok(summary)
     }
 
     async fn forget(&self, key: &Key) -> Result<bool, StoreError> {

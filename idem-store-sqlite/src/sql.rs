@@ -38,6 +38,15 @@ pub(crate) struct Sql {
     /// `$1` status or NULL, `$2` scope or NULL, `$3` key prefix or NULL, `$4` limit, `$5` now:
     /// newest first.
     pub list: String,
+    /// As `list`'s parameters, then `$6` and `$7` the key and scope the page starts at
+    /// (inclusive): a page in primary-key order.
+    pub page_from: String,
+    /// As `page_from`, starting just after `$6`, `$7` (the previous page's last record).
+    pub page_after: String,
+    /// `$1` now: counts by scope and status.
+    pub counts: String,
+    /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
+    pub completed_per_minute: String,
     /// `$1` key, `$2` scope: deletes a completed record.
     pub forget: String,
     /// `$1` key, `$2` scope or NULL: a key's journal entries.
@@ -60,6 +69,15 @@ impl Sql {
         let status = "CASE WHEN completed_us IS NOT NULL THEN
                 (CASE WHEN expires_us > $5 THEN 'completed' ELSE 'expired' END)
             WHEN expires_us > $5 THEN 'claimed' ELSE 'stale' END";
+        let page = |from: &str| {
+            format!(
+                "SELECT {inspected} FROM {t}
+                 WHERE (key, scope) {from} ($6, $7)
+                   AND ($1 IS NULL OR {status} = $1) AND ($2 IS NULL OR scope = $2)
+                   AND ($3 IS NULL OR substr(key, 1, length($3)) = $3)
+                 ORDER BY key, scope LIMIT $4"
+            )
+        };
         Sql {
             find: format!(
                 "SELECT {inspected} FROM {t}
@@ -70,6 +88,16 @@ impl Sql {
                  WHERE ($1 IS NULL OR {status} = $1) AND ($2 IS NULL OR scope = $2)
                    AND ($3 IS NULL OR substr(key, 1, length($3)) = $3)
                  ORDER BY coalesce(completed_us, expires_us) DESC LIMIT $4"
+            ),
+            page_from: page(">="),
+            page_after: page(">"),
+            counts: format!(
+                "SELECT scope, {status}, count(*) FROM {t} GROUP BY 1, 2 ORDER BY 1, 2"
+            )
+            .replace("$5", "$1"),
+            completed_per_minute: format!(
+                "SELECT completed_us / 60000000 * 60000000, count(*) FROM {t}
+                 WHERE completed_us >= $1 GROUP BY 1 ORDER BY 1"
             ),
             forget: format!(
                 "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_us IS NOT NULL"

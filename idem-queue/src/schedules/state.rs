@@ -38,6 +38,14 @@ pub struct ScheduleState {
     pub seen_at: SystemTime,
 }
 
+impl ScheduleState {
+    /// The prefix every tick job of this schedule's key starts with, to list its ticks
+    /// ([`JobsQuery::key_prefix`](crate::JobsQuery::key_prefix)).
+    pub fn tick_key_prefix(&self) -> String {
+        format!("{}{}:", super::tick::KEY_PREFIX, self.name)
+    }
+}
+
 fn time(row: &PgRow, i: usize) -> Option<SystemTime> {
     row.get::<Option<i64>, _>(i).map(from_micros)
 }

@@ -70,6 +70,16 @@ pub(crate) struct InspectSql {
     /// `$1` status or NULL, `$2` scope or NULL, `$3` key prefix or NULL, `$4` limit: newest
     /// first.
     pub list: String,
+    /// `$1` status or NULL, `$2` scope or NULL, `$3` key prefix or NULL, `$4` limit, `$5` and
+    /// `$6` the key and scope the page starts at (inclusive; a prefix, or `''`, on the first
+    /// page): a page in primary-key order.
+    pub page_from: String,
+    /// As `page_from`, starting just after `$5`, `$6` (the previous page's last record).
+    pub page_after: String,
+    /// Counts by scope and status.
+    pub counts: String,
+    /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
+    pub completed_per_minute: String,
     /// `$1` key, `$2` scope: deletes a completed record.
     pub forget: String,
     /// `$1` key, `$2` scope or NULL: a key's journal entries.
@@ -158,6 +168,15 @@ impl RecordsSql {
             "key, scope, fence, fingerprint, holder, {completed}, {expires},
              octet_length(output)::bigint"
         );
+        let page = |from: &str| {
+            format!(
+                "SELECT {inspected} FROM {t}
+                 WHERE (key, scope) {from} ($5::text, $6::text)
+                   AND ($1::text IS NULL OR {status} = $1) AND ($2::text IS NULL OR scope = $2)
+                   AND ($3::text IS NULL OR starts_with(key, $3))
+                 ORDER BY key, scope LIMIT $4"
+            )
+        };
         let inspect = InspectSql {
             find: format!(
                 "SELECT {inspected} FROM {t}
@@ -168,6 +187,19 @@ impl RecordsSql {
                  WHERE ($1::text IS NULL OR {status} = $1) AND ($2::text IS NULL OR scope = $2)
                    AND ($3::text IS NULL OR starts_with(key, $3))
                  ORDER BY coalesce(completed_at, expires_at) DESC LIMIT $4"
+            ),
+            // Keyset paging: `(key, scope) > (..)` is a range of the primary key, so the plan
+            // walks the index from there and stops when the page is full (`tests/plans.rs`).
+            page_from: page(">="),
+            page_after: page(">"),
+            counts: format!(
+                "SELECT scope, {status}, count(*) FROM {t} GROUP BY 1, 2 ORDER BY 1, 2"
+            ),
+            completed_per_minute: format!(
+                "SELECT {minute}, count(*) FROM {t}
+                 WHERE completed_at >= to_timestamp($1::bigint / 1000000.0)
+                 GROUP BY 1 ORDER BY 1",
+                minute = micros_sql("date_trunc('minute', completed_at)"),
             ),
             forget: format!(
                 "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_at IS NOT NULL"

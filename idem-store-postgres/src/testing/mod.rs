@@ -12,7 +12,8 @@ mod store;
 mod wire;
 
 pub use plans::{
-    arrays_scanned_per_row, fresh_claim, generic_plan, generic_plan_json, statements, whole_reads,
+    arrays_scanned_per_row, custom_plan, fresh_claim, generic_plan, generic_plan_json,
+    page_statements, statements, whole_reads,
 };
 pub use store::{
     database_url, lock_row, lock_row_where, named_pool, pg_store, pool, unique_schema,

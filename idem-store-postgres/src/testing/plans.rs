@@ -167,6 +167,37 @@ pub fn statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The operator's keyset pages of records ([`idem_core::Inspect::page`]), by name.
+pub fn page_statements(store: &crate::PgStore) -> Vec<(&'static str, String)> {
+    let r = &store.records().inspect;
+    vec![
+        ("records page_from", r.page_from.clone()),
+        ("records page_after", r.page_after.clone()),
+    ]
+}
+
+/// The plan the server makes for `statement` with the values `args` (SQL literals), as it
+/// does for a connection's first executions: `EXPLAIN EXECUTE` of it prepared.
+pub async fn custom_plan(conn: &mut sqlx::PgConnection, statement: &str, args: &str) -> String {
+    use sqlx::Row;
+    sqlx::raw_sql(&format!(
+        "SET plan_cache_mode = force_custom_plan; PREPARE custom_planned AS {statement}"
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {statement}"));
+    let rows = sqlx::query(&format!("EXPLAIN EXECUTE custom_planned({args})"))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {statement}"));
+    let plan: Vec<String> = rows.iter().map(|row| row.get::<String, _>(0)).collect();
+    sqlx::raw_sql("DEALLOCATE custom_planned; RESET plan_cache_mode")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    plan.join("\n")
+}
+
 /// The claim sent with a BEGIN (`claim_with_begin`) for `key`: the statement that prepares it on
 /// a connection, and what is sent to run it (its BEGIN included).
 pub fn fresh_claim(store: &crate::PgStore, key: &str) -> (String, String) {

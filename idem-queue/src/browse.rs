@@ -1,0 +1,180 @@
+//! What a page for operators reads of the queue: jobs a page at a time (keyset paging, so a
+//! page deep into millions of jobs costs what the first does), counts per named queue, and
+//! jobs finished per minute.
+
+use std::time::SystemTime;
+
+use idem_core::{Operation, StoreError};
+use idem_store_postgres::extend::{from_micros, to_micros};
+use sqlx::Row;
+
+use crate::admin::job_info;
+use crate::job::{JobFilter, JobInfo, QueueStats};
+use crate::queue::{failed, Queue};
+
+/// Which jobs [`Queue::jobs_page`] lists: every job by default, 50 at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobsQuery {
+    /// Only jobs in this state. The finished states (`done`, `dead`, `cancelled`) are listed
+    /// newest first; the others, and every job without a state, in key order.
+    pub state: Option<JobFilter>,
+    /// Only jobs of this named queue.
+    pub queue: Option<String>,
+    /// Only keys starting with this.
+    pub key_prefix: Option<String>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl Default for JobsQuery {
+    fn default() -> Self {
+        JobsQuery {
+            state: None,
+            queue: None,
+            key_prefix: None,
+            limit: 50,
+        }
+    }
+}
+
+/// One page of [`Queue::jobs_page`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobPage {
+    /// The jobs.
+    pub jobs: Vec<JobInfo>,
+    /// Where the next page starts (pass it as `after`), or `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// Jobs finished in one minute ([`Queue::finished_per_minute`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinishedInMinute {
+    /// The minute's start.
+    pub minute: SystemTime,
+    /// Jobs done.
+    pub done: u64,
+    /// Jobs dead-lettered.
+    pub dead: u64,
+}
+
+fn finished(state: Option<JobFilter>) -> bool {
+    matches!(
+        state,
+        Some(JobFilter::Done | JobFilter::Dead | JobFilter::Cancelled)
+    )
+}
+
+/// A page's end in the finished order: `MICROS:KEY`.
+fn finished_cursor(after: &str) -> Result<(i64, &str), StoreError> {
+    after
+        .split_once(':')
+        .and_then(|(micros, key)| Some((micros.parse().ok()?, key)))
+        .ok_or_else(|| StoreError::msg(format!("{after:?} is not where a page of jobs ends")))
+}
+
+impl Queue {
+    /// A page of the jobs `query` selects, starting after `after` (a previous page's
+    /// [`next`](JobPage::next); at the start without one). Every page is read from an index
+    /// range: the primary key in key order, or the finished jobs' index, newest first, for a
+    /// finished state. A filter on another column (the queue, a key prefix, a state other than
+    /// the order's) is checked row by row on that range, so a rare match among many jobs reads
+    /// further.
+    pub async fn jobs_page(
+        &self,
+        query: &JobsQuery,
+        after: Option<&str>,
+    ) -> Result<JobPage, StoreError> {
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let state = query.state.map(JobFilter::as_str);
+        let rows = if finished(query.state) {
+            let (micros, key) = match after {
+                Some(after) => finished_cursor(after)?,
+                // After every job: the end of the range the double-precision product holds
+                // exactly is far beyond any job's finish.
+                None => (1_i64 << 53, ""),
+            };
+            sqlx::query(&self.sql.page_finished)
+                .bind(state)
+                .bind(query.queue.as_deref())
+                .bind(query.key_prefix.as_deref())
+                .bind(micros)
+                .bind(key)
+                .bind(limit)
+                .fetch_all(self.store.pool())
+                .await
+        } else {
+            let (statement, from) = match after {
+                Some(key) => (&self.sql.page_after, key),
+                // The first page starts at the prefix: keys below it cannot match.
+                None => (
+                    &self.sql.page_from,
+                    query.key_prefix.as_deref().unwrap_or(""),
+                ),
+            };
+            sqlx::query(statement)
+                .bind(state)
+                .bind(query.queue.as_deref())
+                .bind(query.key_prefix.as_deref())
+                .bind(from)
+                .bind(limit)
+                .fetch_all(self.store.pool())
+                .await
+        }
+        .map_err(failed(Operation::Get))?;
+        let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
+        let next = (jobs.len() == query.limit && query.limit > 0)
+            .then(|| jobs.last())
+            .flatten()
+            .map(|last| match (finished(query.state), last.finished_at) {
+                (true, Some(at)) => format!("{}:{}", to_micros(at), last.key),
+                _ => last.key.clone(),
+            });
+        Ok(JobPage { jobs, next })
+    }
+
+    /// Counts of jobs by state in each named queue, by name (one statement, counting the
+    /// table).
+    pub async fn queue_counts(&self) -> Result<Vec<(String, QueueStats)>, StoreError> {
+        let rows = sqlx::query(&self.sql.queue_counts)
+            .fetch_all(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let count = |i: usize| row.get::<i64, _>(i).unsigned_abs();
+                let stats = QueueStats {
+                    queued: count(1),
+                    running: count(2),
+                    stale: count(3),
+                    done: count(4),
+                    dead: count(5),
+                    cancelled: count(6),
+                };
+                (row.get(0), stats)
+            })
+            .collect())
+    }
+
+    /// Jobs done and dead-lettered in each minute since `since`, oldest first; minutes with
+    /// neither are left out. Read from the finished jobs' index: the rows of the window only.
+    /// Jobs purged since they finished are not counted.
+    pub async fn finished_per_minute(
+        &self,
+        since: SystemTime,
+    ) -> Result<Vec<FinishedInMinute>, StoreError> {
+        let rows = sqlx::query(&self.sql.finished_per_minute)
+            .bind(to_micros(since))
+            .fetch_all(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        Ok(rows
+            .iter()
+            .map(|row| FinishedInMinute {
+                minute: from_micros(row.get(0)),
+                done: row.get::<i64, _>(1).unsigned_abs(),
+                dead: row.get::<i64, _>(2).unsigned_abs(),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,392 @@
+//! The operator's actions, each the same operation as the `idem` command's, with its safety
+//! rules: POSTs only, from a logged-in session, carrying the form token, never in read-only.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::post;
+use axum::{Form, Router};
+use idem_core::{release_claim, Fence, Key, Released};
+use idem_queue::{Cancel, Queue};
+use serde::Deserialize;
+
+use crate::auth::Viewer;
+use crate::pages::{link, message, store_failed, Frame};
+use crate::source::Source;
+
+pub(crate) fn routes() -> Router<Source> {
+    Router::new()
+        .route("/actions/release", post(release))
+        .route("/actions/forget", post(forget))
+        .route("/actions/retry", post(retry))
+        .route("/actions/discard", post(discard))
+        .route("/actions/cancel", post(cancel))
+        .route("/actions/pause", post(pause))
+        .route("/actions/resume", post(resume))
+}
+
+/// Refuses the action unless the session may act and the form carries its token.
+fn refused(source: &Source, viewer: &Viewer, csrf: &str) -> Option<Response> {
+    let frame = || Frame::of(source, viewer);
+    let why = if source.auth.read_only {
+        "The dashboard is read-only: it takes no action."
+    } else if !viewer.logged_in {
+        "Actions need the dashboard's token: log in first."
+    } else if !source.auth.csrf_matches(csrf) {
+        "The form's token does not match this session: reload the page and try again."
+    } else {
+        return None;
+    };
+    tracing::warn!("idem-ui: an action was refused: {why}");
+    Some(message(
+        StatusCode::FORBIDDEN,
+        frame(),
+        "Refused",
+        why.to_owned(),
+        Some(("/login".to_owned(), "Log in".to_owned())),
+    ))
+}
+
+fn done(
+    source: &Source,
+    viewer: &Viewer,
+    title: &str,
+    text: String,
+    back: (String, String),
+) -> Response {
+    message(
+        StatusCode::OK,
+        Frame::of(source, viewer),
+        title,
+        text,
+        Some(back),
+    )
+}
+
+fn refuse(source: &Source, viewer: &Viewer, text: String, back: (String, String)) -> Response {
+    message(
+        StatusCode::CONFLICT,
+        Frame::of(source, viewer),
+        "Refused",
+        text,
+        Some(back),
+    )
+}
+
+fn bad_key(source: &Source, viewer: &Viewer, e: impl std::fmt::Display) -> Response {
+    message(
+        StatusCode::BAD_REQUEST,
+        Frame::of(source, viewer),
+        "Not a key",
+        e.to_string(),
+        None,
+    )
+}
+
+#[derive(Deserialize)]
+pub(crate) struct RecordForm {
+    csrf: String,
+    key: String,
+    scope: String,
+    fence: u64,
+    #[serde(default)]
+    force: Option<String>,
+}
+
+async fn release(
+    viewer: Viewer,
+    State(source): State<Source>,
+    Form(form): Form<RecordForm>,
+) -> Response {
+    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
+        return refusal;
+    }
+    let key = match Key::new(form.key.clone()).and_then(|k| k.with_scope(form.scope.clone())) {
+        Ok(key) => key,
+        Err(e) => return bad_key(&source, &viewer, e),
+    };
+    let back = (
+        link("/record", &[("key", &form.key), ("scope", &form.scope)]),
+        "Back to the record".to_owned(),
+    );
+    let name = &form.key;
+    match release_claim(&*source.records, &key, Fence(form.fence), form.force.is_some()).await {
+        Ok(Released::Released) => done(
+            &source,
+            &viewer,
+            "Released",
+            format!("Released {name:?} (fence {}): the next delivery runs it.", form.fence),
+            back,
+        ),
+        Ok(Released::Live { holder, left }) => refuse(
+            &source,
+            &viewer,
+            format!(
+                "{name:?} is held by {} with {:.1} s of lease left, so its run may still be \
+                 going. Releasing it lets the next delivery run beside it (a double run). Wait \
+                 for the lease to lapse, or tick \"force\" if that run is known dead.",
+                holder.as_deref().unwrap_or("an unknown holder"),
+                left.as_secs_f64()
+            ),
+            back,
+        ),
+        Ok(Released::Completed) => refuse(
+            &source,
+            &viewer,
+            format!("{name:?} is completed, not claimed: nothing to release (forget it to run it again)."),
+            back,
+        ),
+        Ok(Released::NotFound) => refuse(&source, &viewer, format!("No record has the key {name:?}."), back),
+        Ok(Released::Changed) => refuse(
+            &source,
+            &viewer,
+            format!("{name:?} changed meanwhile (completed or taken over); nothing released."),
+            back,
+        ),
+        Err(e) => store_failed(Frame::of(&source, &viewer), e),
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ForgetForm {
+    csrf: String,
+    key: String,
+    scope: String,
+}
+
+async fn forget(
+    viewer: Viewer,
+    State(source): State<Source>,
+    Form(form): Form<ForgetForm>,
+) -> Response {
+    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
+        return refusal;
+    }
+    let key = match Key::new(form.key.clone()).and_then(|k| k.with_scope(form.scope.clone())) {
+        Ok(key) => key,
+        Err(e) => return bad_key(&source, &viewer, e),
+    };
+    let back = ("/records".to_owned(), "All records".to_owned());
+    match source.records.forget(&key).await {
+        Ok(true) => done(
+            &source,
+            &viewer,
+            "Forgotten",
+            format!(
+                "Forgot {:?}: the next call with this key runs the work again.",
+                form.key
+            ),
+            back,
+        ),
+        Ok(false) => refuse(
+            &source,
+            &viewer,
+            format!(
+                "{:?} has no completed record (a claim is released, not forgotten).",
+                form.key
+            ),
+            back,
+        ),
+        Err(e) => store_failed(Frame::of(&source, &viewer), e),
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct JobForm {
+    csrf: String,
+    key: String,
+}
+
+/// The queue, or the refusal of a store without one.
+fn queue_of<'a>(source: &'a Source, viewer: &Viewer) -> Result<&'a Queue, Response> {
+    source.queue.as_ref().ok_or_else(|| {
+        message(
+            StatusCode::NOT_FOUND,
+            Frame::of(source, viewer),
+            "No work queue",
+            "This store has no work queue.".to_owned(),
+            None,
+        )
+    })
+}
+
+fn job_link(key: &str) -> (String, String) {
+    (link("/job", &[("key", key)]), "Back to the job".to_owned())
+}
+
+async fn retry(
+    viewer: Viewer,
+    State(source): State<Source>,
+    Form(form): Form<JobForm>,
+) -> Response {
+    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
+        return refusal;
+    }
+    let queue = match queue_of(&source, &viewer) {
+        Ok(queue) => queue,
+        Err(response) => return response,
+    };
+    match queue.retry_dead(&form.key).await {
+        Ok(true) => done(
+            &source,
+            &viewer,
+            "Retried",
+            format!(
+                "{:?} is back in the queue with fresh attempts, to run now.",
+                form.key
+            ),
+            job_link(&form.key),
+        ),
+        Ok(false) => refuse(
+            &source,
+            &viewer,
+            format!(
+                "{:?} is not a dead job: only dead jobs are retried.",
+                form.key
+            ),
+            job_link(&form.key),
+        ),
+        Err(e) => store_failed(Frame::of(&source, &viewer), e),
+    }
+}
+
+async fn discard(
+    viewer: Viewer,
+    State(source): State<Source>,
+    Form(form): Form<JobForm>,
+) -> Response {
+    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
+        return refusal;
+    }
+    let queue = match queue_of(&source, &viewer) {
+        Ok(queue) => queue,
+        Err(response) => return response,
+    };
+    match queue.discard(&form.key).await {
+        Ok(true) => done(
+            &source,
+            &viewer,
+            "Discarded",
+            format!(
+                "Discarded the dead job {:?}; its key can be enqueued again.",
+                form.key
+            ),
+            ("/jobs?state=dead".to_owned(), "Dead jobs".to_owned()),
+        ),
+        Ok(false) => refuse(
+            &source,
+            &viewer,
+            format!(
+                "{:?} is not a dead job: only dead jobs are discarded.",
+                form.key
+            ),
+            job_link(&form.key),
+        ),
+        Err(e) => store_failed(Frame::of(&source, &viewer), e),
+    }
+}
+
+async fn cancel(
+    viewer: Viewer,
+    State(source): State<Source>,
+    Form(form): Form<JobForm>,
+) -> Response {
+    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
+        return refusal;
+    }
+    let queue = match queue_of(&source, &viewer) {
+        Ok(queue) => queue,
+        Err(response) => return response,
+    };
+    let key = &form.key;
+    let text = match queue.cancel(key, "cancelled from the dashboard").await {
+        Ok(Cancel::Cancelled) => format!("Cancelled {key:?}: it will not run."),
+        Ok(Cancel::Requested) => format!(
+            "{key:?} is running: it is asked to stop (its handler hears it at the next lease \
+             renewal) and ends cancelled unless it finishes first."
+        ),
+        Ok(Cancel::Finished(state)) => {
+            return refuse(
+                &source,
+                &viewer,
+                format!("{key:?} already ended ({state:?}): nothing to cancel."),
+                job_link(key),
+            )
+        }
+        Ok(Cancel::NotFound) => {
+            return refuse(
+                &source,
+                &viewer,
+                format!("No job has the key {key:?}."),
+                job_link(key),
+            )
+        }
+        Err(e) => return store_failed(Frame::of(&source, &viewer), e),
+    };
+    done(&source, &viewer, "Cancelled", text, job_link(key))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ScheduleForm {
+    csrf: String,
+    name: String,
+}
+
+async fn pause(
+    viewer: Viewer,
+    State(source): State<Source>,
+    Form(form): Form<ScheduleForm>,
+) -> Response {
+    toggle(viewer, source, form, true).await
+}
+
+async fn resume(
+    viewer: Viewer,
+    State(source): State<Source>,
+    Form(form): Form<ScheduleForm>,
+) -> Response {
+    toggle(viewer, source, form, false).await
+}
+
+async fn toggle(viewer: Viewer, source: Source, form: ScheduleForm, pause: bool) -> Response {
+    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
+        return refusal;
+    }
+    let queue = match queue_of(&source, &viewer) {
+        Ok(queue) => queue,
+        Err(response) => return response,
+    };
+    let changed = if pause {
+        queue.pause_schedule(&form.name).await
+    } else {
+        queue.resume_schedule(&form.name).await
+    };
+    let back = (
+        link("/schedule", &[("name", &form.name)]),
+        "Back to the schedule".to_owned(),
+    );
+    let name = &form.name;
+    match changed {
+        Ok(true) if pause => done(
+            &source,
+            &viewer,
+            "Paused",
+            format!("Paused {name:?}: its ticks are passed over until it is resumed."),
+            back,
+        ),
+        Ok(true) => done(
+            &source,
+            &viewer,
+            "Resumed",
+            format!("Resumed {name:?}."),
+            back,
+        ),
+        Ok(false) => refuse(
+            &source,
+            &viewer,
+            format!("No schedule is named {name:?}."),
+            back,
+        ),
+        Err(e) => store_failed(Frame::of(&source, &viewer), e),
+    }
+}

@@ -1,0 +1,145 @@
+//! # idem-ui: a web dashboard for idem
+//!
+//! What is stuck right now, what failed overnight, did the 6:00 schedule run: one page for the
+//! operator, beside the `idem` command. It shows a store's records (claimed, stale, completed,
+//! by scope, with who holds each claim), and on PostgreSQL the work queue (jobs by state per
+//! named queue, dead jobs, every attempt with its error) and the schedules (next tick, last
+//! outcome, missed ticks). Its actions are the `idem` command's, with the same safety rules:
+//! release a stale claim (a live lease needs an explicit force), forget a record, retry or
+//! discard a dead job, cancel a job, pause or resume a schedule.
+//!
+//! Most users run it from the `idem` command:
+//!
+//! ```sh
+//! idem --database-url postgres://localhost/app ui                 # http://127.0.0.1:7780
+//! IDEM_UI_TOKEN=secret idem --database-url URL ui --addr 0.0.0.0:7780
+//! idem --database-url URL ui --read-only
+//! ```
+//!
+//! Or serve it from a program, on a store it already has:
+//!
+//! ```no_run
+//! # async fn run(store: idem_store_postgres::PgStore) -> std::io::Result<()> {
+//! use std::sync::Arc;
+//!
+//! let dashboard = idem_ui::Dashboard::new(Arc::new(store.clone()))
+//!     .queue(idem_queue::Queue::new(&store))
+//!     .token("a long random secret".to_owned());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7780").await?;
+//! axum::serve(listener, dashboard.router()).await
+//! # }
+//! ```
+//!
+//! ## Pages
+//!
+//! - **Overview** (`/`): records by status per scope, stale claims with their holder, jobs by
+//!   state per named queue, the newest dead jobs, the schedules, and plots of calls and jobs
+//!   completed per minute and jobs dead-lettered per minute over the last three hours.
+//! - **Lists** (`/records`, `/jobs`) with filters (status or state, scope or queue, key prefix)
+//!   and keyset paging: each page starts where the last ended, from an index range, so page
+//!   1,000 of ten million records costs what the first does (the query plans are checked in
+//!   `tests/plans.rs`). Finished jobs are listed newest first, the rest in key order.
+//! - **Detail** (`/record`, `/job`, `/schedule`): a record's fence, holder, lease, output size
+//!   and journal; a job's payload, attempt log with errors, and timings; a schedule's recent
+//!   ticks and their jobs.
+//!
+//! ## Security
+//!
+//! - The `idem ui` command binds the loopback address by default; any other address needs a
+//!   token ([`check_bind`]).
+//! - Actions need the token: a login form checks it and sets a session cookie (`HttpOnly`,
+//!   `SameSite=Strict`); each action is a POST carrying a CSRF token. Without a token of the
+//!   operator's, one is made at start and printed, so actions still need it. With a token
+//!   given, every page needs the login too. The token never travels in a URL.
+//! - `read_only` refuses every action (and shows none).
+//! - Every value from the store (keys, payloads, error text) is escaped by the templates: a
+//!   key `<script>alert(1)</script>` renders as text. Pages carry a Content-Security-Policy that
+//!   allows no script at all (the dashboard uses none), `X-Content-Type-Options: nosniff`,
+//!   `Referrer-Policy: no-referrer` and `X-Frame-Options: DENY`.
+//!
+//! ## Costs
+//!
+//! Lists and detail pages read index ranges. The overview counts the records and jobs by
+//! state (one pass over each table: on ten million records, about a second of the database's
+//! time per load) and reads the last three hours of finished jobs from their index.
+
+#![warn(missing_docs)]
+
+mod actions;
+mod auth;
+mod bind;
+mod format;
+mod headers;
+mod pages;
+mod plot;
+mod source;
+
+use std::sync::Arc;
+
+use idem_core::Inspect;
+use idem_queue::Queue;
+
+pub use bind::check_bind;
+
+/// The dashboard over a store's records and, where there is one, its work queue and schedules.
+/// [`router`](Dashboard::router) serves it.
+#[derive(Clone)]
+pub struct Dashboard {
+    records: Arc<dyn Inspect>,
+    queue: Option<Queue>,
+    token: Option<String>,
+    generated: String,
+    read_only: bool,
+}
+
+impl Dashboard {
+    /// A dashboard over `records` (any store: PostgreSQL, SQLite, Redis), with no token of the
+    /// operator's: pages are open, actions need the [`generated_token`](Self::generated_token).
+    pub fn new(records: Arc<dyn Inspect>) -> Dashboard {
+        Dashboard {
+            records,
+            queue: None,
+            token: None,
+            generated: auth::random_hex(16),
+            read_only: false,
+        }
+    }
+
+    /// Shows the work queue and the schedules of `queue` too (PostgreSQL only).
+    pub fn queue(mut self, queue: Queue) -> Dashboard {
+        self.queue = Some(queue);
+        self
+    }
+
+    /// Every page and action needs `token` (a login form takes it; an empty one is ignored).
+    pub fn token(mut self, token: String) -> Dashboard {
+        self.token = Some(token).filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Refuses every action, and shows none.
+    pub fn read_only(mut self, read_only: bool) -> Dashboard {
+        self.read_only = read_only;
+        self
+    }
+
+    /// The token actions need when the operator gave none (print it for them), or `None`.
+    pub fn generated_token(&self) -> Option<&str> {
+        self.token.is_none().then_some(self.generated.as_str())
+    }
+
+    /// The dashboard's routes, with its security headers.
+    pub fn router(self) -> axum::Router {
+        let auth = auth::Auth::new(
+            self.token.clone().unwrap_or_else(|| self.generated.clone()),
+            self.token.is_some(),
+            self.read_only,
+        );
+        let state = source::Source {
+            records: self.records,
+            queue: self.queue,
+            auth: Arc::new(auth),
+        };
+        headers::secured(pages::routes().merge(actions::routes()).with_state(state))
+    }
+}
