@@ -812,6 +812,96 @@ mod tests {
         crate::test_store::drop_schema(&pool, &schema).await;
     }
 
+    /// A page of jobs (the dashboard's lists: `Queue::jobs_page`) is an index range on a queue
+    /// of 200,000 jobs: in key order the primary key from the page's start, for a finished
+    /// state the finished jobs' index from the last page's finish; so is the overview's count
+    /// of jobs finished per minute. No plan reads the queue whole or sorts it, in the plan the
+    /// server makes with the values (first and deep pages) and in the generic one.
+    #[tokio::test]
+    async fn pages_of_jobs_are_index_ranges() {
+        use idem_store_postgres::testing::custom_plan;
+        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_pages").await;
+        sqlx::raw_sql(&format!(
+            "INSERT INTO {schema}.idem_records_queue
+                 (key, payload, max_attempts, state, finished_at, queue)
+                 SELECT 'job:' || i, to_jsonb(i), 25,
+                        CASE WHEN i % 100 = 0 THEN 'dead' WHEN i % 2 = 0 THEN 'done'
+                             ELSE 'queued' END,
+                        CASE WHEN i % 2 = 0 THEN now() - i * interval '1 second' END,
+                        CASE WHEN i % 3 = 0 THEN 'mail' ELSE 'default' END
+                 FROM generate_series(1, 200000) i;
+             ANALYZE {schema}.idem_records_queue"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        let sql = QueueSql::new(&store);
+        let deep = "(extract(epoch from now() - interval '1 day') * 1000000)::bigint";
+        let cases = [
+            (
+                "page_from",
+                &sql.page_from,
+                "NULL, NULL, NULL, '', 50".to_owned(),
+                "_queue_pkey",
+            ),
+            (
+                "page_after",
+                &sql.page_after,
+                "'queued', 'mail', 'job:1', 'job:150000', 50".to_owned(),
+                "_queue_pkey",
+            ),
+            (
+                "page_finished",
+                &sql.page_finished,
+                "'dead', NULL, NULL, 9007199254740992, '', 50".to_owned(),
+                "_q_finished",
+            ),
+            (
+                "page_finished deep",
+                &sql.page_finished,
+                format!("'done', 'mail', NULL, {deep}, 'job:9', 50"),
+                "_q_finished",
+            ),
+            (
+                "finished_per_minute",
+                &sql.finished_per_minute,
+                format!("{deep}"),
+                "_q_finished",
+            ),
+        ];
+        let mut conn = pool.acquire().await.unwrap();
+        let mut failures = Vec::new();
+        for (name, statement, args, index) in cases {
+            let plans = [
+                ("generic", generic_plan(&mut conn, statement, true).await),
+                ("custom", custom_plan(&mut conn, statement, &args).await),
+            ];
+            for (which, plan) in plans {
+                let ranged = plan
+                    .lines()
+                    .skip_while(|line| !(line.contains("Index") && line.contains(index)))
+                    .nth(1)
+                    .is_some_and(|cond| {
+                        cond.contains("Index Cond:")
+                            && (cond.contains("key >") || cond.contains("finished_at"))
+                    });
+                // A sort of the rows read (an incremental sort only orders ties of the index).
+                let sorted = plan.lines().any(|l| {
+                    l.trim_start()
+                        .trim_start_matches("->")
+                        .trim_start()
+                        .starts_with("Sort  (")
+                }) && name != "finished_per_minute";
+                if !ranged || sorted || plan.contains("Seq Scan") {
+                    failures.push(format!("{name} ({which}):\n{plan}"));
+                }
+            }
+        }
+        drop(conn);
+        crate::test_store::drop_schema(&pool, &schema).await;
+        assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    }
+
     /// On a connection that keeps the server's `plan_cache_mode = auto` (a pool connection, as
     /// with `through_pool`), every queue statement that takes a number of jobs or a batch of
     /// keys (and the renewal, which may write a record, and the completions of one job)

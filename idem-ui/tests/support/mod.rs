@@ -1,0 +1,193 @@
+//! What the dashboard's tests share: the dashboard served on a real port, a store with
+//! records, jobs and a schedule in it, and a real headless Chromium driven over WebDriver.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use idem_queue::{Queue, Schedule};
+use idem_store_postgres::sqlx;
+use idem_store_postgres::testing::TestStore;
+
+/// The token the tests' dashboards ask for.
+pub const TOKEN: &str = "a-test-token-of-some-length";
+
+/// A key no page may run as markup.
+pub const XSS_KEY: &str = "<script>alert(1)</script>";
+
+/// Serves `dashboard` on a free loopback port; its base URL.
+pub async fn serve(dashboard: idem_ui::Dashboard) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, dashboard.router()).await.unwrap() });
+    format!("http://{addr}")
+}
+
+/// A PostgreSQL store with a completed record, a stale claim (held by `host-a:4242`), a
+/// record whose key is markup, and a schedule; its queue migrated.
+pub async fn store_with_records(name: &str) -> (TestStore, Queue) {
+    let test = TestStore::new(name, 8).await;
+    let queue = Queue::new(&test.store);
+    queue.migrate().await.unwrap();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {t} (key, scope, fence, completed_at, expires_at, purge_at, holder) VALUES
+           ('invoice:7', 'billing', 1, now(), now() + interval '1 day', now(), NULL),
+           ('report:9', 'reports', 2, NULL, now() - interval '1 minute', now(), 'host-a:4242'),
+           ($${XSS_KEY}$$, 'billing', 3, now(), now() + interval '1 day', now(), NULL)",
+        t = test.store.table()
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    let schedule = Schedule::every("nightly-report", Duration::from_secs(3600)).unwrap();
+    queue
+        .scheduler(vec![schedule])
+        .unwrap()
+        .declare_at(std::time::SystemTime::now())
+        .await
+        .unwrap();
+    (test, queue)
+}
+
+/// A program on PATH (or where `env` names it), or a panic that says how to get it.
+fn program(env: &str, names: &[&str]) -> PathBuf {
+    if let Some(path) = std::env::var_os(env) {
+        return PathBuf::from(path);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        for name in names {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    panic!(
+        "{} not found on PATH (nor in ${env}): the dashboard's browser tests need Debian's \
+         chromium and chromium-driver (scripts/test installs them: apt-get install chromium \
+         chromium-driver)",
+        names.join(" or ")
+    )
+}
+
+/// A headless Chromium, driven through chromedriver; both stop when it is dropped.
+pub struct Browser {
+    driver: Child,
+    pub client: fantoccini::Client,
+}
+
+impl Browser {
+    pub async fn start() -> Browser {
+        let chromedriver = program("CHROMEDRIVER", &["chromedriver"]);
+        let chromium = program(
+            "CHROMIUM",
+            &["chromium", "chromium-browser", "google-chrome"],
+        );
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        let mut command = Command::new(&chromedriver);
+        command
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        // Its own process group, so a failing test stops the browser it started too.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut driver = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("{chromedriver:?}: {e}"));
+        // It says when it listens.
+        let stdout = driver.stdout.take().unwrap();
+        let ready = tokio::task::spawn_blocking(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let ready = lines
+                .by_ref()
+                .map_while(Result::ok)
+                .any(|line| line.contains("started successfully"));
+            // Keep reading, so its writes never block.
+            std::thread::spawn(move || lines.for_each(drop));
+            ready
+        })
+        .await
+        .unwrap();
+        assert!(ready, "chromedriver did not start");
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({
+                "binary": chromium,
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1280,1500"],
+            }),
+        );
+        let client = fantoccini::ClientBuilder::new(
+            hyper_util::client::legacy::connect::HttpConnector::new(),
+        )
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("a Chromium session");
+        Browser { driver, client }
+    }
+
+    /// Logs in at `base` with `token`.
+    pub async fn log_in(&self, base: &str, token: &str) {
+        use fantoccini::Locator;
+        self.client.goto(&format!("{base}/login")).await.unwrap();
+        let field = self.client.find(Locator::Id("token")).await.unwrap();
+        field.send_keys(token).await.unwrap();
+        self.client
+            .find(Locator::Id("login"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+    }
+
+    /// Waits for the page `name` (its heading's id is `page-NAME`) to load.
+    pub async fn on(&self, name: &str) {
+        self.client
+            .wait()
+            .for_element(fantoccini::Locator::Id(&format!("page-{name}")))
+            .await
+            .unwrap_or_else(|e| panic!("no {name} page: {e}"));
+    }
+
+    /// Clicks the element `id`, then waits for the page `next`.
+    pub async fn click(&self, locator: fantoccini::Locator<'_>, next: &str) {
+        self.client
+            .find(locator)
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        self.on(next).await;
+    }
+
+    /// The text of the page's body.
+    pub async fn text(&self) -> String {
+        use fantoccini::Locator;
+        self.client
+            .find(Locator::Css("body"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.driver.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+        let _ = self.driver.wait();
+    }
+}
