@@ -5,7 +5,7 @@
 
 use idem_core::Purge;
 use idem_core::StoreError;
-use idem_core::{Fence, Fenced, Inspect, InspectedRecord, RecordFilter, RecordState, RecordStatus};
+use idem_core::{Inspect, InspectedRecord, RecordFilter, RecordState, RecordStatus};
 use idem_store_postgres::sqlx;
 use idem_store_postgres::PgStore;
 use idem_store_redis::RedisStore;
@@ -152,7 +152,7 @@ fn filter_status(state: Option<State>) -> Option<RecordStatus> {
 
 impl Backend {
     /// The store's answers to its operator.
-    fn inspector(&self) -> &dyn Inspect {
+    pub fn inspector(&self) -> &dyn Inspect {
         match self {
             Backend::Postgres { store, .. } => store,
             Backend::Sqlite { store, .. } => store,
@@ -188,25 +188,6 @@ impl Backend {
         };
         let found = self.inspector().list(&filter).await.map_err(failed)?;
         Ok(found.iter().map(|r| row_of(r, now)).collect())
-    }
-
-    /// Deletes an unfinished claim holding `fence` (the store's own fenced release); how many
-    /// records went.
-    pub async fn delete_claim(
-        &self,
-        key: &str,
-        scope: &str,
-        fence: i64,
-    ) -> Result<u64, sqlx::Error> {
-        let released = self
-            .inspector()
-            .release(
-                &scoped(key, scope).map_err(failed)?,
-                Fence(fence.unsigned_abs()),
-            )
-            .await
-            .map_err(failed)?;
-        Ok(u64::from(released == Fenced::Applied))
     }
 
     /// Deletes a completed record; how many records went.

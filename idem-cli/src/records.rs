@@ -1,6 +1,7 @@
 //! The records commands: show, list, release, forget, effects, purge, on any store the
 //! [`Backend`](crate::backend::Backend) reaches.
 
+use idem_core::Released;
 use idem_queue::QUEUE_SCOPE;
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map};
@@ -133,21 +134,35 @@ pub async fn release(
         Err(status) => return Ok(status),
     };
     let object = row.to_json();
-    let (state, scope, fence) = (row.state, row.scope.clone(), row.fence);
+    let (scope, fence) = (row.scope.clone(), row.fence);
     let holder = row
         .holder
         .clone()
         .unwrap_or_else(|| "an unknown holder".into());
-    match state {
-        "completed" | "expired" => {
+    // The rules are the store's operator API's, shared with the dashboard: a completed record
+    // is not a claim, a live lease needs --force, and the release is fenced to the claim seen.
+    let scoped = idem_core::Key::new(key)
+        .and_then(|k| k.with_scope(scope.clone()))
+        .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+    let released = idem_core::release_claim(
+        ctx.backend.inspector(),
+        &scoped,
+        idem_core::Fence(fence.unsigned_abs()),
+        force,
+    )
+    .await
+    .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+    match released {
+        Released::Released => {}
+        Released::Completed => {
             out.message(
                 &format!("{key:?} is completed, not claimed: nothing to release (to run it again, `idem forget`)"),
                 object,
             );
             return Ok(REFUSED);
         }
-        "claimed" if !force => {
-            let left = row.left_s;
+        Released::Live { left, .. } => {
+            let left = left.as_secs_f64();
             out.message(
                 &format!(
                     "refused: {key:?} is held by {holder} with {left:.1} s of lease left, so its run \
@@ -159,15 +174,13 @@ pub async fn release(
             );
             return Ok(REFUSED);
         }
-        _ => {}
-    }
-    let deleted = ctx.backend.delete_claim(key, &scope, fence).await?;
-    if deleted == 0 {
-        out.message(
-            &format!("{key:?} changed meanwhile (completed or taken over); nothing released"),
-            object,
-        );
-        return Ok(REFUSED);
+        Released::Changed | Released::NotFound => {
+            out.message(
+                &format!("{key:?} changed meanwhile (completed or taken over); nothing released"),
+                object,
+            );
+            return Ok(REFUSED);
+        }
     }
     out.message(
         &format!("released {key:?} (scope {scope}, fence {fence}, held by {holder}): the next delivery runs it"),

@@ -49,7 +49,9 @@ fn no_redirects() -> reqwest::Client {
 #[tokio::test]
 async fn a_reachable_address_needs_a_token() {
     let test = TestStore::new("cli_ui_bind", 2).await;
-    let output = idem(&test, &["ui", "--addr", "0.0.0.0:0"]).output().unwrap();
+    let output = idem(&test, &["ui", "--addr", "0.0.0.0:0"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(3));
     let said = String::from_utf8_lossy(&output.stdout);
     assert!(said.contains("--token"), "{said}");
@@ -80,7 +82,10 @@ async fn it_serves_the_dashboard_and_prints_the_token_actions_need() {
         .to_owned();
     assert!(!url.contains(&token), "the token is never in a URL");
     let page = reqwest::get(&url).await.unwrap().text().await.unwrap();
-    assert!(page.contains("billing") && page.contains("Jobs by queue"), "{page}");
+    assert!(
+        page.contains("billing") && page.contains("Jobs by queue"),
+        "{page}"
+    );
     let login = no_redirects()
         .post(format!("{url}login"))
         .header("content-type", "application/x-www-form-urlencoded")
