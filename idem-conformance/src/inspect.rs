@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use idem_core::{
     Claim, ClaimRequest, ClaimToken, Completion, EffectRecord, EffectState, Fence, Key,
-    RecordFilter, RecordStatus, Store,
+    RecordCursor, RecordFilter, RecordStatus, Store,
 };
 
 use crate::InspectHarness;
@@ -118,6 +118,91 @@ crate::declare_cases! { $ __inspect_cases:
             ..in_scope(None)
         };
         assert_eq!(listed(limited).await.len(), 2);
+    }
+
+    /// Pages walk the records in (key, scope) order: each starts just after the last record
+    /// of the one before, so together they hold every record once; filters apply to each page.
+    pub async fn pages_walk_records_in_key_order_from_a_cursor(h: &impl InspectHarness) {
+        let (store, inspector) = (h.store(), h.inspector());
+        for name in ["page-c", "page-a", "page-e", "page-b"] {
+            completed(&*store, &key(name, "page"), b"").await;
+        }
+        completed(&*store, &key("page-c", "page-other"), b"").await;
+        acquire(&*store, &key("page-d", "page"), LONG_LEASE).await;
+        let filter = RecordFilter {
+            key_prefix: Some("inspect:page-".into()),
+            limit: 2,
+            ..RecordFilter::default()
+        };
+        let mut seen = Vec::new();
+        let mut after: Option<RecordCursor> = None;
+        loop {
+            let page = inspector.page(&filter, after.as_ref()).await.unwrap();
+            assert!(page.len() <= 2);
+            let Some(last) = page.last() else { break };
+            after = Some(RecordCursor {
+                key: last.record.key.as_str().to_owned(),
+                scope: last.record.key.scope().to_owned(),
+            });
+            seen.extend(page.iter().map(|r| {
+                format!("{}/{}", r.record.key.as_str(), r.record.key.scope())
+            }));
+            assert!(seen.len() <= 6, "pages repeat: {seen:?}");
+        }
+        assert_eq!(
+            seen,
+            [
+                "inspect:page-a/page",
+                "inspect:page-b/page",
+                "inspect:page-c/page",
+                "inspect:page-c/page-other",
+                "inspect:page-d/page",
+                "inspect:page-e/page",
+            ]
+        );
+        let claimed = RecordFilter {
+            status: Some(RecordStatus::Claimed),
+            limit: 10,
+            ..filter.clone()
+        };
+        let page = inspector.page(&claimed, None).await.unwrap();
+        assert_eq!(page.len(), 1);
+        assert_eq!(page[0].record.key, key("page-d", "page"));
+        let other = RecordFilter {
+            scope: Some("page-other".into()),
+            limit: 10,
+            ..filter
+        };
+        assert_eq!(inspector.page(&other, None).await.unwrap().len(), 1);
+    }
+
+    /// A summary counts each scope's records by status, and the completions of each minute
+    /// since the time asked about.
+    pub async fn summary_counts_by_scope_status_and_minute(h: &impl InspectHarness) {
+        let (store, inspector) = (h.store(), h.inspector());
+        let before = SystemTime::now() - Duration::from_secs(120);
+        completed(&*store, &key("sum-1", "sum-a"), b"").await;
+        completed(&*store, &key("sum-2", "sum-a"), b"").await;
+        acquire(&*store, &key("sum-3", "sum-a"), LONG_LEASE).await;
+        completed(&*store, &key("sum-4", "sum-b"), b"").await;
+        let summary = inspector.summary(before).await.unwrap();
+        let scope = |name: &str| {
+            summary
+                .scopes
+                .iter()
+                .find(|s| s.scope == name)
+                .cloned()
+                .unwrap_or_else(|| panic!("no counts for {name}: {summary:?}"))
+        };
+        let a = scope("sum-a");
+        assert_eq!((a.claimed, a.stale, a.completed, a.expired), (1, 0, 2, 0));
+        assert_eq!(scope("sum-b").completed, 1);
+        let minutes = &summary.completed_per_minute;
+        assert!(minutes.iter().all(|(at, _)| *at + Duration::from_secs(60) > before));
+        assert!(minutes.windows(2).all(|w| w[0].0 < w[1].0), "oldest first");
+        assert!(minutes.iter().map(|(_, n)| n).sum::<u64>() >= 3, "{minutes:?}");
+        let later = inspector.summary(SystemTime::now() + KEEP).await.unwrap();
+        assert!(later.completed_per_minute.is_empty());
     }
 
     /// Forgetting deletes a completed record (its key is new work) and leaves a claim alone.

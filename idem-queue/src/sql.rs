@@ -865,7 +865,7 @@ mod tests {
             (
                 "finished_per_minute",
                 &sql.finished_per_minute,
-                format!("{deep}"),
+                deep.to_owned(),
                 "_q_finished",
             ),
         ];

@@ -7,7 +7,7 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::{Form, Router};
 use idem_core::{release_claim, Fence, Key, Released};
-use idem_queue::{Cancel, Queue};
+use idem_queue::Cancel;
 use serde::Deserialize;
 
 use crate::auth::Viewer;
@@ -197,17 +197,15 @@ pub(crate) struct JobForm {
     key: String,
 }
 
-/// The queue, or the refusal of a store without one.
-fn queue_of<'a>(source: &'a Source, viewer: &Viewer) -> Result<&'a Queue, Response> {
-    source.queue.as_ref().ok_or_else(|| {
-        message(
-            StatusCode::NOT_FOUND,
-            Frame::of(source, viewer),
-            "No work queue",
-            "This store has no work queue.".to_owned(),
-            None,
-        )
-    })
+/// The refusal of a queue's action on a store without one.
+fn no_queue(source: &Source, viewer: &Viewer) -> Response {
+    message(
+        StatusCode::NOT_FOUND,
+        Frame::of(source, viewer),
+        "No work queue",
+        "This store has no work queue.".to_owned(),
+        None,
+    )
 }
 
 fn job_link(key: &str) -> (String, String) {
@@ -222,9 +220,8 @@ async fn retry(
     if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
         return refusal;
     }
-    let queue = match queue_of(&source, &viewer) {
-        Ok(queue) => queue,
-        Err(response) => return response,
+    let Some(queue) = source.queue.as_ref() else {
+        return no_queue(&source, &viewer);
     };
     match queue.retry_dead(&form.key).await {
         Ok(true) => done(
@@ -258,9 +255,8 @@ async fn discard(
     if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
         return refusal;
     }
-    let queue = match queue_of(&source, &viewer) {
-        Ok(queue) => queue,
-        Err(response) => return response,
+    let Some(queue) = source.queue.as_ref() else {
+        return no_queue(&source, &viewer);
     };
     match queue.discard(&form.key).await {
         Ok(true) => done(
@@ -294,9 +290,8 @@ async fn cancel(
     if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
         return refusal;
     }
-    let queue = match queue_of(&source, &viewer) {
-        Ok(queue) => queue,
-        Err(response) => return response,
+    let Some(queue) = source.queue.as_ref() else {
+        return no_queue(&source, &viewer);
     };
     let key = &form.key;
     let text = match queue.cancel(key, "cancelled from the dashboard").await {
@@ -352,9 +347,8 @@ async fn toggle(viewer: Viewer, source: Source, form: ScheduleForm, pause: bool)
     if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
         return refusal;
     }
-    let queue = match queue_of(&source, &viewer) {
-        Ok(queue) => queue,
-        Err(response) => return response,
+    let Some(queue) = source.queue.as_ref() else {
+        return no_queue(&source, &viewer);
     };
     let changed = if pause {
         queue.pause_schedule(&form.name).await

@@ -145,7 +145,7 @@ pub(crate) async fn detail(
             Err(e) => return store_failed(frame, e),
         }
     }
-    finished.sort_by(|a, b| b.finished_at.cmp(&a.finished_at));
+    finished.sort_by_key(|job| std::cmp::Reverse(job.finished_at));
     finished.truncate(TICKS);
     render(
         StatusCode::OK,
