@@ -132,6 +132,26 @@ impl Queue {
         Ok(JobPage { jobs, next })
     }
 
+    /// The state of each job of `keys` that exists (`stale` for a running job whose lease
+    /// lapsed), in one statement: the last tick's outcome of many schedules, say.
+    pub async fn states_of(
+        &self,
+        keys: &[String],
+    ) -> Result<std::collections::HashMap<String, JobFilter>, StoreError> {
+        let rows = sqlx::query(&self.sql.states_of)
+            .bind(keys)
+            .fetch_all(self.store.pool())
+            .await
+            .map_err(failed(Operation::Get))?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                let state = crate::job::JobFilter::parse(row.get(1))?;
+                Some((row.get::<String, _>(0), state))
+            })
+            .collect())
+    }
+
     /// Counts of jobs by state in each named queue, by name (one statement, counting the
     /// table).
     pub async fn queue_counts(&self) -> Result<Vec<(String, QueueStats)>, StoreError> {

@@ -483,6 +483,14 @@ impl JobFilter {
             JobFilter::Cancelled => "cancelled",
         }
     }
+
+    /// The state [`as_str`](Self::as_str) names, or `None`.
+    pub fn parse(name: &str) -> Option<JobFilter> {
+        use JobFilter::*;
+        [Queued, Running, Stale, Done, Dead, Cancelled]
+            .into_iter()
+            .find(|state| state.as_str() == name)
+    }
 }
 
 /// A job as operators see it, from [`Queue::job`](crate::Queue::job) and

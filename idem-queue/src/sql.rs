@@ -120,6 +120,8 @@ pub(crate) struct QueueSql {
     pub(crate) page_finished: String,
     /// Counts by queue and state.
     pub(crate) queue_counts: String,
+    /// `$1` keys: each job's key and state (`stale` for a lapsed claim).
+    pub(crate) states_of: String,
     /// `$1` since (epoch µs): jobs done and dead per minute (epoch µs of the minute, done,
     /// dead), from the finished jobs' index.
     pub(crate) finished_per_minute: String,
@@ -598,6 +600,10 @@ impl QueueSql {
                 job_columns(),
                 at = from_micros_sql("$4"),
             ),
+            states_of: format!(
+                "SELECT key, CASE WHEN {LAPSED_SQL} THEN 'stale' ELSE state END
+                 FROM {q} WHERE key = ANY($1::text[])"
+            ),
             queue_counts: format!(
                 "SELECT queue,
                         count(*) FILTER (WHERE state = 'queued'),
@@ -721,6 +727,7 @@ mod tests {
             ("retry_dead", q.retry_dead),
             ("discard", q.discard),
             ("purge_done", q.purge_done),
+            ("states_of", q.states_of),
         ]
     }
 

@@ -44,6 +44,12 @@ impl ScheduleState {
     pub fn tick_key_prefix(&self) -> String {
         format!("{}{}:", super::tick::KEY_PREFIX, self.name)
     }
+
+    /// The key of the job of its latest tick, if it had one.
+    pub fn last_tick_key(&self) -> Option<String> {
+        self.last_tick
+            .map(|at| super::tick::tick_key(&self.name, at))
+    }
 }
 
 fn time(row: &PgRow, i: usize) -> Option<SystemTime> {

@@ -46,17 +46,12 @@ impl JobRow {
 
 /// The state an operator names, or `None` for every job.
 pub(crate) fn parse_state(name: &str) -> Result<Option<JobFilter>, String> {
-    use JobFilter::*;
     if name.is_empty() {
         return Ok(None);
     }
-    [Queued, Running, Stale, Done, Dead, Cancelled]
-        .into_iter()
-        .find(|state| state.as_str() == name)
-        .map(Some)
-        .ok_or_else(|| {
-            format!("{name:?} is not a job state: queued, running, stale, done, dead or cancelled")
-        })
+    JobFilter::parse(name).map(Some).ok_or_else(|| {
+        format!("{name:?} is not a job state: queued, running, stale, done, dead or cancelled")
+    })
 }
 
 fn no_queue(frame: Frame) -> Response {

@@ -81,7 +81,10 @@ pub(crate) async fn page(viewer: Viewer, State(source): State<Source>) -> Respon
         };
         queues = counts;
         dead = dead_page.jobs.iter().map(JobRow::of).collect();
-        schedules = states.iter().map(ScheduleRow::of).collect();
+        schedules = match ScheduleRow::all(queue, &states).await {
+            Ok(rows) => rows,
+            Err(e) => return store_failed(frame, e),
+        };
         plots.push(Plot::per_minute(
             "Jobs done per minute",
             since,

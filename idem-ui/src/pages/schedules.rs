@@ -4,7 +4,8 @@ use askama::Template;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use idem_queue::{JobFilter, JobsQuery, ScheduleState};
+use idem_core::StoreError;
+use idem_queue::{JobFilter, JobsQuery, Queue, ScheduleState};
 use serde::Deserialize;
 
 use super::jobs::JobRow;
@@ -23,6 +24,8 @@ pub(crate) struct ScheduleRow {
     pub paused: bool,
     pub next_tick: String,
     pub last_tick: String,
+    /// Its latest tick's job's state (`-` when it has none: purged, or never enqueued).
+    pub last_outcome: &'static str,
     pub missed: u64,
     pub last_missed_at: String,
     pub last_success_at: String,
@@ -30,7 +33,28 @@ pub(crate) struct ScheduleRow {
 }
 
 impl ScheduleRow {
-    pub fn of(state: &ScheduleState) -> ScheduleRow {
+    /// Rows for `states`, each with its last tick's outcome (one read for all).
+    pub async fn all(
+        queue: &Queue,
+        states: &[ScheduleState],
+    ) -> Result<Vec<ScheduleRow>, StoreError> {
+        let keys: Vec<String> = states
+            .iter()
+            .filter_map(ScheduleState::last_tick_key)
+            .collect();
+        let outcomes = queue.states_of(&keys).await?;
+        Ok(states
+            .iter()
+            .map(|state| {
+                let outcome = state
+                    .last_tick_key()
+                    .and_then(|key| outcomes.get(&key).copied());
+                ScheduleRow::of(state, outcome)
+            })
+            .collect())
+    }
+
+    pub fn of(state: &ScheduleState, outcome: Option<JobFilter>) -> ScheduleRow {
         ScheduleRow {
             name: state.name.clone(),
             spec: state.spec.clone(),
@@ -40,6 +64,7 @@ impl ScheduleRow {
                 |at| format!("{} ({})", format::time(at), format::relative(at)),
             ),
             last_tick: format::maybe_time(state.last_tick),
+            last_outcome: outcome.map_or("-", JobFilter::as_str),
             missed: state.missed,
             last_missed_at: format::maybe_time(state.last_missed_at),
             last_success_at: format::maybe_time(state.last_success_at),
@@ -70,14 +95,12 @@ pub(crate) async fn list(viewer: Viewer, State(source): State<Source>) -> Respon
     let Some(queue) = &source.queue else {
         return no_queue(frame);
     };
-    match queue.schedules().await {
-        Ok(states) => render(
-            StatusCode::OK,
-            &ListPage {
-                frame,
-                schedules: states.iter().map(ScheduleRow::of).collect(),
-            },
-        ),
+    let rows = match queue.schedules().await {
+        Ok(states) => ScheduleRow::all(queue, &states).await,
+        Err(e) => Err(e),
+    };
+    match rows {
+        Ok(schedules) => render(StatusCode::OK, &ListPage { frame, schedules }),
         Err(e) => store_failed(frame, e),
     }
 }
@@ -147,11 +170,15 @@ pub(crate) async fn detail(
     }
     finished.sort_by_key(|job| std::cmp::Reverse(job.finished_at));
     finished.truncate(TICKS);
+    let schedule = match ScheduleRow::all(queue, std::slice::from_ref(&state)).await {
+        Ok(mut rows) => rows.remove(0),
+        Err(e) => return store_failed(frame, e),
+    };
     render(
         StatusCode::OK,
         &DetailPage {
             frame,
-            schedule: ScheduleRow::of(&state),
+            schedule,
             pending: pending.iter().map(JobRow::of).collect(),
             finished: finished.iter().map(JobRow::of).collect(),
         },
