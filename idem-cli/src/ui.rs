@@ -21,7 +21,7 @@ pub async fn run(
     read_only: bool,
 ) -> Result<i32, sqlx::Error> {
     let token = token.filter(|t| !t.is_empty());
-    if let Err(refusal) = idem_ui::check_bind(addr, token.is_some()) {
+    if let Err(refusal) = idem_ui::check_bind(addr, token.as_deref()) {
         out.message(&refusal, Map::new());
         return Ok(REFUSED);
     }

@@ -463,7 +463,7 @@ pub use schedules::{
     PassReport, Schedule, ScheduleError, ScheduleState, Scheduler, SchedulerHandle, Tick,
     DEFAULT_CATCH_UP, DEFAULT_CHECK_EVERY, DEFAULT_GRACE, MAX_NAME_LEN,
 };
-pub use sql::LAPSED_SQL;
+pub use sql::{LAPSED_SQL, MAX_LOGGED_ATTEMPTS};
 pub use workers::Workers;
 
 /// The README's example, compiled with the doc tests so that it stays true.

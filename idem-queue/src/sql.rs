@@ -173,7 +173,7 @@ fn logged(attempt: &str, outcome: &str, error: &str) -> String {
 }
 
 /// How many ended attempts a job's log keeps (the latest).
-pub(crate) const MAX_LOGGED_ATTEMPTS: usize = 20;
+pub const MAX_LOGGED_ATTEMPTS: usize = 20;
 
 /// SQL for the `timestamptz` of the epoch microseconds in `param` (exact: the product is a
 /// double, exact below 2^53 µs, some 285 years).

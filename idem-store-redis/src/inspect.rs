@@ -151,8 +151,9 @@ impl Inspect for RedisStore {
         Ok(found)
     }
 
-    /// Redis keeps no order of its keys: a page walks the prefix's keys with `SCAN` (as `list`
-    /// does), then sorts what `filter` selects.
+    /// Redis keeps no order of its keys: every page reads every record of the store's prefix
+    /// (`SCAN`, as `list` does), then sorts what `filter` selects and returns the part after
+    /// `after`. An operator's look, not a hot path.
     async fn page(
         &self,
         filter: &RecordFilter,

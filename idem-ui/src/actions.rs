@@ -28,12 +28,18 @@ pub(crate) fn routes() -> Router<Source> {
 /// Refuses the action unless the session may act and the form carries its token.
 fn refused(source: &Source, viewer: &Viewer, csrf: &str) -> Option<Response> {
     let frame = || Frame::of(source, viewer);
-    let why = if source.auth.read_only {
-        "The dashboard is read-only: it takes no action."
-    } else if !viewer.logged_in {
-        "Actions need the dashboard's token: log in first."
-    } else if !source.auth.csrf_matches(csrf) {
-        "The form's token does not match this session: reload the page and try again."
+    let (why, back) = if source.auth.read_only {
+        ("The dashboard is read-only: it takes no action.", None)
+    } else if !viewer.logged_in() {
+        (
+            "Actions need the dashboard's token: log in first.",
+            Some(("/login".to_owned(), "Log in".to_owned())),
+        )
+    } else if !viewer.csrf_matches(&source.auth, csrf) {
+        (
+            "The form's token does not match this session: reload the page and try again.",
+            None,
+        )
     } else {
         return None;
     };
@@ -43,7 +49,7 @@ fn refused(source: &Source, viewer: &Viewer, csrf: &str) -> Option<Response> {
         frame(),
         "Refused",
         why.to_owned(),
-        Some(("/login".to_owned(), "Log in".to_owned())),
+        back,
     ))
 }
 
@@ -152,6 +158,9 @@ pub(crate) struct ForgetForm {
     csrf: String,
     key: String,
     scope: String,
+    /// The operator's "yes" (the `idem forget --yes` of the form).
+    #[serde(default)]
+    yes: Option<String>,
 }
 
 async fn forget(
@@ -167,6 +176,20 @@ async fn forget(
         Err(e) => return bad_key(&source, &viewer, e),
     };
     let back = ("/records".to_owned(), "All records".to_owned());
+    if form.yes.is_none() {
+        return refuse(
+            &source,
+            &viewer,
+            format!(
+                "Forgetting {:?} makes its next call run the work again: tick \"yes\" to say so.",
+                form.key
+            ),
+            (
+                link("/record", &[("key", &form.key), ("scope", &form.scope)]),
+                "Back to the record".to_owned(),
+            ),
+        );
+    }
     match source.records.forget(&key).await {
         Ok(true) => done(
             &source,
@@ -294,11 +317,14 @@ async fn cancel(
         return no_queue(&source, &viewer);
     };
     let key = &form.key;
-    let text = match queue.cancel(key, "cancelled from the dashboard").await {
-        Ok(Cancel::Cancelled) => format!("Cancelled {key:?}: it will not run."),
-        Ok(Cancel::Requested) => format!(
-            "{key:?} is running: it is asked to stop (its handler hears it at the next lease \
+    let (title, text) = match queue.cancel(key, "cancelled from the dashboard").await {
+        Ok(Cancel::Cancelled) => ("Cancelled", format!("Cancelled {key:?}: it will not run.")),
+        Ok(Cancel::Requested) => (
+            "Cancel requested",
+            format!(
+                "{key:?} is running: it is asked to stop (its handler hears it at the next lease \
              renewal) and ends cancelled unless it finishes first."
+            ),
         ),
         Ok(Cancel::Finished(state)) => {
             return refuse(
@@ -318,7 +344,7 @@ async fn cancel(
         }
         Err(e) => return store_failed(Frame::of(&source, &viewer), e),
     };
-    done(&source, &viewer, "Cancelled", text, job_link(key))
+    done(&source, &viewer, title, text, job_link(key))
 }
 
 #[derive(Deserialize)]

@@ -1,6 +1,7 @@
-//! Who may look and who may act: the token, the session cookie a login sets, and the CSRF
-//! token every action carries. Both are HMAC-SHA256 values under a key made at start, so a
-//! restart signs everyone out, and nothing is kept per session.
+//! Who may look and who may act: the token, the session a login opens (a random id in a
+//! cookie, kept here for [`SESSION_LIFETIME`] or until logout), and the form token every action
+//! carries (an HMAC-SHA256 of the session's id under a key made at start). A restart signs
+//! everyone out.
 
 use axum::extract::{FromRequestParts, State};
 use axum::http::header::{COOKIE, SET_COOKIE};
@@ -11,12 +12,18 @@ use axum::Form;
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 use crate::pages::{render, Frame, LoginPage};
 use crate::source::Source;
 
 const COOKIE_NAME: &str = "idem_session";
+
+/// How long a login lasts.
+pub(crate) const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 
 /// `n` random bytes, as hex.
 pub(crate) fn random_hex(n: usize) -> String {
@@ -29,6 +36,8 @@ pub(crate) fn random_hex(n: usize) -> String {
 pub(crate) struct Auth {
     key: Vec<u8>,
     token: [u8; 32],
+    /// Open sessions: id, and when each ends.
+    sessions: Mutex<HashMap<String, Instant>>,
     /// A token of the operator's: every page needs the login, not only actions.
     pub view_needs_login: bool,
     pub read_only: bool,
@@ -39,6 +48,7 @@ impl Auth {
         Auth {
             key: random_hex(32).into_bytes(),
             token: Sha256::digest(token.as_bytes()).into(),
+            sessions: Mutex::new(HashMap::new()),
             view_needs_login,
             read_only,
         }
@@ -50,14 +60,24 @@ impl Auth {
         hex::encode(mac.finalize().into_bytes())
     }
 
-    /// The value of a logged-in session's cookie.
-    fn session(&self) -> String {
-        self.mac("session")
+    /// Opens a session: its id, the cookie's value.
+    fn open_session(&self) -> String {
+        let id = random_hex(32);
+        let now = Instant::now();
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|_, ends| *ends > now);
+        sessions.insert(id.clone(), now + SESSION_LIFETIME);
+        id
     }
 
-    /// The token each action's form carries.
-    pub fn csrf(&self) -> String {
-        self.mac("csrf")
+    fn close_session(&self, id: &str) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.remove(id);
+    }
+
+    /// The form token of the session `id`.
+    pub fn csrf(&self, id: &str) -> String {
+        self.mac(&format!("csrf:{id}"))
     }
 
     pub fn token_matches(&self, given: &str) -> bool {
@@ -65,33 +85,70 @@ impl Auth {
         bool::from(given.ct_eq(&self.token))
     }
 
-    pub fn csrf_matches(&self, given: &str) -> bool {
-        bool::from(given.as_bytes().ct_eq(self.csrf().as_bytes()))
-    }
-
-    fn logged_in(&self, headers: &HeaderMap) -> bool {
-        let session = self.session();
+    /// The session whose cookie `headers` carry, if it is open.
+    pub fn session(&self, headers: &HeaderMap) -> Option<String> {
+        let now = Instant::now();
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         headers
             .get_all(COOKIE)
             .iter()
             .filter_map(|value| value.to_str().ok())
             .flat_map(|value| value.split(';'))
             .filter_map(|pair| pair.trim().split_once('='))
-            .any(|(name, value)| {
-                name == COOKIE_NAME && bool::from(value.as_bytes().ct_eq(session.as_bytes()))
-            })
+            .filter(|(name, _)| *name == COOKIE_NAME)
+            // A map lookup by the id: the id is 256 random bits, so its timing tells nothing.
+            .find(|(_, id)| sessions.get(*id).is_some_and(|ends| *ends > now))
+            .map(|(_, id)| id.to_owned())
     }
 }
 
-/// Who asks for a page: whether they logged in. A page that needs the login redirects there.
+/// The names a request may address the dashboard by when it is open without a token: its
+/// loopback addresses only, so a page elsewhere cannot reach it through a name it rebinds to
+/// 127.0.0.1 (DNS rebinding).
+pub(crate) fn loopback_host(headers: &HeaderMap) -> bool {
+    let Some(host) = headers
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name == "localhost"
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Who asks for a page: their session, if they logged in. A page that needs the login
+/// redirects there.
 pub(crate) struct Viewer {
-    pub logged_in: bool,
+    pub session: Option<String>,
 }
 
 impl Viewer {
+    pub fn logged_in(&self) -> bool {
+        self.session.is_some()
+    }
+
     /// They may act: logged in, and the dashboard is not read-only.
     pub fn can_act(&self, auth: &Auth) -> bool {
-        self.logged_in && !auth.read_only
+        self.logged_in() && !auth.read_only
+    }
+
+    /// The form token of their session (empty without one).
+    pub fn csrf(&self, auth: &Auth) -> String {
+        self.session
+            .as_deref()
+            .map_or_else(String::new, |id| auth.csrf(id))
+    }
+
+    /// `given` is their session's form token.
+    pub fn csrf_matches(&self, auth: &Auth, given: &str) -> bool {
+        let expected = self.csrf(auth);
+        !expected.is_empty() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
     }
 }
 
@@ -99,11 +156,19 @@ impl FromRequestParts<Source> for Viewer {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &Source) -> Result<Viewer, Response> {
-        let logged_in = state.auth.logged_in(&parts.headers);
-        if state.auth.view_needs_login && !logged_in {
+        if !state.auth.view_needs_login && !loopback_host(&parts.headers) {
+            return Err((
+                StatusCode::MISDIRECTED_REQUEST,
+                "refused: without a token the dashboard answers only requests addressed to \
+                 localhost or a loopback address",
+            )
+                .into_response());
+        }
+        let session = state.auth.session(&parts.headers);
+        if state.auth.view_needs_login && session.is_none() {
             return Err(Redirect::to("/login").into_response());
         }
-        Ok(Viewer { logged_in })
+        Ok(Viewer { session })
     }
 }
 
@@ -113,7 +178,17 @@ pub(crate) struct LoginForm {
 }
 
 pub(crate) async fn login_page(State(source): State<Source>, headers: HeaderMap) -> Response {
-    let frame = Frame::new(&source, source.auth.logged_in(&headers), false);
+    if !source.auth.view_needs_login && !loopback_host(&headers) {
+        return (
+            StatusCode::MISDIRECTED_REQUEST,
+            "refused: not a loopback address",
+        )
+            .into_response();
+    }
+    let viewer = Viewer {
+        session: source.auth.session(&headers),
+    };
+    let frame = Frame::of(&source, &viewer);
     render(
         StatusCode::OK,
         &LoginPage {
@@ -123,10 +198,21 @@ pub(crate) async fn login_page(State(source): State<Source>, headers: HeaderMap)
     )
 }
 
-pub(crate) async fn login(State(source): State<Source>, Form(form): Form<LoginForm>) -> Response {
+pub(crate) async fn login(
+    State(source): State<Source>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    if !source.auth.view_needs_login && !loopback_host(&headers) {
+        return (
+            StatusCode::MISDIRECTED_REQUEST,
+            "refused: not a loopback address",
+        )
+            .into_response();
+    }
     if !source.auth.token_matches(&form.token) {
         tracing::warn!("idem-ui: a login with a wrong token was refused");
-        let frame = Frame::new(&source, false, false);
+        let frame = Frame::of(&source, &Viewer { session: None });
         return render(
             StatusCode::UNAUTHORIZED,
             &LoginPage {
@@ -136,8 +222,9 @@ pub(crate) async fn login(State(source): State<Source>, Form(form): Form<LoginFo
         );
     }
     let cookie = format!(
-        "{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Strict",
-        source.auth.session()
+        "{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        source.auth.open_session(),
+        SESSION_LIFETIME.as_secs()
     );
     ([(SET_COOKIE, cookie)], Redirect::to("/")).into_response()
 }
@@ -147,14 +234,23 @@ pub(crate) struct LogoutForm {
     csrf: String,
 }
 
-pub(crate) async fn logout(State(source): State<Source>, Form(form): Form<LogoutForm>) -> Response {
-    if !source.auth.csrf_matches(&form.csrf) {
+pub(crate) async fn logout(
+    viewer: Viewer,
+    State(source): State<Source>,
+    Form(form): Form<LogoutForm>,
+) -> Response {
+    let Some(session) = viewer.session.as_deref() else {
+        return Redirect::to("/login").into_response();
+    };
+    if !viewer.csrf_matches(&source.auth, &form.csrf) {
         return (
             StatusCode::FORBIDDEN,
             "refused: the form's token does not match",
         )
             .into_response();
     }
+    // The session ends here, not only in this browser: a copied cookie stops working too.
+    source.auth.close_session(session);
     let cookie = format!("{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
     ([(SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
 }

@@ -1,8 +1,9 @@
 //! The headers every response carries: the page runs no script and loads nothing from
-//! elsewhere, cannot be framed, and leaks no URL to a link's target.
+//! elsewhere, cannot be framed, leaks no URL to a link's target, and is kept by no cache.
 
 use axum::http::header::{
-    CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
+    X_FRAME_OPTIONS,
 };
 use axum::http::HeaderValue;
 use axum::Router;
@@ -30,5 +31,10 @@ pub(crate) fn secured(router: Router) -> Router {
         .layer(SetResponseHeaderLayer::overriding(
             X_FRAME_OPTIONS,
             HeaderValue::from_static("DENY"),
+        ))
+        // Pages hold payloads, errors and form tokens: no cache keeps them.
+        .layer(SetResponseHeaderLayer::overriding(
+            CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
         ))
 }

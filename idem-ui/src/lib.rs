@@ -46,22 +46,33 @@
 //! ## Security
 //!
 //! - The `idem ui` command binds the loopback address by default; any other address needs a
-//!   token ([`check_bind`]).
-//! - Actions need the token: a login form checks it and sets a session cookie (`HttpOnly`,
-//!   `SameSite=Strict`); each action is a POST carrying a CSRF token. Without a token of the
-//!   operator's, one is made at start and printed, so actions still need it. With a token
-//!   given, every page needs the login too. The token never travels in a URL.
-//! - `read_only` refuses every action (and shows none).
+//!   token of at least [`MIN_TOKEN_LEN`] characters ([`check_bind`]).
+//! - With a token of the operator's, every page needs a login. Without one, pages are open but
+//!   answer only requests addressed to `localhost` or a loopback address (a page elsewhere
+//!   cannot read them through a name it rebinds to 127.0.0.1), and a token made at start is
+//!   printed for the login that actions need. The token never travels in a URL.
+//! - A login opens a session: a random id in a cookie (`HttpOnly`, `SameSite=Strict`), kept by
+//!   the dashboard for twelve hours or until logout, which ends it for every copy of the
+//!   cookie. Each action is a POST carrying the session's form token (an HMAC of its id).
+//! - `read_only` refuses every action (and shows none). Actions follow the `idem` command's
+//!   rules: a live claim is released only with "force", forgetting needs a "yes", only dead
+//!   jobs are retried.
 //! - Every value from the store (keys, payloads, error text) is escaped by the templates: a
 //!   key `<script>alert(1)</script>` renders as text. Pages carry a Content-Security-Policy that
-//!   allows no script at all (the dashboard uses none), `X-Content-Type-Options: nosniff`,
-//!   `Referrer-Policy: no-referrer` and `X-Frame-Options: DENY`.
+//!   allows no script at all (the dashboard uses none), `Cache-Control: no-store`,
+//!   `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and
+//!   `X-Frame-Options: DENY`.
 //!
 //! ## Costs
 //!
-//! Lists and detail pages read index ranges. The overview counts the records and jobs by
-//! state (one pass over each table: on ten million records, about a second of the database's
-//! time per load) and reads the last three hours of finished jobs from their index.
+//! Lists and detail pages read index ranges: the primary key from the page's start (or the
+//! finished jobs' index, newest first). A filter the index does not order by (a status, a
+//! scope, a queue, a key prefix, whose matches the database's collation need not keep
+//! together) is checked row by row along that range, so a page of rare matches reads further,
+//! up to the end of the range. The overview reads the records table whole (counts by scope and
+//! status, stale claims, completions per minute: on ten million records, seconds of the
+//! database's time per load) and the queue's once (counts per queue), and the last three hours
+//! of finished jobs from their index. On Redis every page reads every record of the prefix.
 
 #![warn(missing_docs)]
 
@@ -79,7 +90,7 @@ use std::sync::Arc;
 use idem_core::Inspect;
 use idem_queue::Queue;
 
-pub use bind::check_bind;
+pub use bind::{check_bind, MIN_TOKEN_LEN};
 
 /// The dashboard over a store's records and, where there is one, its work queue and schedules.
 /// [`router`](Dashboard::router) serves it.
@@ -112,6 +123,8 @@ impl Dashboard {
     }
 
     /// Every page and action needs `token` (a login form takes it; an empty one is ignored).
+    /// Use a random one of at least [`MIN_TOKEN_LEN`] characters: it is all that guards the
+    /// pages on an address others reach ([`check_bind`] refuses shorter ones).
     pub fn token(mut self, token: String) -> Dashboard {
         self.token = Some(token).filter(|t| !t.is_empty());
         self

@@ -166,6 +166,28 @@ async fn with_a_token_nothing_is_shown_or_done_without_the_login_and_its_form_to
         StatusCode::CONFLICT,
         "a cancelled job is not cancelled again"
     );
+
+    // Another login has its own form token; logging out ends the session for every copy of
+    // its cookie.
+    let (other_cookie, other_csrf) = log_in(&base, TOKEN).await;
+    assert_ne!((&other_cookie, &other_csrf), (&cookie, &csrf));
+    let pause = [("csrf", csrf.as_str()), ("name", "nightly-report")];
+    let (status, _) = post(&base, "/actions/pause", Some(&other_cookie), &pause).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a form token is its session's"
+    );
+    let (status, _) = post(&base, "/logout", Some(&cookie), &[("csrf", &csrf)]).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (status, _) = get(&base, "/", Some(&cookie)).await;
+    assert_eq!(
+        status,
+        StatusCode::SEE_OTHER,
+        "the copied cookie no longer logs in"
+    );
+    let (status, _) = get(&base, "/", Some(&other_cookie)).await;
+    assert_eq!(status, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -182,6 +204,26 @@ async fn without_a_token_pages_are_open_and_actions_need_the_printed_one() {
     let (status, page) = get(&base, "/", None).await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("host-a:4242"));
+    // Only when addressed to a loopback name: a page elsewhere that rebinds its own name to
+    // 127.0.0.1 is refused.
+    for host in ["attacker.example", "attacker.example:7780", "10.0.0.5:7780"] {
+        let response = client()
+            .get(format!("{base}/"))
+            .header("host", host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::MISDIRECTED_REQUEST, "{host}");
+    }
+    for host in ["localhost:7780", "[::1]:7780", "127.0.0.1"] {
+        let response = client()
+            .get(format!("{base}/"))
+            .header("host", host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{host}");
+    }
     assert!(
         !page.contains("action=\"/actions"),
         "no action is offered before the login"
@@ -326,12 +368,24 @@ async fn releasing_follows_the_idem_commands_rules() {
         .await
         .unwrap()
         .is_empty());
-    // Forget: a completed record only.
-    let form = [
+    // Forget: a completed record only, and only with the operator's "yes".
+    let mut form = vec![
         ("csrf", csrf.as_str()),
         ("key", "invoice:7"),
         ("scope", "billing"),
     ];
+    let (status, body) = post(&base, "/actions/forget", Some(&cookie), &form).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(body.contains("yes"), "{body}");
+    assert_eq!(
+        test.store
+            .find("invoice:7", Some("billing"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    form.push(("yes", "yes"));
     let (status, _) = post(&base, "/actions/forget", Some(&cookie), &form).await;
     assert_eq!(status, StatusCode::OK);
     assert!(test
@@ -369,6 +423,7 @@ async fn every_page_carries_its_security_headers_and_escapes_the_store() {
         );
         assert_eq!(response.headers()["x-content-type-options"], "nosniff");
         assert_eq!(response.headers()["x-frame-options"], "DENY");
+        assert_eq!(response.headers()["cache-control"], "no-store");
     }
     let (_, records) = get(&base, "/records", None).await;
     assert!(
@@ -386,8 +441,9 @@ async fn every_page_carries_its_security_headers_and_escapes_the_store() {
     let (status, body) = get(&base, "/jobs?state=exploded", None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("not a job state"));
-    let (status, _) = get(&base, "/jobs?state=dead&after=nonsense", None).await;
-    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    let (status, body) = get(&base, "/jobs?state=dead&after=nonsense", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("not where a page"), "{body}");
 }
 
 #[tokio::test]

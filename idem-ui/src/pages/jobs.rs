@@ -23,6 +23,8 @@ pub(crate) struct JobRow {
     pub priority: i16,
     pub attempts: String,
     pub last_error: String,
+    pub worker: String,
+    pub available_at: String,
     pub created_at: String,
     pub finished_at: String,
     pub href: String,
@@ -37,6 +39,8 @@ impl JobRow {
             priority: job.priority,
             attempts: format!("{}/{}", job.attempts, job.max_attempts),
             last_error: job.last_error.clone().unwrap_or_default(),
+            worker: job.worker.clone().unwrap_or_default(),
+            available_at: format::time(job.available_at),
             created_at: format::time(job.created_at),
             finished_at: format::maybe_time(job.finished_at),
             href: link("/job", &[("key", &job.key)]),
@@ -114,6 +118,25 @@ pub(crate) async fn list(
         key_prefix: Some(query.prefix.clone()).filter(|s| !s.is_empty()),
         limit: PAGE,
     };
+    let finished = matches!(
+        state,
+        Some(JobFilter::Done | JobFilter::Dead | JobFilter::Cancelled)
+    );
+    let cursor_ok = |after: &str| {
+        !finished
+            || after
+                .split_once(':')
+                .is_some_and(|(micros, _)| micros.parse::<i64>().is_ok())
+    };
+    if let Some(after) = query.after.as_deref().filter(|after| !cursor_ok(after)) {
+        return message(
+            StatusCode::BAD_REQUEST,
+            frame,
+            "Not a page",
+            format!("{after:?} is not where a page of finished jobs ends."),
+            Some(("/jobs".to_owned(), "All jobs".to_owned())),
+        );
+    }
     let page = match queue.jobs_page(&jobs_query, query.after.as_deref()).await {
         Ok(page) => page,
         Err(e) => return store_failed(frame, e),
@@ -168,7 +191,9 @@ struct DetailPage {
     attempts: Vec<AttemptRow>,
     result: String,
     dead: bool,
+    discardable: bool,
     cancellable: bool,
+    logged_attempts: usize,
 }
 
 pub(crate) async fn detail(
@@ -224,6 +249,8 @@ pub(crate) async fn detail(
                 .collect(),
             result,
             dead: job.state == JobFilter::Dead,
+            discardable: matches!(job.state, JobFilter::Dead | JobFilter::Cancelled),
+            logged_attempts: idem_queue::MAX_LOGGED_ATTEMPTS,
             cancellable: matches!(
                 job.state,
                 JobFilter::Queued | JobFilter::Running | JobFilter::Stale

@@ -52,23 +52,14 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
-    pub fn new(source: &Source, logged_in: bool, can_act: bool) -> Frame {
+    pub fn of(source: &Source, viewer: &auth::Viewer) -> Frame {
         Frame {
-            logged_in,
-            can_act,
+            logged_in: viewer.logged_in(),
+            can_act: viewer.can_act(&source.auth),
             read_only: source.auth.read_only,
             has_queue: source.queue.is_some(),
-            // Only pages that offer actions carry the form token.
-            csrf: if logged_in {
-                source.auth.csrf()
-            } else {
-                String::new()
-            },
+            csrf: viewer.csrf(&source.auth),
         }
-    }
-
-    pub fn of(source: &Source, viewer: &auth::Viewer) -> Frame {
-        Frame::new(source, viewer.logged_in, viewer.can_act(&source.auth))
     }
 }
 
