@@ -176,7 +176,7 @@ pub async fn release(
         }
         Released::Changed | Released::NotFound => {
             out.message(
-                &format!("{key:?} changed meanwhile (completed or taken over); nothing released"),
+                &format!("{key:?} changed meanwhile (completed, renewed or taken over); nothing released"),
                 object,
             );
             return Ok(REFUSED);

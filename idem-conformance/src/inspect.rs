@@ -271,4 +271,50 @@ crate::declare_cases! { $ __inspect_cases:
         assert_eq!(inspector.list(&stale).await.unwrap().len(), 1);
         assert_eq!(inspector.count_expired().await.unwrap().records, before + 1);
     }
+
+    /// Releasing a lapsed claim deletes it only while it holds the fence, is unfinished and
+    /// its lease has lapsed: a live lease (one renewed since, say) and a completed record stay.
+    /// `release_claim` without force goes through it.
+    pub async fn release_lapsed_takes_only_a_lapsed_claim(h: &impl InspectHarness) {
+        let (store, inspector) = (h.store(), h.inspector());
+        let live = key("release-live", "release");
+        let fence = acquire(&*store, &live, LONG_LEASE).await;
+        assert_eq!(
+            inspector.release_lapsed(&live, fence).await.unwrap(),
+            idem_core::Fenced::Lost
+        );
+        assert!(store.get(&live).await.unwrap().is_some(), "a live lease stays");
+        let done = key("release-done", "release");
+        let done_fence = completed(&*store, &done, b"").await;
+        assert_eq!(
+            inspector.release_lapsed(&done, done_fence).await.unwrap(),
+            idem_core::Fenced::Lost
+        );
+        let lapsed = key("release-lapsed", "release");
+        let fence = acquire(&*store, &lapsed, h.short_lease()).await;
+        h.advance(h.short_lease() + Duration::from_millis(200)).await;
+        assert_eq!(
+            inspector.release_lapsed(&lapsed, Fence(fence.0 + 1_000)).await.unwrap(),
+            idem_core::Fenced::Lost,
+            "another fence"
+        );
+        assert_eq!(
+            idem_core::release_claim(&*inspector, &lapsed, fence, false).await.unwrap(),
+            idem_core::Released::Released
+        );
+        assert!(store.get(&lapsed).await.unwrap().is_none());
+        // Without force a live claim is refused, naming its holder; forced, it goes.
+        let fence = store.get(&live).await.unwrap().expect("the live claim").fence;
+        match idem_core::release_claim(&*inspector, &live, fence, false).await.unwrap() {
+            idem_core::Released::Live { holder, left } => {
+                assert_eq!(holder.as_deref(), Some(idem_core::holder()));
+                assert!(left > Duration::ZERO);
+            }
+            other => panic!("a live claim must be refused, got {other:?}"),
+        }
+        assert_eq!(
+            idem_core::release_claim(&*inspector, &live, fence, true).await.unwrap(),
+            idem_core::Released::Released
+        );
+    }
 }

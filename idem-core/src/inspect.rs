@@ -200,6 +200,15 @@ pub trait Inspect: Purge {
     /// an overview shows. It reads every record (one pass on the SQL stores).
     async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError>;
 
+    /// Deletes the claim on `key` if it still holds `fence`, is not completed, and its lease
+    /// has lapsed by the store's clock, in one step: a run that renewed its lease since the
+    /// operator looked keeps its claim. What releasing a stale claim without force does.
+    async fn release_lapsed(
+        &self,
+        key: &Key,
+        fence: crate::store::Fence,
+    ) -> Result<crate::store::Fenced, StoreError>;
+
     /// Deletes `key`'s record if it is completed (expired or not), so the key is new work;
     /// says whether it did. A claimed record is left alone: release it with its fence.
     async fn forget(&self, key: &Key) -> Result<bool, StoreError>;
@@ -232,8 +241,8 @@ pub enum Released {
         /// The lease left.
         left: std::time::Duration,
     },
-    /// The record no longer holds the fence the operator saw (completed or taken over
-    /// meanwhile): nothing was released.
+    /// The record no longer holds the fence the operator saw, or its lease was renewed
+    /// (completed, renewed or taken over meanwhile): nothing was released.
     Changed,
 }
 
@@ -265,8 +274,15 @@ pub async fn release_claim<S: Inspect + ?Sized>(
         }
         _ => {}
     }
-    Ok(match store.release(key, fence).await? {
+    // Without force, the store checks the lease again as it deletes: a run that renewed its
+    // lease since it was read above keeps its claim.
+    let released = if force {
+        store.release(key, fence).await?
+    } else {
+        store.release_lapsed(key, fence).await?
+    };
+    Ok(match released {
         crate::store::Fenced::Applied => Released::Released,
-        _ => Released::Changed,
+        crate::store::Fenced::Lost => Released::Changed,
     })
 }

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use idem_core::{
-    EffectEntry, EffectState, ExpiredCounts, Fingerprint, Inspect, InspectedEffect,
+    EffectEntry, EffectState, ExpiredCounts, Fence, Fenced, Fingerprint, Inspect, InspectedEffect,
     InspectedRecord, Key, Operation, Record, RecordCursor, RecordFilter, RecordState, RecordStatus,
     RecordSummary, ScopeCounts, StoreError,
 };
@@ -138,6 +138,20 @@ impl Inspect for PgStore {
             .map(|row| (from_micros(row.get(0)), row.get::<i64, _>(1).unsigned_abs()))
             .collect();
         Ok(summary)
+    }
+
+    async fn release_lapsed(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
+        let deleted = sqlx::query(&self.records().inspect.release_lapsed)
+            .bind(key.as_str())
+            .bind(crate::records::fence_param(fence))
+            .execute(self.pool())
+            .await
+            .map_err(failed(Operation::Release))?;
+        Ok(if deleted.rows_affected() > 0 {
+            Fenced::Applied
+        } else {
+            Fenced::Lost
+        })
     }
 
     async fn forget(&self, key: &Key) -> Result<bool, StoreError> {

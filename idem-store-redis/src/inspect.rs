@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use idem_core::{
-    ExpiredCounts, Inspect, InspectedEffect, InspectedRecord, Key, RecordCursor, RecordFilter,
-    RecordState, RecordStatus, RecordSummary, ScopeCounts, Store, StoreError,
+    ExpiredCounts, Fence, Fenced, Inspect, InspectedEffect, InspectedRecord, Key, RecordCursor,
+    RecordFilter, RecordState, RecordStatus, RecordSummary, ScopeCounts, Store, StoreError,
 };
 use std::time::{Duration, SystemTime};
 
@@ -205,6 +205,10 @@ impl Inspect for RedisStore {
                 .map(|(secs, n)| (SystemTime::UNIX_EPOCH + Duration::from_secs(secs), n))
                 .collect(),
         })
+    }
+
+    async fn release_lapsed(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
+        self.fenced(&scripts::RELEASE_LAPSED, key, &[fence.0]).await
     }
 
     async fn forget(&self, key: &Key) -> Result<bool, StoreError> {

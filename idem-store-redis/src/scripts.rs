@@ -88,6 +88,18 @@ return 1",
     )
 });
 
+/// KEYS: record. ARGV: fence. Returns 1 when the claim holding the fence, unfinished and its
+/// lease lapsed, was deleted.
+pub(crate) static RELEASE_LAPSED: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        "local r = redis.call('HMGET', KEYS[1], 'f', 'd', 'x')
+if not r[1] or tonumber(r[1]) ~= tonumber(ARGV[1]) or r[2] == '1' then return 0 end
+if tonumber(r[3]) > now then return 0 end
+redis.call('DEL', KEYS[1])
+return 1",
+    )
+});
+
 /// KEYS: record. ARGV: fence, lease (µs), grace (ms). Returns 1 when renewed.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     script(

@@ -207,7 +207,7 @@ impl RedisStore {
         u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX / 4)
     }
 
-    async fn fenced(
+    pub(crate) async fn fenced(
         &self,
         script: &redis::Script,
         key: &Key,

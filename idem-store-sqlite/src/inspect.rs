@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use idem_core::{
-    EffectEntry, EffectState, ExpiredCounts, Fence, Fingerprint, Inspect, InspectedEffect,
+    EffectEntry, EffectState, ExpiredCounts, Fence, Fenced, Fingerprint, Inspect, InspectedEffect,
     InspectedRecord, Key, Operation, Record, RecordCursor, RecordFilter, RecordState, RecordStatus,
     RecordSummary, ScopeCounts, StoreError,
 };
@@ -144,6 +144,11 @@ impl Inspect for SqliteStore {
             .map(|row| (at(row.get(0)), row.get::<i64, _>(1).unsigned_abs()))
             .collect();
         Ok(summary)
+    }
+
+    async fn release_lapsed(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
+        self.fenced(&self.inner.sql.release_lapsed, key, fence, Some(now_us()))
+            .await
     }
 
     async fn forget(&self, key: &Key) -> Result<bool, StoreError> {

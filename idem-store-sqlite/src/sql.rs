@@ -47,6 +47,9 @@ pub(crate) struct Sql {
     pub counts: String,
     /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
     pub completed_per_minute: String,
+    /// `$1` key, `$2` scope, `$3` fence, `$4` now: deletes an unfinished claim whose lease has
+    /// lapsed.
+    pub release_lapsed: String,
     /// `$1` key, `$2` scope: deletes a completed record.
     pub forget: String,
     /// `$1` key, `$2` scope or NULL: a key's journal entries.
@@ -98,6 +101,10 @@ impl Sql {
             completed_per_minute: format!(
                 "SELECT completed_us / 60000000 * 60000000, count(*) FROM {t}
                  WHERE completed_us >= $1 GROUP BY 1 ORDER BY 1"
+            ),
+            release_lapsed: format!(
+                "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND fence = $3
+                   AND completed_us IS NULL AND expires_us <= $4"
             ),
             forget: format!(
                 "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_us IS NOT NULL"

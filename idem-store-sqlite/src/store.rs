@@ -244,7 +244,7 @@ impl SqliteStore {
             .bind(completion.output)
     }
 
-    async fn fenced(
+    pub(crate) async fn fenced(
         &self,
         statement: &str,
         key: &Key,

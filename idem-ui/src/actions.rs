@@ -146,7 +146,7 @@ async fn release(
         Ok(Released::Changed) => refuse(
             &source,
             &viewer,
-            format!("{name:?} changed meanwhile (completed or taken over); nothing released."),
+            format!("{name:?} changed meanwhile (completed, renewed or taken over); nothing released."),
             back,
         ),
         Err(e) => store_failed(Frame::of(&source, &viewer), e),

@@ -80,6 +80,8 @@ pub(crate) struct InspectSql {
     pub counts: String,
     /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
     pub completed_per_minute: String,
+    /// `$1` key, `$2` fence: deletes an unfinished claim whose lease has lapsed.
+    pub release_lapsed: String,
     /// `$1` key, `$2` scope: deletes a completed record.
     pub forget: String,
     /// `$1` key, `$2` scope or NULL: a key's journal entries.
@@ -200,6 +202,10 @@ impl RecordsSql {
                  WHERE completed_at >= to_timestamp($1::bigint / 1000000.0)
                  GROUP BY 1 ORDER BY 1",
                 minute = micros_sql("date_trunc('minute', completed_at)"),
+            ),
+            release_lapsed: format!(
+                "DELETE FROM {t}
+                 WHERE key = $1 AND fence = $2 AND completed_at IS NULL AND expires_at <= now()"
             ),
             forget: format!(
                 "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_at IS NOT NULL"
