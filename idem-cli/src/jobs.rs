@@ -173,13 +173,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             }
         }
         Jobs::Retry { id: None, .. } => {
-            let dead = queue.dead(usize::MAX >> 1).await.map_err(store_failed)?;
-            let mut retried = Vec::new();
-            for job in dead {
-                if queue.retry_dead(&job.key).await.map_err(store_failed)? {
-                    retried.push(job.key);
-                }
-            }
+            let retried = queue.retry_all_dead().await.map_err(store_failed)?;
             out.message(
                 &format!("retried {} dead jobs", retried.len()),
                 Map::from_iter([("retried".into(), json!(retried))]),

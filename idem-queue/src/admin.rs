@@ -163,6 +163,19 @@ impl Queue {
         Ok(revived)
     }
 
+    /// Puts every dead-lettered job back in the queue ([`retry_dead`](Self::retry_dead) each,
+    /// oldest first) and returns their keys. Each retry stands on its own: stopped midway, the
+    /// jobs retried so far stay retried.
+    pub async fn retry_all_dead(&self) -> Result<Vec<String>, StoreError> {
+        let mut retried = Vec::new();
+        for job in self.dead(usize::MAX >> 1).await? {
+            if self.retry_dead(&job.key).await? {
+                retried.push(job.key);
+            }
+        }
+        Ok(retried)
+    }
+
     /// Deletes a dead-lettered job; its key can then be enqueued again. Returns whether the key
     /// named a dead job.
     pub async fn discard(&self, key: &str) -> Result<bool, StoreError> {

@@ -19,6 +19,7 @@ pub(crate) fn routes() -> Router<Source> {
         .route("/actions/release", post(release))
         .route("/actions/forget", post(forget))
         .route("/actions/retry", post(retry))
+        .route("/actions/retry-all-dead", post(retry_all_dead))
         .route("/actions/discard", post(discard))
         .route("/actions/cancel", post(cancel))
         .route("/actions/pause", post(pause))
@@ -265,6 +266,48 @@ async fn retry(
                 form.key
             ),
             job_link(&form.key),
+        ),
+        Err(e) => store_failed(Frame::of(&source, &viewer), e),
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ConfirmForm {
+    csrf: String,
+    #[serde(default)]
+    yes: Option<String>,
+}
+
+async fn retry_all_dead(
+    viewer: Viewer,
+    State(source): State<Source>,
+    Form(form): Form<ConfirmForm>,
+) -> Response {
+    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
+        return refusal;
+    }
+    let Some(queue) = source.queue.as_ref() else {
+        return no_queue(&source, &viewer);
+    };
+    let back = ("/jobs?state=dead".to_owned(), "Dead jobs".to_owned());
+    if form.yes.is_none() {
+        return refuse(
+            &source,
+            &viewer,
+            "Retrying every dead job runs each again: tick \"yes\" to say so.".to_owned(),
+            back,
+        );
+    }
+    match queue.retry_all_dead().await {
+        Ok(retried) => done(
+            &source,
+            &viewer,
+            "Retried",
+            format!(
+                "{} dead jobs are back in the queue with fresh attempts, to run now.",
+                retried.len()
+            ),
+            ("/jobs?state=queued".to_owned(), "Queued jobs".to_owned()),
         ),
         Err(e) => store_failed(Frame::of(&source, &viewer), e),
     }

@@ -263,6 +263,56 @@ async fn without_a_token_pages_are_open_and_actions_need_the_printed_one() {
 }
 
 #[tokio::test]
+async fn every_dead_job_is_retried_at_once_with_a_yes() {
+    let (test, queue) = store_with_records("ui_retry_all").await;
+    for key in ["dead:1", "dead:2"] {
+        let _ = queue
+            .enqueue(NewJob::new(key, &json!({})).unwrap().max_attempts(1))
+            .await
+            .unwrap();
+    }
+    let workers = queue
+        .worker(|_job: idem_queue::Job| async {
+            Err::<(), _>(idem_queue::JobError::permanent("no"))
+        })
+        .start();
+    workers.wait_idle().await;
+    workers.shutdown(std::time::Duration::from_secs(5)).await;
+    let base = serve(
+        idem_ui::Dashboard::new(Arc::new(test.store.clone()))
+            .queue(queue.clone())
+            .token(TOKEN.to_owned()),
+    )
+    .await;
+    let (cookie, csrf) = log_in(&base, TOKEN).await;
+    let (_, page) = get(&base, "/jobs?state=dead", Some(&cookie)).await;
+    assert!(page.contains("retry-all"), "{page}");
+    let (status, _) = post(
+        &base,
+        "/actions/retry-all-dead",
+        Some(&cookie),
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "not without a yes");
+    let (status, body) = post(
+        &base,
+        "/actions/retry-all-dead",
+        Some(&cookie),
+        &[("csrf", &csrf), ("yes", "yes")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("2 dead jobs"), "{body}");
+    for key in ["dead:1", "dead:2"] {
+        assert_eq!(
+            queue.status(key).await.unwrap().unwrap().state,
+            JobState::Queued
+        );
+    }
+}
+
+#[tokio::test]
 async fn read_only_refuses_every_action_and_offers_none() {
     let (test, queue) = store_with_records("ui_read_only").await;
     let base = serve(
