@@ -10,9 +10,9 @@ use idem_core::{release_claim, Fence, Key, Released};
 use idem_queue::Cancel;
 use serde::Deserialize;
 
-use crate::auth::Viewer;
-use crate::pages::{link, message, store_failed, Frame};
+use crate::frame::{link, message, store_failed, Frame};
 use crate::source::Source;
+use crate::viewer::Viewer;
 
 pub(crate) fn routes() -> Router<Source> {
     Router::new()

@@ -3,24 +3,16 @@
 //! carries (an HMAC-SHA256 of the session's id under a key made at start). A restart signs
 //! everyone out.
 
-use axum::extract::{FromRequestParts, State};
-use axum::http::header::{COOKIE, SET_COOKIE};
-use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
+use axum::http::header::COOKIE;
+use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
-use crate::pages::{render, Frame, LoginPage};
-use crate::source::Source;
-
-const COOKIE_NAME: &str = "idem_session";
+pub(crate) const COOKIE_NAME: &str = "idem_session";
 
 /// How long a login lasts.
 pub(crate) const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
@@ -61,7 +53,7 @@ impl Auth {
     }
 
     /// Opens a session: its id, the cookie's value.
-    fn open_session(&self) -> String {
+    pub fn open_session(&self) -> String {
         let id = random_hex(32);
         let now = Instant::now();
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
@@ -70,7 +62,7 @@ impl Auth {
         id
     }
 
-    fn close_session(&self, id: &str) {
+    pub fn close_session(&self, id: &str) {
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.remove(id);
     }
@@ -120,137 +112,4 @@ pub(crate) fn loopback_host(headers: &HeaderMap) -> bool {
         || name
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Who asks for a page: their session, if they logged in. A page that needs the login
-/// redirects there.
-pub(crate) struct Viewer {
-    pub session: Option<String>,
-}
-
-impl Viewer {
-    pub fn logged_in(&self) -> bool {
-        self.session.is_some()
-    }
-
-    /// They may act: logged in, and the dashboard is not read-only.
-    pub fn can_act(&self, auth: &Auth) -> bool {
-        self.logged_in() && !auth.read_only
-    }
-
-    /// The form token of their session (empty without one).
-    pub fn csrf(&self, auth: &Auth) -> String {
-        self.session
-            .as_deref()
-            .map_or_else(String::new, |id| auth.csrf(id))
-    }
-
-    /// `given` is their session's form token.
-    pub fn csrf_matches(&self, auth: &Auth, given: &str) -> bool {
-        let expected = self.csrf(auth);
-        !expected.is_empty() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
-    }
-}
-
-impl FromRequestParts<Source> for Viewer {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &Source) -> Result<Viewer, Response> {
-        if !state.auth.view_needs_login && !loopback_host(&parts.headers) {
-            return Err((
-                StatusCode::MISDIRECTED_REQUEST,
-                "refused: without a token the dashboard answers only requests addressed to \
-                 localhost or a loopback address",
-            )
-                .into_response());
-        }
-        let session = state.auth.session(&parts.headers);
-        if state.auth.view_needs_login && session.is_none() {
-            return Err(Redirect::to("/login").into_response());
-        }
-        Ok(Viewer { session })
-    }
-}
-
-#[derive(Deserialize)]
-pub(crate) struct LoginForm {
-    token: String,
-}
-
-pub(crate) async fn login_page(State(source): State<Source>, headers: HeaderMap) -> Response {
-    if !source.auth.view_needs_login && !loopback_host(&headers) {
-        return (
-            StatusCode::MISDIRECTED_REQUEST,
-            "refused: not a loopback address",
-        )
-            .into_response();
-    }
-    let viewer = Viewer {
-        session: source.auth.session(&headers),
-    };
-    let frame = Frame::of(&source, &viewer);
-    render(
-        StatusCode::OK,
-        &LoginPage {
-            frame,
-            message: None,
-        },
-    )
-}
-
-pub(crate) async fn login(
-    State(source): State<Source>,
-    headers: HeaderMap,
-    Form(form): Form<LoginForm>,
-) -> Response {
-    if !source.auth.view_needs_login && !loopback_host(&headers) {
-        return (
-            StatusCode::MISDIRECTED_REQUEST,
-            "refused: not a loopback address",
-        )
-            .into_response();
-    }
-    if !source.auth.token_matches(&form.token) {
-        tracing::warn!("idem-ui: a login with a wrong token was refused");
-        let frame = Frame::of(&source, &Viewer { session: None });
-        return render(
-            StatusCode::UNAUTHORIZED,
-            &LoginPage {
-                frame,
-                message: Some("That is not the dashboard's token.".to_owned()),
-            },
-        );
-    }
-    let cookie = format!(
-        "{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        source.auth.open_session(),
-        SESSION_LIFETIME.as_secs()
-    );
-    ([(SET_COOKIE, cookie)], Redirect::to("/")).into_response()
-}
-
-#[derive(Deserialize)]
-pub(crate) struct LogoutForm {
-    csrf: String,
-}
-
-pub(crate) async fn logout(
-    viewer: Viewer,
-    State(source): State<Source>,
-    Form(form): Form<LogoutForm>,
-) -> Response {
-    let Some(session) = viewer.session.as_deref() else {
-        return Redirect::to("/login").into_response();
-    };
-    if !viewer.csrf_matches(&source.auth, &form.csrf) {
-        return (
-            StatusCode::FORBIDDEN,
-            "refused: the form's token does not match",
-        )
-            .into_response();
-    }
-    // The session ends here, not only in this browser: a copied cookie stops working too.
-    source.auth.close_session(session);
-    let cookie = format!("{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
-    ([(SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
 }

@@ -80,10 +80,12 @@ mod actions;
 mod auth;
 mod bind;
 mod format;
+mod frame;
 mod headers;
 mod pages;
 mod plot;
 mod source;
+mod viewer;
 
 use std::sync::Arc;
 

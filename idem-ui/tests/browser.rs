@@ -11,11 +11,12 @@ use std::sync::Arc;
 use fantoccini::Locator;
 use idem_queue::{Job, JobError, JobState, NewJob};
 use serde_json::json;
-use support::{serve, store_with_records, Browser, TOKEN, XSS_KEY};
+use support::{history, serve, store_with_records, Browser, TOKEN, XSS_KEY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_finds_a_dead_job_retries_it_and_sees_it_run() {
     let (test, queue) = store_with_records("ui_browser").await;
+    history(&test).await;
     let _ = queue
         .enqueue(NewJob::new("email:42", &json!({ "to": "ada@example.com" })).unwrap())
         .await

@@ -7,10 +7,10 @@ use axum::response::Response;
 use idem_queue::{JobFilter, JobInfo, JobsQuery};
 use serde::Deserialize;
 
-use super::{link, message, render, store_failed, Frame};
-use crate::auth::Viewer;
 use crate::format;
+use crate::frame::{link, message, render, store_failed, Frame};
 use crate::source::Source;
+use crate::viewer::Viewer;
 
 /// Jobs per page.
 const PAGE: usize = 50;

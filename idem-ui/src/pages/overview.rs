@@ -10,11 +10,12 @@ use idem_core::{RecordFilter, RecordStatus, ScopeCounts};
 use idem_queue::{JobFilter, JobsQuery, QueueStats};
 
 use super::jobs::JobRow;
+use super::records::RecordRow;
 use super::schedules::ScheduleRow;
-use super::{render, store_failed, Frame, RecordRow};
-use crate::auth::Viewer;
+use crate::frame::{render, store_failed, Frame};
 use crate::plot::Plot;
 use crate::source::Source;
+use crate::viewer::Viewer;
 
 /// The plots' window.
 const MINUTES: u32 = 180;

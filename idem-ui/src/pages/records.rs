@@ -9,10 +9,10 @@ use axum::response::Response;
 use idem_core::{InspectedRecord, RecordCursor, RecordFilter, RecordState, RecordStatus};
 use serde::Deserialize;
 
-use super::{link, message, render, store_failed, Frame};
-use crate::auth::Viewer;
 use crate::format;
+use crate::frame::{link, message, render, store_failed, Frame};
 use crate::source::Source;
+use crate::viewer::Viewer;
 
 /// Records per page.
 const PAGE: usize = 50;

@@ -9,10 +9,10 @@ use idem_queue::{JobFilter, JobsQuery, Queue, ScheduleState};
 use serde::Deserialize;
 
 use super::jobs::JobRow;
-use super::{link, message, render, store_failed, Frame};
-use crate::auth::Viewer;
 use crate::format;
+use crate::frame::{link, message, render, store_failed, Frame};
 use crate::source::Source;
+use crate::viewer::Viewer;
 
 /// Ticks of each kind a schedule's page shows.
 const TICKS: usize = 20;

@@ -52,6 +52,30 @@ pub async fn store_with_records(name: &str) -> (TestStore, Queue) {
     (test, queue)
 }
 
+/// Three hours of history, so the overview's plots have something to show: calls completed
+/// (scope `api`) and jobs done and dead-lettered (queue `mail`), spread over the window.
+pub async fn history(test: &TestStore) {
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {t} (key, scope, fence, completed_at, expires_at, purge_at)
+             SELECT 'call:' || i, 'api', 1000 + i, at, at + interval '1 day', at
+             FROM generate_series(1, 2400) i,
+                  LATERAL (SELECT now() - (i * 4 + (i % 17) * 9) * interval '1 second') AS w(at);
+         INSERT INTO \"{schema}\".idem_records_queue (key, payload, max_attempts, state, attempts, queue, created_at,
+                                available_at, finished_at, last_error)
+             SELECT 'mail:' || i, '{{}}', 5, CASE WHEN i % 40 = 0 THEN 'dead' ELSE 'done' END,
+                    1, 'mail', at, at, at,
+                    CASE WHEN i % 40 = 0 THEN 'smtp: 421 try again later' END
+             FROM generate_series(1, 1200) i,
+                  LATERAL (SELECT now() - (600 + i * 8 + (i % 11) * 20) * interval '1 second')
+                      AS w(at)",
+        t = test.store.table(),
+        schema = test.schema,
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+}
+
 /// A program on PATH (or where `env` names it), or a panic that says how to get it.
 fn program(env: &str, names: &[&str]) -> PathBuf {
     if let Some(path) = std::env::var_os(env) {
