@@ -568,3 +568,36 @@ async fn a_store_without_a_queue_shows_its_records_only() {
     assert!(page.contains("need PostgreSQL"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_redis_store_shows_its_records_by_scope_and_in_pages() {
+    use idem_core::Call;
+    let url = idem_testdb::redis_url();
+    let prefix = format!("idem-ui-{}", std::process::id());
+    let store = idem_store_redis::RedisStore::connect(&url)
+        .await
+        .unwrap()
+        .prefix(&prefix);
+    for key in ["order:1", "order:2"] {
+        let outcome = Call::new(&store, key)
+            .scope("shop".to_owned())
+            .run(async { Ok::<_, std::io::Error>(()) })
+            .await
+            .unwrap();
+        assert!(outcome.is_executed());
+    }
+    let base = serve(idem_ui::Dashboard::new(Arc::new(store))).await;
+    let (status, page) = get(&base, "/", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains(">shop<") && !page.contains("Jobs by queue"),
+        "{page}"
+    );
+    let (_, page) = get(&base, "/records?scope=shop", None).await;
+    let first = page.find("order:1").expect("order:1 listed");
+    let second = page.find("order:2").expect("order:2 listed");
+    assert!(first < second, "in key order");
+    let (status, page) = get(&base, "/record?key=order:2&scope=shop", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("completed"), "{page}");
+}
