@@ -90,7 +90,10 @@ impl IdempotencyLayer {
     }
 
     /// The largest request body read (default 1 MiB): a larger one gets 413 before anything is
-    /// claimed. The layer reads the whole body before it claims, to fingerprint it.
+    /// claimed. The layer reads the whole body before it claims, to fingerprint it. Of an
+    /// oversized body, up to as much again is read and dropped before the 413, so a client
+    /// still sending it reads the answer rather than a closed connection; one declared
+    /// (`Content-Length`) over twice the limit is refused before it is read.
     pub fn max_request_body(self, bytes: usize) -> IdempotencyLayer {
         self.with(|c| c.max_request_body = bytes)
     }

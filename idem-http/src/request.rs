@@ -1,40 +1,60 @@
 //! What the layer reads off a request before it claims anything: the whole body (within the
 //! limit), the record's key and scope, and the request's fingerprint.
 
-use bytes::Bytes;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{HeaderName, CONTENT_LENGTH};
 use http::request::Parts;
 use http_body::Body;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use idem_core::{Fingerprint, Key, MAX_KEY_LEN, MAX_SCOPE_LEN};
 
 use crate::problem::Problem;
 use crate::scope::sha256_hex;
 
-/// Reads the whole request body, refusing one over `limit` bytes (413) before reading it when
-/// `Content-Length` says so, and otherwise as soon as the limit is passed.
+/// Reads the whole request body, refusing one over `limit` bytes (413): at once when
+/// `Content-Length` says it is more than twice the limit, and otherwise once the body has been
+/// read and dropped. A client is usually still sending an oversized body when the refusal is
+/// ready; answered before it finishes, it meets a closed connection (a broken pipe or a reset)
+/// instead of the 413. Reading and dropping up to another `limit` bytes lets it read the
+/// answer; a body beyond that is cut off (the cost of a refusal stays bounded).
 pub(crate) async fn read_body<B>(parts: &Parts, body: B, limit: usize) -> Result<Bytes, Problem>
 where
     B: Body,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let too_large = Problem::BodyTooLarge { limit };
+    let drain_to = limit.saturating_mul(2);
     let declared = parts
         .headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+    if declared.is_some_and(|n| n > drain_to as u64) {
         return Err(too_large);
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(too_large),
-        Err(e) => {
-            tracing::debug!(error = %e, "the request body failed while it was read");
-            Err(Problem::BodyUnreadable)
+    let mut body = std::pin::pin!(body);
+    let mut read = BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            tracing::debug!(error = %e.into(), "the request body failed while it was read");
+            Problem::BodyUnreadable
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        seen = seen.saturating_add(data.remaining());
+        if seen > drain_to {
+            return Err(too_large);
+        }
+        if seen <= limit {
+            read.put(data);
         }
     }
+    if seen > limit {
+        return Err(too_large);
+    }
+    Ok(read.freeze())
 }
 
 /// The record's key for `client_key` from the caller `scope`: its text is the method, the path
