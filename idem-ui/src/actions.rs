@@ -6,8 +6,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::post;
 use axum::{Form, Router};
+use idem_core::StoreError;
 use idem_core::{release_claim, Fence, Key, Released};
-use idem_queue::Cancel;
+use idem_queue::{Cancel, Queue};
 use serde::Deserialize;
 
 use crate::frame::{link, message, store_failed, Frame};
@@ -176,43 +177,36 @@ async fn forget(
         Ok(key) => key,
         Err(e) => return bad_key(&source, &viewer, e),
     };
-    let back = ("/records".to_owned(), "All records".to_owned());
+    let (name, scope) = (&form.key, &form.scope);
+    let record = (
+        link("/record", &[("key", name), ("scope", scope)]),
+        "Back to the record".to_owned(),
+    );
     if form.yes.is_none() {
         return refuse(
             &source,
             &viewer,
-            format!(
-                "Forgetting {:?} makes its next call run the work again: tick \"yes\" to say so.",
-                form.key
-            ),
-            (
-                link("/record", &[("key", &form.key), ("scope", &form.scope)]),
-                "Back to the record".to_owned(),
-            ),
+            format!("Forgetting {name:?} makes its next call run the work again: tick \"yes\" to say so."),
+            record,
         );
     }
-    match source.records.forget(&key).await {
-        Ok(true) => done(
-            &source,
-            &viewer,
+    answer(
+        &source,
+        &viewer,
+        source.records.forget(&key).await,
+        (
             "Forgotten",
-            format!(
-                "Forgot {:?}: the next call with this key runs the work again.",
-                form.key
-            ),
-            back,
+            format!("Forgot {name:?}: the next call with this key runs the work again."),
+            ("/records".to_owned(), "All records".to_owned()),
         ),
-        Ok(false) => refuse(
-            &source,
-            &viewer,
+        (
             format!(
-                "{:?} has no completed record (a claim is released, not forgotten).",
-                form.key
+                "{name:?} has no completed record in scope {scope:?} (a claim is released, not \
+                 forgotten)."
             ),
-            back,
+            record,
         ),
-        Err(e) => store_failed(Frame::of(&source, &viewer), e),
-    }
+    )
 }
 
 #[derive(Deserialize)]
@@ -221,6 +215,7 @@ pub(crate) struct JobForm {
     key: String,
 }
 
+/// The refusal of a queue's action on a store without one.
 /// The refusal of a queue's action on a store without one.
 fn no_queue(source: &Source, viewer: &Viewer) -> Response {
     message(
@@ -236,39 +231,62 @@ fn job_link(key: &str) -> (String, String) {
     (link("/job", &[("key", key)]), "Back to the job".to_owned())
 }
 
+/// The queue a job or schedule action acts on, once the action is allowed; else the refusal.
+fn queue_for<'a>(
+    source: &'a Source,
+    viewer: &Viewer,
+    csrf: &str,
+) -> Result<&'a Queue, Box<Response>> {
+    if let Some(refusal) = refused(source, viewer, csrf) {
+        return Err(Box::new(refusal));
+    }
+    source
+        .queue
+        .as_ref()
+        .ok_or_else(|| Box::new(no_queue(source, viewer)))
+}
+
+/// The answer to an operation that either applied (`Ok(true)`: `done`, a title, text and
+/// where next) or found nothing to apply to (`Ok(false)`: `not`, a refusal's text and where
+/// next).
+fn answer(
+    source: &Source,
+    viewer: &Viewer,
+    outcome: Result<bool, StoreError>,
+    (title, text, next): (&str, String, (String, String)),
+    (refusal, back): (String, (String, String)),
+) -> Response {
+    match outcome {
+        Ok(true) => done(source, viewer, title, text, next),
+        Ok(false) => refuse(source, viewer, refusal, back),
+        Err(e) => store_failed(Frame::of(source, viewer), e),
+    }
+}
+
 async fn retry(
     viewer: Viewer,
     State(source): State<Source>,
     Form(form): Form<JobForm>,
 ) -> Response {
-    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
-        return refusal;
-    }
-    let Some(queue) = source.queue.as_ref() else {
-        return no_queue(&source, &viewer);
+    let queue = match queue_for(&source, &viewer, &form.csrf) {
+        Ok(queue) => queue,
+        Err(refusal) => return *refusal,
     };
-    match queue.retry_dead(&form.key).await {
-        Ok(true) => done(
-            &source,
-            &viewer,
+    let key = &form.key;
+    answer(
+        &source,
+        &viewer,
+        queue.retry_dead(key).await,
+        (
             "Retried",
-            format!(
-                "{:?} is back in the queue with fresh attempts, to run now.",
-                form.key
-            ),
-            job_link(&form.key),
+            format!("{key:?} is back in the queue with fresh attempts, to run now."),
+            job_link(key),
         ),
-        Ok(false) => refuse(
-            &source,
-            &viewer,
-            format!(
-                "{:?} is not a dead job: only dead jobs are retried.",
-                form.key
-            ),
-            job_link(&form.key),
+        (
+            format!("{key:?} is not a dead job: only dead jobs are retried."),
+            job_link(key),
         ),
-        Err(e) => store_failed(Frame::of(&source, &viewer), e),
-    }
+    )
 }
 
 #[derive(Deserialize)]
@@ -283,19 +301,16 @@ async fn retry_all_dead(
     State(source): State<Source>,
     Form(form): Form<ConfirmForm>,
 ) -> Response {
-    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
-        return refusal;
-    }
-    let Some(queue) = source.queue.as_ref() else {
-        return no_queue(&source, &viewer);
+    let queue = match queue_for(&source, &viewer, &form.csrf) {
+        Ok(queue) => queue,
+        Err(refusal) => return *refusal,
     };
-    let back = ("/jobs?state=dead".to_owned(), "Dead jobs".to_owned());
     if form.yes.is_none() {
         return refuse(
             &source,
             &viewer,
             "Retrying every dead job runs each again: tick \"yes\" to say so.".to_owned(),
-            back,
+            ("/jobs?state=dead".to_owned(), "Dead jobs".to_owned()),
         );
     }
     match queue.retry_all_dead().await {
@@ -318,34 +333,25 @@ async fn discard(
     State(source): State<Source>,
     Form(form): Form<JobForm>,
 ) -> Response {
-    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
-        return refusal;
-    }
-    let Some(queue) = source.queue.as_ref() else {
-        return no_queue(&source, &viewer);
+    let queue = match queue_for(&source, &viewer, &form.csrf) {
+        Ok(queue) => queue,
+        Err(refusal) => return *refusal,
     };
-    match queue.discard(&form.key).await {
-        Ok(true) => done(
-            &source,
-            &viewer,
+    let key = &form.key;
+    answer(
+        &source,
+        &viewer,
+        queue.discard(key).await,
+        (
             "Discarded",
-            format!(
-                "Discarded the dead job {:?}; its key can be enqueued again.",
-                form.key
-            ),
+            format!("Discarded the job {key:?}; its key can be enqueued again."),
             ("/jobs?state=dead".to_owned(), "Dead jobs".to_owned()),
         ),
-        Ok(false) => refuse(
-            &source,
-            &viewer,
-            format!(
-                "{:?} is not a dead job: only dead jobs are discarded.",
-                form.key
-            ),
-            job_link(&form.key),
+        (
+            format!("{key:?} is not a dead or cancelled job: only those are discarded."),
+            job_link(key),
         ),
-        Err(e) => store_failed(Frame::of(&source, &viewer), e),
-    }
+    )
 }
 
 async fn cancel(
@@ -353,11 +359,9 @@ async fn cancel(
     State(source): State<Source>,
     Form(form): Form<JobForm>,
 ) -> Response {
-    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
-        return refusal;
-    }
-    let Some(queue) = source.queue.as_ref() else {
-        return no_queue(&source, &viewer);
+    let queue = match queue_for(&source, &viewer, &form.csrf) {
+        Ok(queue) => queue,
+        Err(refusal) => return *refusal,
     };
     let key = &form.key;
     let (title, text) = match queue.cancel(key, "cancelled from the dashboard").await {
@@ -413,43 +417,35 @@ async fn resume(
 }
 
 async fn toggle(viewer: Viewer, source: Source, form: ScheduleForm, pause: bool) -> Response {
-    if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
-        return refusal;
-    }
-    let Some(queue) = source.queue.as_ref() else {
-        return no_queue(&source, &viewer);
+    let queue = match queue_for(&source, &viewer, &form.csrf) {
+        Ok(queue) => queue,
+        Err(refusal) => return *refusal,
     };
-    let changed = if pause {
-        queue.pause_schedule(&form.name).await
-    } else {
-        queue.resume_schedule(&form.name).await
-    };
-    let back = (
-        link("/schedule", &[("name", &form.name)]),
-        "Back to the schedule".to_owned(),
-    );
     let name = &form.name;
-    match changed {
-        Ok(true) if pause => done(
-            &source,
-            &viewer,
+    let (outcome, title, text) = if pause {
+        (
+            queue.pause_schedule(name).await,
             "Paused",
             format!("Paused {name:?}: its ticks are passed over until it is resumed."),
-            back,
-        ),
-        Ok(true) => done(
-            &source,
-            &viewer,
+        )
+    } else {
+        (
+            queue.resume_schedule(name).await,
             "Resumed",
             format!("Resumed {name:?}."),
-            back,
-        ),
-        Ok(false) => refuse(
-            &source,
-            &viewer,
-            format!("No schedule is named {name:?}."),
-            back,
-        ),
-        Err(e) => store_failed(Frame::of(&source, &viewer), e),
-    }
+        )
+    };
+    let back = || {
+        (
+            link("/schedule", &[("name", name)]),
+            "Back to the schedule".to_owned(),
+        )
+    };
+    answer(
+        &source,
+        &viewer,
+        outcome,
+        (title, text, back()),
+        (format!("No schedule is named {name:?}."), back()),
+    )
 }
