@@ -8,15 +8,42 @@ mod example_process;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use example_process::example_binary;
 
 /// A replica of the example, its `ran` lines collected as they come.
 struct Replica {
     child: Child,
-    ran: Arc<Mutex<Vec<String>>>,
+    ran: Arc<Ran>,
+}
+
+/// The tick times a replica printed, and a gate to wait for them.
+#[derive(Default)]
+struct Ran {
+    times: Mutex<Vec<String>>,
+    grew: Condvar,
+}
+
+impl Ran {
+    fn push(&self, time: String) {
+        self.times.lock().unwrap().push(time);
+        self.grew.notify_all();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.times.lock().unwrap()
+    }
+
+    /// Waits until it printed `n` ticks; panics with `why` after `most`.
+    fn wait_for(&self, n: usize, most: Duration, why: &str) {
+        let (times, timeout) = self
+            .grew
+            .wait_timeout_while(self.lock(), most, |times| times.len() < n)
+            .unwrap();
+        assert!(!timeout.timed_out() || times.len() >= n, "{why}");
+    }
 }
 
 fn replica(schema: &str, catch_up: &str) -> Replica {
@@ -32,7 +59,7 @@ fn replica(schema: &str, catch_up: &str) -> Replica {
         .spawn()
         .expect("run the cron example");
     let out = BufReader::new(child.stdout.take().unwrap());
-    let ran = Arc::new(Mutex::new(Vec::new()));
+    let ran = Arc::new(Ran::default());
     let lines = ran.clone();
     std::thread::spawn(move || {
         for line in out.lines().map_while(Result::ok) {
@@ -42,7 +69,7 @@ fn replica(schema: &str, catch_up: &str) -> Replica {
                     .next()
                     .unwrap_or_default()
                     .to_owned();
-                lines.lock().unwrap().push(time);
+                lines.push(time);
             }
         }
     });
@@ -101,7 +128,7 @@ async fn drop_schema(schema: &str) {
 fn runs(replicas: &[Replica]) -> HashMap<i64, usize> {
     let mut runs = HashMap::new();
     for replica in replicas {
-        for time in replica.ran.lock().unwrap().iter() {
+        for time in replica.ran.lock().iter() {
             *runs.entry(seconds(time)).or_insert(0) += 1;
         }
     }
@@ -115,16 +142,17 @@ async fn three_replicas_one_killed_run_every_tick_once() {
     std::thread::sleep(Duration::from_secs(7));
     // Killed once it has run a tick (which replica wins a tick is the replicas' race, so
     // seven seconds alone may leave it none), so that its runs are part of what is counted.
-    let gate = std::time::Instant::now();
-    while replicas[0].ran.lock().unwrap().is_empty() {
-        assert!(
-            gate.elapsed() < Duration::from_secs(30),
-            "the first replica ran no tick in 37 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    replicas[0].ran.wait_for(
+        1,
+        Duration::from_secs(30),
+        "the first replica ran no tick in 37 s",
+    );
+    // Half a second on, between two ticks of the one-second schedule: killed right at a
+    // tick's line, it would die in the moment between running that tick and recording it
+    // done, and the tick's job would rightly run again after its lease (at least once).
+    std::thread::sleep(Duration::from_millis(500));
     kill(&mut replicas[0]);
-    let killed_ran = replicas[0].ran.lock().unwrap().len();
+    let killed_ran = replicas[0].ran.lock().len();
     std::thread::sleep(Duration::from_secs(8));
     for replica in &mut replicas[1..] {
         stop(replica);
@@ -151,31 +179,16 @@ async fn three_replicas_one_killed_run_every_tick_once() {
 async fn a_replica_back_after_downtime_catches_up_its_window_and_counts_the_rest_missed() {
     let schema = fresh_schema("cron_catchup").await;
     let mut first = replica(&schema, "3s");
-    let started = Instant::now();
-    while first.ran.lock().unwrap().len() < 2 {
-        assert!(started.elapsed() < Duration::from_secs(30), "no tick ran");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    stop(&mut first);
-    let last_before = first
+    first
         .ran
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|t| seconds(t))
-        .max()
-        .unwrap();
+        .wait_for(2, Duration::from_secs(30), "no tick ran");
+    stop(&mut first);
+    let last_before = first.ran.lock().iter().map(|t| seconds(t)).max().unwrap();
     // Every replica down for 10 s.
     std::thread::sleep(Duration::from_secs(10));
     let mut back = replica(&schema, "3s");
-    let started = Instant::now();
-    while back.ran.lock().unwrap().len() < 4 {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "nothing caught up"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    back.ran
+        .wait_for(4, Duration::from_secs(30), "nothing caught up");
     stop(&mut back);
     let both = [first, back];
     let runs = runs(&both);
