@@ -125,6 +125,22 @@ pub struct ScopeCounts {
 }
 
 impl ScopeCounts {
+    /// Counts per scope, by scope, from (scope, status, how many) in any order: what each
+    /// store's [`Inspect::summary`] makes of its rows.
+    pub fn group(rows: impl IntoIterator<Item = (String, RecordStatus, u64)>) -> Vec<ScopeCounts> {
+        let mut scopes = std::collections::BTreeMap::<String, ScopeCounts>::new();
+        for (scope, status, n) in rows {
+            scopes
+                .entry(scope.clone())
+                .or_insert_with(|| ScopeCounts {
+                    scope,
+                    ..ScopeCounts::default()
+                })
+                .add(status, n);
+        }
+        scopes.into_values().collect()
+    }
+
     /// Adds `n` records in `status`.
     pub fn add(&mut self, status: RecordStatus, n: u64) {
         *match status {

@@ -178,17 +178,14 @@ impl Inspect for RedisStore {
 
     async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError> {
         let now = SystemTime::now();
-        let mut scopes = std::collections::BTreeMap::<String, ScopeCounts>::new();
+        let records = self.every_record().await?;
+        let scopes = ScopeCounts::group(
+            records
+                .iter()
+                .map(|r| (r.record.key.scope().to_owned(), r.status(now), 1)),
+        );
         let mut minutes = std::collections::BTreeMap::<u64, u64>::new();
-        for r in self.every_record().await? {
-            let scope = r.record.key.scope().to_owned();
-            scopes
-                .entry(scope.clone())
-                .or_insert_with(|| ScopeCounts {
-                    scope,
-                    ..ScopeCounts::default()
-                })
-                .add(r.status(now), 1);
+        for r in &records {
             if let RecordState::Completed { completed_at, .. } = r.record.state {
                 if completed_at >= since {
                     let secs = completed_at
@@ -199,7 +196,7 @@ impl Inspect for RedisStore {
             }
         }
         Ok(RecordSummary {
-            scopes: scopes.into_values().collect(),
+            scopes,
             completed_per_minute: minutes
                 .into_iter()
                 .map(|(secs, n)| (SystemTime::UNIX_EPOCH + Duration::from_secs(secs), n))

@@ -116,21 +116,13 @@ impl Inspect for SqliteStore {
             .fetch_all(self.pool())
             .await
             .map_err(failed(Operation::Get))?;
-        let mut summary = RecordSummary::default();
-        for row in &rows {
-            let (scope, status, n): (String, String, i64) = (row.get(0), row.get(1), row.get(2));
-            if summary.scopes.last().is_none_or(|last| last.scope != scope) {
-                summary.scopes.push(ScopeCounts {
-                    scope,
-                    ..ScopeCounts::default()
-                });
-            }
-            if let (Some(counts), Some(status)) =
-                (summary.scopes.last_mut(), RecordStatus::parse(&status))
-            {
-                counts.add(status, n.unsigned_abs());
-            }
-        }
+        let mut summary = RecordSummary {
+            scopes: ScopeCounts::group(rows.iter().filter_map(|row| {
+                let status = RecordStatus::parse(row.get(1))?;
+                Some((row.get(0), status, row.get::<i64, _>(2).unsigned_abs()))
+            })),
+            ..RecordSummary::default()
+        };
         let since = since
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
