@@ -200,9 +200,11 @@ fn retry_after(value: &str) -> Option<Duration> {
 /// there are any.
 pub async fn foreign_work(queue: &crate::queue::Queue) -> Result<u64, idem_core::StoreError> {
     let (schema, table) = queue.store().names();
+    // The two states apart, so that each reads its own index (waiting, running).
     let statement = format!(
         "SELECT count(*) FROM \"{schema}\".\"{table}_queue\"
-         WHERE queue = $1 AND state IN ('queued', 'running') AND NOT (payload ? 'http')"
+         WHERE queue = $1 AND (state = 'queued' OR state = 'running')
+           AND NOT (payload ? 'http')"
     );
     let jobs: i64 = sqlx::query_scalar(&statement)
         .bind(HTTP_QUEUE)

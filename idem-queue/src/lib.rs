@@ -384,9 +384,11 @@
 //!   [`through_pool`](idem_store_postgres::PgStoreBuilder::through_pool) runs the queue at a
 //!   round trip more per statement and without batching, well below its speed on the store's
 //!   own connections.
-//! - **VACUUM.** A claim reads its named queue's part of the claim index (by priority, then
-//!   `available_at`) from its start, past the entries of every job claimed since the table was last
-//!   vacuumed, so claims slow down as jobs run until autovacuum comes. Finished jobs stay until
+//! - **VACUUM.** A claim reads its named queue's part of the waiting jobs' index (by
+//!   priority, then `available_at`) from its start, past the entries of every job claimed
+//!   since the table was last vacuumed, so claims slow down as jobs run until autovacuum
+//!   comes. (Running jobs have an index of their own, by lease end, so a claim never reads
+//!   past them.) Finished jobs stay until
 //!   purged, and PostgreSQL's default vacuums once a fifth of a table is dead row versions, so the
 //!   more jobs a queue keeps, the longer between vacuums: the queue's migrations set
 //!   `autovacuum_vacuum_scale_factor = 0.01` on its table (a value you set there yourself is kept).
@@ -407,7 +409,8 @@
 //! - **Failures retry** with backoff up to `max_attempts`, then dead-letter; a worker that
 //!   dies during a job's last attempt leaves it dead-lettered too.
 //! - **Order**: within a named queue, by priority, then in the order jobs become available
-//!   (`available_at`); a serial key's jobs in the order they were enqueued. Recurring jobs are
+//!   (`available_at`); a serial key's jobs in the order they were enqueued. A job whose
+//!   worker stopped (its lease lapsed) comes before them all: it was started first. Recurring jobs are
 //!   [schedules](Scheduler).
 //! - **Serial keys order jobs as they commit**: a job whose transaction began before a later
 //!   job of its key was enqueued, and committed after that one was claimed, runs after it, or

@@ -20,9 +20,9 @@ pub(crate) const CHANNEL: &str = "idem_queue";
 /// equality does) so that no plan can find a job through one of the queue's partial indexes,
 /// whose predicates name the state in the default collation: a statement that finds its jobs by
 /// key also checks their state this way. Otherwise a generic plan made on a queue never
-/// analyzed, or analyzed while empty (an `ANALYZE` right after `migrate`), may read every queued
-/// and running job (`q_ready`) to find one by key, or every done job (`q_finished`), and the
-/// plan is kept until the queue is analyzed again. `tests/plans.rs` checks both states.
+/// analyzed, or analyzed while empty (an `ANALYZE` right after `migrate`), may read every
+/// running job (`q_leases`) to find one by key, or every done job (`q_finished`), and the plan
+/// is kept until the queue is analyzed again. `tests/plans.rs` checks both states.
 fn in_state(column: &str, state: &str) -> String {
     format!("{column} COLLATE \"C\" = '{state}'")
 }
@@ -293,8 +293,9 @@ impl QueueSql {
         // The limit, and the keys `also` names, are `unseen`, so that a connection that chooses
         // between custom and generic plans (the pool's) settles on the generic one too.
         //
-        // Only jobs of the named queue `queue`, by priority, then by when they became
-        // available; of a serial key's jobs, only its first unfinished one in enqueue order
+        // Only jobs of the named queue `queue`: those a stopped worker left (lease lapsed)
+        // first, then waiting ones by priority, then by when they became available; of a
+        // serial key's jobs, only its first unfinished one in enqueue order
         // (`created_at`, each row's insertion time), and only while no other job of the
         // key runs on a live lease. Read on this statement's snapshot, that is safe: a job is
         // seen unfinished or running too long, never too short, so a claim can only wait when
@@ -303,20 +304,40 @@ impl QueueSql {
         // was enqueued and claimed): it waits for that job, unless a claim whose snapshot
         // missed that job's claim takes it in the moment between.
         let now = unseen("now()", "timestamptz");
+        let serial = format!(
+            "(j.serial_key IS NULL OR NOT EXISTS (
+                 SELECT 1 FROM {q} AS s
+                 WHERE s.serial_key = j.serial_key
+                   AND s.state IN ('queued', 'running') AND s.key <> j.key
+                   AND ((s.created_at, s.key) < (j.created_at, j.key)
+                        OR (s.state = 'running' AND s.available_at > {now}))))"
+        );
+        // Running jobs whose lease lapsed come first (from `q_leases`, by lease end), then
+        // waiting ones (from `q_waiting`, by priority). The limit above the two is what makes
+        // this cheap: the second is read (and its rows locked) only for the slots the first
+        // left, and the first finds nothing but when a worker stopped.
         let pick = |queue: &str, limit: &str, also: &str| {
             format!(
-                "SELECT j.key FROM {q} AS j
-                 WHERE j.state IN ('queued', 'running') AND j.available_at <= now()
-                   AND j.queue = {queue} {also}
-                   AND (j.serial_key IS NULL OR NOT EXISTS (
-                       SELECT 1 FROM {q} AS s
-                       WHERE s.serial_key = j.serial_key
-                         AND s.state IN ('queued', 'running') AND s.key <> j.key
-                         AND ((s.created_at, s.key) < (j.created_at, j.key)
-                              OR (s.state = 'running' AND s.available_at > {now}))))
-                 ORDER BY j.priority DESC, j.available_at
-                 LIMIT {limit}
-                 FOR UPDATE SKIP LOCKED"
+                "SELECT p.key FROM (
+                     SELECT l.key FROM (
+                         SELECT j.key FROM {q} AS j
+                         WHERE j.state = 'running' AND j.available_at <= now()
+                           AND j.queue = {queue} {also} AND {serial}
+                         ORDER BY j.available_at
+                         LIMIT {limit}
+                         FOR UPDATE SKIP LOCKED
+                     ) AS l
+                     UNION ALL
+                     SELECT w.key FROM (
+                         SELECT j.key FROM {q} AS j
+                         WHERE j.state = 'queued' AND j.available_at <= now()
+                           AND j.queue = {queue} {also} AND {serial}
+                         ORDER BY j.priority DESC, j.available_at
+                         LIMIT {limit}
+                         FOR UPDATE SKIP LOCKED
+                     ) AS w
+                 ) AS p
+                 LIMIT {limit}"
             )
         };
         // The jobs `picked` (a query of their keys) claimed for `worker` on a lease.
@@ -474,8 +495,8 @@ impl QueueSql {
                     &format!(
                         "GREATEST(0, LEAST($1::bigint, $5::bigint - (
                              SELECT count(*) FROM {q}
-                             WHERE queue = $4 AND state IN ('queued', 'running')
-                               AND state = 'running' AND available_at > now())))"
+                             WHERE queue = $4 AND state = 'running'
+                               AND available_at > now())))"
                     ),
                     "$2",
                     "$3",
@@ -485,8 +506,7 @@ impl QueueSql {
             ),
             limit_reached: format!(
                 "SELECT count(*) >= $2 FROM {q}
-                 WHERE queue = $1 AND state IN ('queued', 'running')
-                   AND state = 'running' AND available_at > now()"
+                 WHERE queue = $1 AND state = 'running' AND available_at > now()"
             ),
             snooze: format!(
                 "UPDATE {q} SET state = 'queued', attempts = attempts - 1, worker = NULL,

@@ -508,9 +508,10 @@ async fn replace_debounces_a_waiting_job_and_leaves_a_running_one() {
 }
 
 /// A job whose worker died mid-attempt keeps that attempt in its log, as `lapsed`, when the
-/// next claim takes it over.
+/// next claim takes it over; and it is taken before waiting jobs, whatever their priority (it
+/// was started first, and its worker's death should not send it to the back).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_attempt_whose_worker_died_is_logged_as_lapsed() {
+async fn an_attempt_whose_worker_died_is_logged_as_lapsed_and_taken_first() {
     let test = TestStore::new("qc_lapsed", 8).await;
     let queue = support::queue(&test).await;
     let _ = queue.enqueue(job("orphan")).await.unwrap();
@@ -524,13 +525,16 @@ async fn an_attempt_whose_worker_died_is_logged_as_lapsed() {
     .execute(test.store.pool())
     .await
     .unwrap();
+    let _ = queue.enqueue(job("urgent").priority(9)).await.unwrap();
     let log = Log::default();
-    let workers = logging(&queue, &log, Duration::ZERO).start();
+    let workers = logging(&queue, &log, Duration::ZERO).concurrency(1).start();
     let done = queue
         .wait_result("orphan", Duration::from_secs(20))
         .await
         .unwrap();
     assert_eq!(done, Some(JobResult::Done(None)));
+    workers.wait_idle().await;
+    assert_eq!(log.started(), ["orphan", "urgent"]);
     let status = queue.status("orphan").await.unwrap().unwrap();
     let attempts: Vec<(u32, &str)> = status
         .attempt_log

@@ -115,16 +115,16 @@ fn a_primary_key_read_without_its_key_is_a_whole_read() {
 /// states, as the queue's batched completions read them before they found the batch's jobs by
 /// key alone: every unfinished job to mark the batch's done, and (hashed) every done job to
 /// check whether a completion sent again found its job done. Read with a bound, as a claim
-/// reads `q_ready` (by its named queue) and `purge_done` reads `q_finished`, they are not.
+/// reads `q_waiting` (by its named queue) and `purge_done` reads `q_finished`, they are not.
 #[test]
 fn the_queues_partial_indexes_read_without_a_bound_are_whole_reads() {
     let every_done = "->  Bitmap Index Scan on idem_records_q_finished  (cost=0.00..4.13 rows=114 width=0)\n      Index Cond: (state = 'done'::text)";
     assert_eq!(whole_reads(every_done).len(), 1);
     let expired = "->  Index Scan using idem_records_q_finished on idem_records_queue\n      Index Cond: ((state = 'done'::text) AND (finished_at < $1))";
     assert!(whole_reads(expired).is_empty());
-    let every_unfinished = "->  Bitmap Index Scan on idem_records_q_ready  (cost=0.00..4.13 rows=4 width=0)\n->  Function Scan on d";
+    let every_unfinished = "->  Bitmap Index Scan on idem_records_q_waiting  (cost=0.00..4.13 rows=4 width=0)\n->  Function Scan on d";
     assert_eq!(whole_reads(every_unfinished).len(), 1);
-    let available = "->  Index Scan using idem_records_q_ready on idem_records_queue j\n      Index Cond: ((queue = $4) AND (available_at <= now()))";
+    let available = "->  Index Scan using idem_records_q_waiting on idem_records_queue j\n      Index Cond: ((queue = $4) AND (available_at <= now()))";
     assert!(whole_reads(available).is_empty());
 }
 

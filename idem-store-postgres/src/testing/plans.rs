@@ -100,9 +100,10 @@ fn parameters(statement: &str) -> usize {
 /// indexes with no condition at all (every entry, in the index's order); a use of a primary
 /// key (the records' `(key, scope)`, the queue's `key`) whose condition does not name the key
 /// (a condition on the scope alone reads every entry); or a use of one of the queue's partial
-/// indexes whose condition does not bound its column: `q_ready` without `queue` reads
-/// every queued and running job of every named queue (a backlog), `q_finished` without `finished_at` every done or
-/// dead one (a table's bulk, until purged).
+/// indexes whose condition does not bound its column: `q_waiting` without `queue` reads
+/// every queued job of every named queue (a backlog), `q_leases` without `queue` every running
+/// one, `q_finished` without `finished_at` every done or dead one (a table's bulk, until
+/// purged).
 pub fn whole_reads(plan: &str) -> Vec<String> {
     let lines: Vec<&str> = plan.lines().collect();
     let mut found = Vec::new();
@@ -135,7 +136,8 @@ pub fn whole_reads(plan: &str) -> Vec<String> {
         .iter()
         .any(|index| uses(index));
         let unbounded_partial = [
-            ("idem_records_q_ready", "queue"),
+            ("idem_records_q_waiting", "queue"),
+            ("idem_records_q_leases", "queue"),
             ("idem_records_q_finished", "finished_at"),
         ]
         .iter()
