@@ -1,13 +1,14 @@
 -- One job at one worker, as the queue runs it on the queue's table: the claim (the queue's own
--- `UPDATE .. WHERE key = ANY(ARRAY(SELECT .. FOR UPDATE SKIP LOCKED))`), then the job marked
+-- `UPDATE .. WHERE key = ANY(ARRAY(SELECT .. FOR UPDATE SKIP LOCKED))`, reading its waiting
+-- jobs' index as a claim that does not look for lapsed jobs does), then the job marked
 -- done, each its own transaction. (The queue's real statements also claim and complete the
 -- job's idempotency record, in another table; what grows is this table's index walk.)
 UPDATE idem_vacuum.idem_records_queue
 SET state = 'running', attempts = attempts + 1, worker = 'bench', available_at = now() + interval '5 minutes'
 WHERE key = ANY(ARRAY(
     SELECT key FROM idem_vacuum.idem_records_queue
-    WHERE state IN ('queued', 'running') AND available_at <= now()
-    ORDER BY available_at LIMIT 1 FOR UPDATE SKIP LOCKED))
+    WHERE state = 'queued' AND available_at <= now() AND queue = 'default'
+    ORDER BY priority DESC, available_at LIMIT 1 FOR UPDATE SKIP LOCKED))
 RETURNING key, attempts
 \gset
 UPDATE idem_vacuum.idem_records_queue SET state = 'done', finished_at = now(), worker = NULL

@@ -5,8 +5,13 @@
 -- (only VACUUM removes them), so a queue with priorities claimed more slowly than one without.
 --
 -- Now `q_waiting` holds waiting jobs only, and a claim leaves it; `q_leases` holds running jobs
--- by lease end, which a claim reads first for the lapsed ones (their workers stopped), and
+-- by lease end, which a claim that looks for lapsed ones (their workers stopped) reads, and
 -- which counts the jobs of a queue running now (its global limit).
+--
+-- Building the two indexes blocks writes to the queue's table until this migration commits
+-- (seconds on a table of millions of kept jobs; purge finished jobs first to shorten it).
+-- Workers of an older version claim through `q_ready` and read the whole table without it:
+-- stop them before migrating, or replace them right after.
 CREATE INDEX IF NOT EXISTS "__IDEM_TABLE___q_leases" ON "__IDEM_SCHEMA__"."__IDEM_TABLE___queue"
     (queue, available_at)
     WHERE state = 'running';

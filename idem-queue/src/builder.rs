@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::backoff::Backoff;
-use crate::held::{Held, Holder};
+use crate::held::{Held, Holder, Rescue};
 use crate::job::{check_name, Job, DEFAULT_QUEUE};
 use crate::outcome::Failure;
 use crate::producer::ProducerConfig;
@@ -211,6 +211,7 @@ impl WorkerBuilder {
                     worker: worker.clone(),
                     held: Held::default(),
                     stopping: std::sync::atomic::AtomicBool::new(false),
+                    rescue: Rescue::new(self.lease),
                 });
                 let shared = Arc::new(Shared {
                     handler: self.handler.clone(),

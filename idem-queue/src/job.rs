@@ -461,7 +461,8 @@ pub enum JobFilter {
     Queued,
     /// Claimed, on a live lease.
     Running,
-    /// Claimed, its lease lapsed: its worker died or stalled; the next claim takes it again.
+    /// Claimed, its lease lapsed: its worker died or stalled; the workers take it back first,
+    /// within a second.
     Stale,
     /// Finished.
     Done,

@@ -70,6 +70,7 @@ impl JobCompleteOp {
             .bind(duration_micros(workers.lease))
             .bind(&workers.worker)
             .bind(&workers.queue)
+            .bind(workers.rescue.due())
             .fetch_all(&mut *conn)
             .await?;
         let mut answers = Self::settle(&rows, 1, vec![(0, workers)])?;
@@ -103,12 +104,16 @@ impl JobCompleteOp {
             .collect();
         let mut queues: Vec<&str> = Vec::new();
         let mut wanted: Vec<i64> = Vec::new();
+        // Lapsed jobs are looked for in every queue of the statement when one is due (see
+        // `Rescue`): each queue's look is due on its own timer, and is taken here when due.
+        let mut rescue = false;
         for (_, workers) in &slots {
             match queues.iter().position(|q| *q == workers.queue) {
                 Some(i) => wanted[i] += 1,
                 None => {
                     queues.push(&workers.queue);
                     wanted.push(1);
+                    rescue |= workers.rescue.due();
                 }
             }
         }
@@ -137,6 +142,7 @@ impl JobCompleteOp {
             .bind(duration_micros(workers.lease))
             .bind(&workers.worker)
             .bind(&queues)
+            .bind(rescue)
             .fetch_all(&mut *conn)
             .await?;
         JobCompleteOp::settle(&rows, batch.len(), slots)
@@ -414,6 +420,7 @@ mod tests {
             worker: "test-worker".to_owned(),
             held: Default::default(),
             stopping: Default::default(),
+            rescue: crate::held::Rescue::new(Duration::from_secs(60)),
         })
     }
 
@@ -712,6 +719,7 @@ mod tests {
             .bind(60_000_000i64)
             .bind("test-worker")
             .bind(crate::job::DEFAULT_QUEUE)
+            .bind(true)
             .fetch_all(pool)
             .await
             .unwrap();

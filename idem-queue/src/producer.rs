@@ -184,6 +184,7 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool), sq
             .bind(lease)
             .bind(&holder.worker)
             .bind(&holder.queue)
+            .bind(holder.rescue.due())
             .fetch_all(&mut *conn))?,
             false,
         ),
@@ -205,6 +206,7 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool), sq
                     .bind(&holder.worker)
                     .bind(&holder.queue)
                     .bind(global)
+                    .bind(holder.rescue.due())
                     .fetch_all(&mut *tx)
                     .await?;
                 let blocked = rows.is_empty()

@@ -1,10 +1,10 @@
 //! Rescue: what a claimed job becomes when the worker that ran its previous attempt stopped
 //! without settling it (crashed, was killed, or lost the database) and its lease lapsed.
 //!
-//! The claim statement itself takes such jobs back (a `running` job whose lease lapsed is
-//! claimable again, with its attempt counted), so no separate sweep is needed. What remains is
-//! the decision for a job whose *last* attempt was cut off: it is dead-lettered with an error
-//! that says so, rather than run beyond its `max_attempts`.
+//! The claim statement itself takes such jobs back, with their attempt counted, when the
+//! workers look for them (`held::Rescue`: at start, then every second), so no separate sweep
+//! is needed. What remains is the decision for a job whose *last* attempt was cut off: it is
+//! dead-lettered with an error that says so, rather than run beyond its `max_attempts`.
 
 use crate::claimed::Claimed;
 use crate::completer::Settle;

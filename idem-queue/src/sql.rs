@@ -9,7 +9,7 @@ use idem_store_postgres::extend::{batch_start_sql, duration_micros, micros_sql};
 use idem_store_postgres::PgStore;
 
 /// The SQL condition a row of the queue's table meets when its job is running on a lease that
-/// lapsed: its worker died or stalled, and the next claim takes the job again.
+/// lapsed: its worker died or stalled, and a claim that looks for such jobs takes it again.
 /// [`QueueStats::stale`](crate::QueueStats::stale) counts these rows, and `idem jobs` shows their state as `stale`.
 pub const LAPSED_SQL: &str = "(state = 'running' AND available_at <= now())";
 
@@ -51,14 +51,16 @@ pub(crate) struct QueueSql {
     /// Returns per job, in order: (inserted, the stored or the batch's first
     /// payload of its key is the same; NULL when another transaction's job is not yet visible).
     pub(crate) enqueue_many: String,
-    /// `$1` limit, `$2` lease (µs), `$3` worker. The article's claim-then-process statement,
+    /// `$1` limit, `$2` lease (µs), `$3` worker, `$4` named queue, `$5` whether to take back
+    /// jobs whose lease lapsed too (first). The article's claim-then-process statement,
     /// which also reserves a fence for each job's idempotency record when the key has none yet
     /// (returning it and the claim's lease end), so a fresh job's call needs no claim
     /// statement of its own. It writes no record: the job's row is the record (see
     /// `job_store`).
     pub(crate) claim: String,
-    /// `$1` limit, `$2` lease µs, `$3` worker, `$4` queue, `$5` the queue's global limit: the
-    /// claim, never past the global limit (run under the queue's advisory lock).
+    /// `$1` limit, `$2` lease µs, `$3` worker, `$4` queue, `$5` the queue's global limit, `$6`
+    /// as `claim`'s `$5`: the claim, never past the global limit (run under the queue's
+    /// advisory lock).
     pub(crate) claim_limited: String,
     /// `$1` queue, `$2` its global limit: whether that many of its jobs run now.
     pub(crate) limit_reached: String,
@@ -90,7 +92,8 @@ pub(crate) struct QueueSql {
     pub(crate) complete_and_done_many: String,
     /// `complete_and_done_many` that also claims more jobs, as `claim` does: up to `$6[i]`
     /// (`bigint[]`) of named queue `$9[i]` (`text[]`) for each `i` (`$7` lease in µs, `$8`
-    /// worker), for the slots those jobs free: the completions' keys are never among them.
+    /// worker, `$10` as `claim`'s `$5`), for the slots those jobs free: the completions' keys
+    /// are never among them.
     /// Returns, first, a row per completion (`i`, call completed, job marked done, then NULLs),
     /// then a row per claimed job (NULL, NULL, NULL, then `claim`'s columns, then its queue).
     pub(crate) complete_and_claim_many: String,
@@ -99,7 +102,7 @@ pub(crate) struct QueueSql {
     /// completed, job marked done).
     pub(crate) complete_and_done_one: String,
     /// `complete_and_claim_many` for one job, with scalars as `complete_and_done_one` (`$6`
-    /// limit, `$7` lease in µs, `$8` worker, as there). Returns the same rows, the
+    /// limit, `$7` lease in µs, `$8` worker, `$9` named queue, `$10`, as there). Returns the same rows, the
     /// completion's first with `1` for its position.
     pub(crate) complete_and_claim_one: String,
     /// `$1` key, `$2` attempt, `$3` delay (µs), `$4` error.
@@ -313,15 +316,18 @@ impl QueueSql {
                         OR (s.state = 'running' AND s.available_at > {now}))))"
         );
         // Running jobs whose lease lapsed come first (from `q_leases`, by lease end), then
-        // waiting ones (from `q_waiting`, by priority). The limit above the two is what makes
-        // this cheap: the second is read (and its rows locked) only for the slots the first
-        // left, and the first finds nothing but when a worker stopped.
-        let pick = |queue: &str, limit: &str, also: &str| {
+        // waiting ones (from `q_waiting`, by priority). The limit above the two reads the
+        // second (and locks its rows) only for the slots the first left. The first is read
+        // only where `rescue` (a boolean parameter) is true: it reads its queue's entries of
+        // `q_leases` up to now, past those of every job finished more than a lease ago until
+        // VACUUM removes them, a cost a claim should not pay each time; the workers look for
+        // lapsed jobs once in a while instead (`held::Rescue`).
+        let pick = |queue: &str, limit: &str, also: &str, rescue: &str| {
             format!(
                 "SELECT p.key FROM (
                      SELECT l.key FROM (
                          SELECT j.key FROM {q} AS j
-                         WHERE j.state = 'running' AND j.available_at <= now()
+                         WHERE {rescue} AND j.state = 'running' AND j.available_at <= now()
                            AND j.queue = {queue} {also} AND {serial}
                          ORDER BY j.available_at
                          LIMIT {limit}
@@ -369,28 +375,34 @@ impl QueueSql {
         };
         // The queue's name is `unseen` too: a custom plan that knew it would look cheaper than
         // the generic one, and a pool connection would then plan every claim anew.
-        let claimed = |limit: &str, lease: &str, worker: &str, queue: &str, also: &str| {
+        let claimed = |limit: &str, lease: &str, worker: &str, queue: &str, also: &str, rescue| {
             claim_picked(
-                &pick(&unseen(queue, "text"), &unseen(limit, "bigint"), also),
+                &pick(
+                    &unseen(queue, "text"),
+                    &unseen(limit, "bigint"),
+                    also,
+                    &unseen(rescue, "bool"),
+                ),
                 lease,
                 worker,
             )
         };
         // The same, claiming up to `limits[i]` jobs of named queue `queues[i]` for each `i`
         // (SQL arrays): one statement for slots of several named queues.
-        let claimed_in = |limits: &str, lease: &str, worker: &str, queues: &str, also: &str| {
-            claim_picked(
-                &format!(
-                    "SELECT p.key FROM unnest({}, {}) AS w(queue, n),
+        let claimed_in =
+            |limits: &str, lease: &str, worker: &str, queues: &str, also: &str, rescue: &str| {
+                claim_picked(
+                    &format!(
+                        "SELECT p.key FROM unnest({}, {}) AS w(queue, n),
                          LATERAL ({}) AS p",
-                    unseen(queues, "text[]"),
-                    unseen(limits, "bigint[]"),
-                    pick("w.queue", "w.n", also)
-                ),
-                lease,
-                worker,
-            )
-        };
+                        unseen(queues, "text[]"),
+                        unseen(limits, "bigint[]"),
+                        pick("w.queue", "w.n", also, &unseen(rescue, "bool"))
+                    ),
+                    lease,
+                    worker,
+                )
+            };
         // Completions (`completing`: their CTEs) that also claim jobs (`claiming`: a `claimed`
         // CTE), never one that `also` rules out: a row per completion (`answers`, its position
         // first, over `from`), then a row per claimed job with its named queue last, each padded
@@ -484,25 +496,21 @@ impl QueueSql {
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
                         c.cancel_requested, c.traceparent
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
-                claimed("$1", "$2", "$3", "$4", "")
+                claimed("$1", "$2", "$3", "$4", "", "$5")
             ),
+            // The places the global limit leaves, counted once (the limit is read by each
+            // part of the pick).
             claim_limited: format!(
-                "WITH {}, records AS ({unheld})
+                "WITH places AS MATERIALIZED (
+                     SELECT GREATEST(0, LEAST($1::bigint, $5::bigint - (
+                         SELECT count(*) FROM {q}
+                         WHERE queue = $4 AND state = 'running' AND available_at > now()))) AS n
+                 ),
+                 {}, records AS ({unheld})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
                         c.cancel_requested, c.traceparent
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
-                claimed(
-                    &format!(
-                        "GREATEST(0, LEAST($1::bigint, $5::bigint - (
-                             SELECT count(*) FROM {q}
-                             WHERE queue = $4 AND state = 'running'
-                               AND available_at > now())))"
-                    ),
-                    "$2",
-                    "$3",
-                    "$4",
-                    ""
-                )
+                claimed("(SELECT n FROM places)", "$2", "$3", "$4", "", "$6")
             ),
             limit_reached: format!(
                 "SELECT count(*) >= $2 FROM {q}
@@ -571,7 +579,14 @@ impl QueueSql {
                 &complete_and_done,
                 &format!("n.i, {completion_answers}"),
                 &format!("FROM generate_series(1, {key_count}) AS n(i)"),
-                &claimed_in("$6", "$7", "$8", "$9", &format!("AND j.key <> ALL({keys})")),
+                &claimed_in(
+                    "$6",
+                    "$7",
+                    "$8",
+                    "$9",
+                    &format!("AND j.key <> ALL({keys})"),
+                    "$10",
+                ),
             ),
             complete_and_done_one: format!("{complete_and_done_one} SELECT {completion_answer}"),
             complete_and_claim_one: and_claim(
@@ -584,6 +599,7 @@ impl QueueSql {
                     "$8",
                     "$9",
                     &format!("AND j.key <> {}", unseen("$1", "text")),
+                    "$10",
                 ),
             ),
             retry: format!(
@@ -839,6 +855,43 @@ mod tests {
         crate::test_store::drop_schema(&pool, &schema).await;
     }
 
+    /// A claim takes back a job whose lease lapsed only when it is told to look (`Rescue`
+    /// says when), and then before any waiting job; otherwise it reads waiting jobs only.
+    #[tokio::test]
+    async fn a_claim_takes_lapsed_jobs_back_only_when_it_looks_for_them() {
+        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_rescue").await;
+        sqlx::raw_sql(&format!(
+            "INSERT INTO {schema}.idem_records_queue
+                 (key, payload, max_attempts, state, attempts, available_at, priority)
+             VALUES ('orphan', '1', 5, 'running', 1, now() - interval '1 second', 0),
+                    ('waiting', '2', 5, 'queued', 0, now() - interval '1 hour', 9)"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        let sql = QueueSql::new(&store);
+        let claim = |limit: i64, rescue: bool| {
+            let (sql, pool) = (&sql, &pool);
+            async move {
+                let rows = sqlx::query(&sql.claim)
+                    .bind(limit)
+                    .bind(60_000_000i64)
+                    .bind("test-worker")
+                    .bind(crate::job::DEFAULT_QUEUE)
+                    .bind(rescue)
+                    .fetch_all(pool)
+                    .await
+                    .unwrap();
+                rows.iter()
+                    .map(|row| sqlx::Row::get::<String, _>(row, 0))
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(claim(2, false).await, ["waiting"]);
+        assert_eq!(claim(1, true).await, ["orphan"]);
+        crate::test_store::drop_schema(&pool, &schema).await;
+    }
+
     /// A page of jobs (the dashboard's lists: `Queue::jobs_page`) is an index range on a queue
     /// of 200,000 jobs: in key order the primary key from the page's start, for a finished
     /// state the finished jobs' index from the last page's finish; so is the overview's count
@@ -986,24 +1039,29 @@ mod tests {
                     .bind(1_000_000i64)
                     .bind(1i32)
             };
-            for _ in 0..10 {
+            for i in 0..10 {
+                // Looking for lapsed jobs or not, as the workers alternate.
+                let rescue = i % 2 == 0;
                 let executions = [
                     sqlx::query(&sql.claim)
                         .bind(1i64)
                         .bind(lease)
                         .bind(worker)
-                        .bind("default"),
+                        .bind("default")
+                        .bind(rescue),
                     completions(&sql.complete_and_claim_many)
                         .bind(vec![1i64])
                         .bind(lease)
                         .bind(worker)
-                        .bind(vec!["default"]),
+                        .bind(vec!["default"])
+                        .bind(rescue),
                     completions(&sql.complete_and_done_many),
                     completion(&sql.complete_and_claim_one)
                         .bind(1i64)
                         .bind(lease)
                         .bind(worker)
-                        .bind("default"),
+                        .bind("default")
+                        .bind(rescue),
                     completion(&sql.complete_and_done_one),
                     sqlx::query(&sql.done)
                         .bind(&keys)
