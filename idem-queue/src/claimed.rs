@@ -19,11 +19,14 @@ pub(crate) struct Claimed {
     pub cancel_requested: bool,
     /// The `traceparent` of the span that enqueued it.
     pub traceparent: Option<String>,
+    /// Whether the claim took it over from a worker whose lease lapsed.
+    pub lapsed: bool,
 }
 
 impl Claimed {
     /// Decodes a claimed job from the columns of `claim` (key, payload, attempts, max
-    /// attempts, record fence, record lease end, cancel requested, traceparent) starting at column `first`.
+    /// attempts, record fence, record lease end, cancel requested, traceparent, lapsed)
+    /// starting at column `first`.
     pub(crate) fn decode(row: &PgRow, first: usize) -> Claimed {
         Claimed {
             key: row.get(first),
@@ -35,6 +38,7 @@ impl Claimed {
                 .zip(row.get::<Option<i64>, _>(first + 5)),
             cancel_requested: row.get::<Option<bool>, _>(first + 6).unwrap_or(false),
             traceparent: row.get(first + 7),
+            lapsed: row.get::<Option<bool>, _>(first + 8).unwrap_or(false),
         }
     }
 }

@@ -36,11 +36,18 @@ pub(crate) struct Holder {
 }
 
 /// When a claim also looks for jobs whose lease lapsed (their workers stopped), to take them
-/// back first: at once, then at most every half lease, and at least every second. Not on every
-/// claim: that look reads the queue's running jobs' index up to now, past the entries of every
-/// job finished more than a lease ago until VACUUM removes them. A lapsed job therefore waits
-/// up to this interval longer than its lease (a claim that looked and was then cut off delays
-/// the next look by one interval).
+/// back first: the workers' first claim looks, then one claim a second (or every half lease,
+/// if that is shorter), and every claim while looks keep finding as many lapsed jobs as they
+/// could take (a dead worker's jobs come back as fast as slots free up, before waiting jobs).
+/// Not every claim: a look reads the queue's running jobs' index up to now, past the entries
+/// of every job finished more than a lease ago until VACUUM removes them.
+///
+/// So a lapsed job waits up to an interval longer than its lease, or until the workers' next
+/// claim if that comes later (an idle worker claims at its poll interval). A claim that could
+/// take nothing (a global limit reached), or that did not look and found fewer waiting jobs
+/// than it could take, makes the next claim look: workers call themselves idle only after a
+/// look found nothing. A claim that looked and was cut off delays the next look by an
+/// interval.
 #[derive(Debug)]
 pub(crate) struct Rescue {
     epoch: Instant,
@@ -62,8 +69,29 @@ impl Rescue {
     /// Whether the claim about to be sent should look for lapsed jobs; when it should, the next
     /// look is due an interval from now (one claim looks, not every claim sent meanwhile).
     pub fn due(&self) -> bool {
+        self.due_at(self.epoch.elapsed())
+    }
+
+    /// What a claim took: `got` jobs where it could take `limit`, `lapsed` of them taken over
+    /// from stopped workers; `looked` says whether it looked for those. The next claim looks
+    /// again when lapsed jobs filled this one (more may be behind them), when this one could
+    /// take nothing (a global limit), or when it did not look and came back short (waiting
+    /// jobs ran out; only a look says whether lapsed ones remain).
+    pub fn took(&self, looked: bool, lapsed: usize, got: usize, limit: usize) {
+        let again = if looked {
+            lapsed >= limit || limit == 0
+        } else {
+            got < limit
+        };
+        if again {
+            self.next.store(0, Ordering::SeqCst);
+        }
+    }
+
+    /// `due` at `now` (since `epoch`).
+    fn due_at(&self, now: Duration) -> bool {
         let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let now = micros(self.epoch.elapsed());
+        let now = micros(now);
         let next = self.next.load(Ordering::SeqCst);
         now >= next
             && self
@@ -111,15 +139,41 @@ mod tests {
     use super::Rescue;
     use std::time::Duration;
 
-    /// The first claim looks for lapsed jobs, the next ones within the interval do not; with
-    /// no interval (a lease of zero), every claim looks.
+    /// The first claim looks for lapsed jobs, the next ones within the interval do not, the
+    /// first after it does (a second, for a lease of a minute; half a lease when shorter).
     #[test]
     fn a_look_for_lapsed_jobs_is_due_at_once_then_once_per_interval() {
+        let ms = Duration::from_millis;
         let rescue = Rescue::new(Duration::from_secs(60));
-        assert!(rescue.due());
-        assert!(!rescue.due());
-        assert!(!rescue.due());
-        let always = Rescue::new(Duration::ZERO);
-        assert!(always.due() && always.due());
+        assert!(rescue.due_at(ms(0)));
+        assert!(!rescue.due_at(ms(1)));
+        assert!(!rescue.due_at(ms(999)));
+        assert!(rescue.due_at(ms(1000)));
+        assert!(!rescue.due_at(ms(1500)));
+        assert!(rescue.due_at(ms(2000)));
+        let short = Rescue::new(ms(400));
+        assert!(short.due_at(ms(0)));
+        assert!(!short.due_at(ms(199)));
+        assert!(short.due_at(ms(200)));
+    }
+
+    /// A look whose lapsed jobs filled its claim, or that could take nothing, makes the next
+    /// claim look again, and so does a claim that did not look and came back short; a look
+    /// that found fewer than it could take, and a full claim, do not.
+    #[test]
+    fn a_look_that_filled_its_claim_with_lapsed_jobs_looks_again() {
+        let ms = Duration::from_millis;
+        let rescue = Rescue::new(Duration::from_secs(60));
+        assert!(rescue.due_at(ms(0)));
+        rescue.took(true, 4, 4, 4);
+        assert!(rescue.due_at(ms(1)), "four of four: maybe more");
+        rescue.took(true, 1, 4, 4);
+        assert!(!rescue.due_at(ms(2)), "one of four: all there were");
+        rescue.took(false, 0, 4, 4);
+        assert!(!rescue.due_at(ms(3)), "a full claim that did not look");
+        rescue.took(false, 0, 2, 4);
+        assert!(rescue.due_at(ms(4)), "a short claim that did not look");
+        rescue.took(true, 0, 0, 0);
+        assert!(rescue.due_at(ms(5)), "nothing could be taken");
     }
 }

@@ -461,8 +461,8 @@ pub enum JobFilter {
     Queued,
     /// Claimed, on a live lease.
     Running,
-    /// Claimed, its lease lapsed: its worker died or stalled; the workers take it back first,
-    /// within a second.
+    /// Claimed, its lease lapsed: its worker died or stalled; the workers take it back before
+    /// waiting jobs (a busy worker looks once a second, an idle one at each poll).
     Stale,
     /// Finished.
     Done,

@@ -65,15 +65,16 @@ impl JobCompleteOp {
                 .await?;
             return Ok((row.try_get(0)?, row.try_get(1)?, None));
         };
+        let looked = workers.rescue.due();
         let rows = completion(&c.sql.complete_and_claim_one)
             .bind(1i64)
             .bind(duration_micros(workers.lease))
             .bind(&workers.worker)
             .bind(&workers.queue)
-            .bind(workers.rescue.due())
+            .bind(looked)
             .fetch_all(&mut *conn)
             .await?;
-        let mut answers = Self::settle(&rows, 1, vec![(0, workers)])?;
+        let mut answers = Self::settle(&rows, 1, vec![(0, workers)], looked)?;
         Ok(answers.pop().expect("one answer per completion"))
     }
 
@@ -145,18 +146,20 @@ impl JobCompleteOp {
             .bind(rescue)
             .fetch_all(&mut *conn)
             .await?;
-        JobCompleteOp::settle(&rows, batch.len(), slots)
+        JobCompleteOp::settle(&rows, batch.len(), slots, rescue)
     }
 
     /// The answers of `count` completions from the rows of a completion-and-claim statement (a
     /// row per completion, its position first, then a row per claimed job, its named queue
     /// last), each claimed job given to a slot of `slots` of its queue (the position of the
     /// completion that freed it, and its workers) and held there before any slot hears of it
-    /// (it is given back at shutdown).
+    /// (it is given back at shutdown). Each queue's workers hear what it took, and whether
+    /// the statement `looked` for lapsed jobs (`Rescue::took`).
     fn settle(
         rows: &[PgRow],
         count: usize,
         slots: Vec<(usize, &Arc<Holder>)>,
+        looked: bool,
     ) -> Result<Vec<<Self as Op>::Answer>, sqlx::Error> {
         let mut answers: Vec<<Self as Op>::Answer> =
             (0..count).map(|_| (false, false, None)).collect();
@@ -170,13 +173,31 @@ impl JobCompleteOp {
                         .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {i}")))?;
                     (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?);
                 }
-                None => claimed.push((Claimed::decode(row, 3), row.try_get::<String, _>(11)?)),
+                None => claimed.push((Claimed::decode(row, 3), row.try_get::<String, _>(12)?)),
             }
         }
         // Each claimed job to a free slot of its named queue. The statement claims no more of a
         // queue than it has slots; one that did (never seen) gives the job back at once rather
         // than fail after its claims were made, which would leave them claimed and unrun.
         let any_holder = slots.first().map(|(_, workers)| Arc::clone(workers));
+        // Per named queue (each of its slots' holders is that queue's): its slots, the jobs
+        // it took, and how many of those were lapsed.
+        let mut took: Vec<(&Arc<Holder>, usize, usize, usize)> = Vec::new();
+        for (_, workers) in &slots {
+            match took.iter_mut().find(|(w, ..)| w.queue == workers.queue) {
+                Some(entry) => entry.1 += 1,
+                None => took.push((workers, 1, 0, 0)),
+            }
+        }
+        for (job, queue) in &claimed {
+            if let Some(entry) = took.iter_mut().find(|(w, ..)| &w.queue == queue) {
+                entry.2 += 1;
+                entry.3 += usize::from(job.lapsed);
+            }
+        }
+        for (workers, slots, got, lapsed) in took {
+            workers.rescue.took(looked, lapsed, got, slots);
+        }
         let mut free = slots;
         for (job, queue) in claimed {
             match free.iter().position(|(_, workers)| workers.queue == queue) {

@@ -233,7 +233,7 @@
 //! | --- | --- | --- |
 //! | `queued` | waits until its run-after time (enqueued, a retry's backoff, a snooze), in its named queue, by priority (and behind its serial key's earlier jobs) | `running` when a worker of its queue claims it (its attempt counted); `cancelled` by [`Queue::cancel`]; its payload and run time replaced by an enqueue with [`NewJob::replace`] |
 //! | `running` | claimed by a worker, on a lease renewed while it runs | `done` when the handler returns `Ok` (or its call was completed before), with its result; `queued` again for a retry after a failure with attempts left; `dead` after a failure on its last attempt (or a permanent one); `queued` without counting the attempt when snoozed or given back (shutdown, another run holding the key, the store failing around it); `cancelled` when its handler cancels it, or when it stops after an operator's cancel |
-//! | `running`, lease lapsed (`stale`) | its worker died, stalled or lost the database | claimable again: a claim takes it over before waiting jobs (the workers look every second) and runs it again, or dead-letters it if that was its last attempt |
+//! | `running`, lease lapsed (`stale`) | its worker died, stalled or lost the database | claimable again: a claim takes it over before waiting jobs (a busy worker looks once a second, an idle one at each poll) and runs it again, or dead-letters it if that was its last attempt |
 //! | `done` | finished; its key stays a duplicate | deleted by [purging](#purging) |
 //! | `dead` | failed its last attempt, with its last error | `queued` with fresh attempts by [`Queue::retry_dead`]; deleted by [`Queue::discard`] |
 //! | `cancelled` | will not run again, with the reason as its last error; its key stays taken | deleted by [`Queue::discard`] |
@@ -389,8 +389,8 @@
 //!   priority, then `available_at`) from its start, past the entries of every job claimed
 //!   since the table was last vacuumed, so claims slow down as jobs run until autovacuum
 //!   comes. Running jobs have an index of their own, by lease end, which a claim reads only
-//!   when it looks for jobs whose lease lapsed: at a worker's start, then at most every
-//!   second (every half lease, for leases under two seconds). Finished jobs stay until
+//!   when it looks for jobs whose lease lapsed (see **Order** below): a busy worker's claims
+//!   look about once a second. Finished jobs stay until
 //!   purged, and PostgreSQL's default vacuums once a fifth of a table is dead row versions, so the
 //!   more jobs a queue keeps, the longer between vacuums: the queue's migrations set
 //!   `autovacuum_vacuum_scale_factor = 0.01` on its table (a value you set there yourself is kept).
@@ -412,10 +412,11 @@
 //!   dies during a job's last attempt leaves it dead-lettered too.
 //! - **Order**: within a named queue, by priority, then in the order jobs become available
 //!   (`available_at`); a serial key's jobs in the order they were enqueued. A job whose
-//!   worker stopped (its lease lapsed) comes before them all, it was started first: the
-//!   workers look for such jobs when they start, then every second (or half lease, if
-//!   shorter), so one waits up to that much longer than its lease. Recurring jobs are
-//!   [schedules](Scheduler).
+//!   worker stopped (its lease lapsed) comes before them all, it was started first. Workers
+//!   look for such jobs when they start, then with one claim a second (every half lease, if
+//!   shorter), with every claim while looks keep finding them, and whenever they run out of
+//!   waiting jobs; so one waits at most about a second past its lease for a worker that is
+//!   busy, or until an idle worker's next poll. Recurring jobs are [schedules](Scheduler).
 //! - **Serial keys order jobs as they commit**: a job whose transaction began before a later
 //!   job of its key was enqueued, and committed after that one was claimed, runs after it, or
 //!   in a narrow race beside it. A key's first unfinished job holds the key in every named

@@ -85,16 +85,21 @@ pub(crate) async fn produce(
         // Whether this look found all the work there was, at a time it would be announced.
         let mut drained = false;
         let starved = match claim(&shared.holder, want).await {
-            Ok((jobs, blocked)) => {
+            Ok((jobs, blocked, looked)) => {
                 let got = jobs.len();
                 // Work held back by the global limit is not drained: it runs once places free
-                // up (looked for at the poll interval; no notification says so).
-                drained = got < want && announced && !blocked;
+                // up (looked for at the poll interval; no notification says so). Nor is a
+                // queue whose claim did not look for lapsed jobs (see `Rescue`).
+                drained = got < want && announced && !blocked && looked;
                 idle.send_replace(got == 0 && drained && tasks.is_empty());
                 for job in jobs {
                     tasks.spawn(run(shared.clone(), job).in_current_span());
                 }
-                got < want
+                // A short claim that did not look is followed at once by one that does
+                // (unless the global limit held it back: then it waits for the poll), so
+                // that idle workers have looked, and are not left waiting for a notification
+                // that a lapse never sends.
+                got < want && (looked || blocked)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "claiming queued jobs failed; trying again after the poll interval");
@@ -171,10 +176,13 @@ fn log_join(joined: Result<(), JoinError>) {
 /// idempotency record's fence of each job whose key has none, and notes them as held. A queue
 /// with a global limit is claimed in a transaction under its advisory lock, so that the count
 /// of its running jobs the statement reads (on a snapshot taken after the lock) is not stale.
-/// Also says whether the global limit held jobs back (when it claimed none for that reason).
-async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool), sqlx::Error> {
+/// Also says whether the global limit held jobs back (when it claimed none for that reason),
+/// and whether it looked for jobs whose lease lapsed (`Rescue`).
+async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, bool), sqlx::Error> {
+    let wanted = limit;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let lease = duration_micros(holder.lease);
+    let looked = holder.rescue.due();
     // Never sent again: a claim applied but unanswered would leave its jobs claimed while a
     // second claim took others; unanswered, they return to the queue when their lease lapses.
     let (rows, blocked) = match holder.global_limit {
@@ -184,7 +192,7 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool), sq
             .bind(lease)
             .bind(&holder.worker)
             .bind(&holder.queue)
-            .bind(holder.rescue.due())
+            .bind(looked)
             .fetch_all(&mut *conn))?,
             false,
         ),
@@ -206,7 +214,7 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool), sq
                     .bind(&holder.worker)
                     .bind(&holder.queue)
                     .bind(global)
-                    .bind(holder.rescue.due())
+                    .bind(looked)
                     .fetch_all(&mut *tx)
                     .await?;
                 let blocked = rows.is_empty()
@@ -224,5 +232,8 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool), sq
     for job in &claimed {
         holder.held.hold(job);
     }
-    Ok((claimed, blocked))
+    let lapsed = claimed.iter().filter(|job| job.lapsed).count();
+    let limit = if blocked { 0 } else { wanted };
+    holder.rescue.took(looked, lapsed, claimed.len(), limit);
+    Ok((claimed, blocked, looked))
 }

@@ -2,7 +2,7 @@
 //! without settling it (crashed, was killed, or lost the database) and its lease lapsed.
 //!
 //! The claim statement itself takes such jobs back, with their attempt counted, when the
-//! workers look for them (`held::Rescue`: at start, then every second), so no separate sweep
+//! workers look for them (`held::Rescue` says when), so no separate sweep
 //! is needed. What remains is the decision for a job whose *last* attempt was cut off: it is
 //! dead-lettered with an error that says so, rather than run beyond its `max_attempts`.
 

@@ -324,8 +324,8 @@ impl QueueSql {
         // lapsed jobs once in a while instead (`held::Rescue`).
         let pick = |queue: &str, limit: &str, also: &str, rescue: &str| {
             format!(
-                "SELECT p.key FROM (
-                     SELECT l.key FROM (
+                "SELECT p.key, p.lapsed FROM (
+                     SELECT l.key, true AS lapsed FROM (
                          SELECT j.key FROM {q} AS j
                          WHERE {rescue} AND j.state = 'running' AND j.available_at <= now()
                            AND j.queue = {queue} {also} AND {serial}
@@ -334,7 +334,7 @@ impl QueueSql {
                          FOR UPDATE SKIP LOCKED
                      ) AS l
                      UNION ALL
-                     SELECT w.key FROM (
+                     SELECT w.key, false FROM (
                          SELECT j.key FROM {q} AS j
                          WHERE j.state = 'queued' AND j.available_at <= now()
                            AND j.queue = {queue} {also} AND {serial}
@@ -346,7 +346,9 @@ impl QueueSql {
                  LIMIT {limit}"
             )
         };
-        // The jobs `picked` (a query of their keys) claimed for `worker` on a lease.
+        // The jobs `picked` (a query of their keys, and whether each is a lapsed one) claimed
+        // for `worker` on a lease; each returned says whether it was lapsed, so the workers
+        // know to look for more (`held::Rescue`).
         // A running job whose lease lapsed is taken over: its attempt ended with its worker
         // (crashed, killed, stalled or cut off), logged as `lapsed` when the claim took it.
         let lapsed = logged(
@@ -359,17 +361,18 @@ impl QueueSql {
             // Unseen, so that a custom plan's width for it cannot price it below the generic.
             let worker_unseen = unseen(worker, "text");
             format!(
-                "claimed AS (
+                "picked AS MATERIALIZED ({picked}),
+                 claimed AS (
                      UPDATE {q}
                      SET state = 'running', attempts = attempts + 1,
                          worker = {worker_unseen},
                          available_at = now() + {lease}::bigint {micros}, attempted_at = now(),
                          attempt_log = CASE WHEN state = 'running' THEN {lapsed}
                                             ELSE attempt_log END
-                     WHERE key = ANY(ARRAY({picked}))
+                     WHERE key = ANY(ARRAY(SELECT key FROM picked))
                      RETURNING key, payload, attempts, max_attempts, available_at,
                                cancel_requested_at IS NOT NULL AS cancel_requested, traceparent,
-                               queue
+                               queue, key IN (SELECT key FROM picked WHERE lapsed) AS lapsed
                  )"
             )
         };
@@ -393,7 +396,7 @@ impl QueueSql {
             |limits: &str, lease: &str, worker: &str, queues: &str, also: &str, rescue: &str| {
                 claim_picked(
                     &format!(
-                        "SELECT p.key FROM unnest({}, {}) AS w(queue, n),
+                        "SELECT p.key, p.lapsed FROM unnest({}, {}) AS w(queue, n),
                          LATERAL ({}) AS p",
                         unseen(queues, "text[]"),
                         unseen(limits, "bigint[]"),
@@ -412,11 +415,12 @@ impl QueueSql {
                 "{completing}, {claiming}, records AS ({unheld})
                  SELECT {answers},
                         NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint,
-                        NULL::bool, NULL::text, NULL::text
+                        NULL::bool, NULL::text, NULL::bool, NULL::text
                  {from}
                  UNION ALL
                  SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
-                        r.fence, {lease_end}, c.cancel_requested, c.traceparent, c.queue
+                        r.fence, {lease_end}, c.cancel_requested, c.traceparent, c.lapsed,
+                        c.queue
                  FROM claimed c LEFT JOIN records r ON r.key = c.key"
             )
         };
@@ -494,7 +498,7 @@ impl QueueSql {
             claim: format!(
                 "WITH {}, records AS ({unheld})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
-                        c.cancel_requested, c.traceparent
+                        c.cancel_requested, c.traceparent, c.lapsed
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
                 claimed("$1", "$2", "$3", "$4", "", "$5")
             ),
@@ -508,7 +512,7 @@ impl QueueSql {
                  ),
                  {}, records AS ({unheld})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
-                        c.cancel_requested, c.traceparent
+                        c.cancel_requested, c.traceparent, c.lapsed
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
                 claimed("(SELECT n FROM places)", "$2", "$3", "$4", "", "$6")
             ),
@@ -856,7 +860,8 @@ mod tests {
     }
 
     /// A claim takes back a job whose lease lapsed only when it is told to look (`Rescue`
-    /// says when), and then before any waiting job; otherwise it reads waiting jobs only.
+    /// says when), and then before any waiting job, whatever its priority, saying which it
+    /// took over; otherwise it reads waiting jobs only.
     #[tokio::test]
     async fn a_claim_takes_lapsed_jobs_back_only_when_it_looks_for_them() {
         let (pool, schema, store) = crate::test_store::store_in_new_schema("q_rescue").await;
@@ -864,7 +869,8 @@ mod tests {
             "INSERT INTO {schema}.idem_records_queue
                  (key, payload, max_attempts, state, attempts, available_at, priority)
              VALUES ('orphan', '1', 5, 'running', 1, now() - interval '1 second', 0),
-                    ('waiting', '2', 5, 'queued', 0, now() - interval '1 hour', 9)"
+                    ('urgent', '2', 5, 'queued', 0, now() - interval '1 hour', 9),
+                    ('later', '3', 5, 'queued', 0, now() - interval '1 hour', 0)"
         ))
         .execute(&pool)
         .await
@@ -883,12 +889,16 @@ mod tests {
                     .await
                     .unwrap();
                 rows.iter()
-                    .map(|row| sqlx::Row::get::<String, _>(row, 0))
+                    .map(|row| {
+                        let job = crate::claimed::Claimed::decode(row, 0);
+                        (job.key, job.lapsed)
+                    })
                     .collect::<Vec<_>>()
             }
         };
-        assert_eq!(claim(2, false).await, ["waiting"]);
-        assert_eq!(claim(1, true).await, ["orphan"]);
+        assert_eq!(claim(1, false).await, [("urgent".to_owned(), false)]);
+        assert_eq!(claim(1, true).await, [("orphan".to_owned(), true)]);
+        assert_eq!(claim(2, true).await, [("later".to_owned(), false)]);
         crate::test_store::drop_schema(&pool, &schema).await;
     }
 

@@ -545,6 +545,77 @@ async fn an_attempt_whose_worker_died_is_logged_as_lapsed_and_taken_first() {
     workers.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A dead worker's jobs come back before waiting ones, one after another as the slot frees up:
+/// each claim that takes back as many lapsed jobs as it can looks for more, rather than waiting
+/// for the next periodic look while waiting jobs go first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_workers_jobs_all_come_back_before_waiting_ones() {
+    let test = TestStore::new("qc_orphans", 8).await;
+    let queue = support::queue(&test).await;
+    for i in 0..6 {
+        let _ = queue.enqueue(job(&format!("orphan:{i}"))).await.unwrap();
+    }
+    // What a worker that died running six jobs leaves.
+    idem_store_postgres::sqlx::query(&format!(
+        "UPDATE {}.idem_records_queue SET state = 'running', attempts = 1, worker = 'vm:gone',
+             attempted_at = now() - interval '2 seconds', available_at = now() - interval '1 second'",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    for i in 0..4 {
+        let waiting = job(&format!("waiting:{i}")).priority(9);
+        let _ = queue.enqueue(waiting).await.unwrap();
+    }
+    let log = Log::default();
+    let workers = logging(&queue, &log, Duration::ZERO).concurrency(1).start();
+    workers.wait_idle().await;
+    let started = log.started();
+    assert_eq!(started.len(), 10, "{started:?}");
+    assert!(
+        started[..6].iter().all(|key| key.starts_with("orphan:")),
+        "{started:?}"
+    );
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Workers already running, and idle, take back a job whose lease lapses later (its worker
+/// died after they last looked), and only call themselves idle again once it ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_workers_take_back_a_job_that_lapses_later() {
+    let test = TestStore::new("qc_lapses_later", 8).await;
+    let queue = support::queue(&test).await;
+    let log = Log::default();
+    let workers = logging(&queue, &log, Duration::ZERO).start();
+    workers.wait_idle().await;
+    // Claimed by a worker elsewhere that then died: running, its lease lapsed.
+    idem_store_postgres::sqlx::query(&format!(
+        "INSERT INTO {}.idem_records_queue
+             (key, payload, max_attempts, state, attempts, worker, attempted_at, available_at)
+         VALUES ('orphan', '{{}}', 5, 'running', 1, 'vm:gone', now() - interval '2 seconds',
+                 now() - interval '1 second')",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    let done = queue
+        .wait_result("orphan", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(done, Some(JobResult::Done(None)));
+    let status = queue.status("orphan").await.unwrap().unwrap();
+    let outcomes: Vec<&str> = status
+        .attempt_log
+        .iter()
+        .map(|a| a.outcome.as_str())
+        .collect();
+    assert_eq!(outcomes, ["lapsed", "done"]);
+    workers.wait_idle().await;
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
 /// An earlier job of a serial key retried by an operator while a later one runs waits for it:
 /// the key runs one job at a time whatever order its jobs come back in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
