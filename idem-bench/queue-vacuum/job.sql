@@ -1,6 +1,6 @@
 -- One job at one worker, as the queue runs it on the queue's table: the claim (the queue's own
--- `UPDATE .. WHERE key = ANY(ARRAY(SELECT .. FOR UPDATE SKIP LOCKED))`, reading its waiting
--- jobs' index as a claim that does not look for lapsed jobs does), then the job marked
+-- `UPDATE .. WHERE key = ANY(..)` of the jobs it picked `FOR UPDATE SKIP LOCKED` from its
+-- waiting jobs' index, as a claim that does not look for lapsed jobs picks them), then the job marked
 -- done, each its own transaction. (The queue's real statements also claim and complete the
 -- job's idempotency record, in another table; what grows is this table's index walk.)
 UPDATE idem_vacuum.idem_records_queue

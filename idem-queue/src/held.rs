@@ -72,6 +72,16 @@ impl Rescue {
         self.due_at(self.epoch.elapsed())
     }
 
+    /// Whether the next claim would look (without using the look up).
+    pub fn pending(&self) -> bool {
+        self.pending_at(self.epoch.elapsed())
+    }
+
+    /// `pending` at `now` (since `epoch`).
+    fn pending_at(&self, now: Duration) -> bool {
+        u64::try_from(now.as_micros()).unwrap_or(u64::MAX) >= self.next.load(Ordering::SeqCst)
+    }
+
     /// What a claim took: `got` jobs where it could take `limit`, `lapsed` of them taken over
     /// from stopped workers; `looked` says whether it looked for those. The next claim looks
     /// again when lapsed jobs filled this one (more may be behind them), when this one could
@@ -165,7 +175,9 @@ mod tests {
         let ms = Duration::from_millis;
         let rescue = Rescue::new(Duration::from_secs(60));
         assert!(rescue.due_at(ms(0)));
+        assert!(!rescue.pending_at(ms(1)));
         rescue.took(true, 4, 4, 4);
+        assert!(rescue.pending_at(ms(1)));
         assert!(rescue.due_at(ms(1)), "four of four: maybe more");
         rescue.took(true, 1, 4, 4);
         assert!(!rescue.due_at(ms(2)), "one of four: all there were");

@@ -113,9 +113,15 @@ pub(crate) async fn produce(
                     () = &mut notified => break,
                     () = &mut poll => break,
                     changed = stopping.changed() => if changed.is_err() { break 'produce } else { break },
-                    // A job ending does not make new work: no claim, but it may make us idle.
+                    // A job ending does not make new work: no claim, but it may make us idle;
+                    // unless a look for lapsed jobs is due (a completion's claim that did not
+                    // look came back short, say): then claim, rather than call ourselves idle
+                    // on an older look.
                     Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                         log_join(joined);
+                        if shared.holder.rescue.pending() {
+                            break;
+                        }
                         idle.send_replace(drained && tasks.is_empty());
                     }
                 }

@@ -616,6 +616,52 @@ async fn running_workers_take_back_a_job_that_lapses_later() {
     workers.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Workers call themselves idle only once a claim looked for lapsed jobs: a job that lapsed
+/// while another ran is taken back before `wait_idle` returns, though their next poll is an
+/// hour away and nothing announces a lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_are_idle_only_once_they_looked_for_lapsed_jobs() {
+    let test = TestStore::new("qc_idle_look", 8).await;
+    let queue = support::queue(&test).await;
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let (started, mut slow_started) = tokio::sync::watch::channel(false);
+    let workers = queue
+        .worker(move |job: Job| {
+            let (mut gate, started) = (gate.clone(), started.clone());
+            async move {
+                if job.key() == "slow" {
+                    started.send_replace(true);
+                    let _ = gate.wait_for(|open| *open).await;
+                }
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .concurrency(2)
+        .poll_interval(Duration::from_secs(3600))
+        .start();
+    let _ = queue.enqueue(job("orphan")).await.unwrap();
+    let first = queue.wait_result("orphan", Duration::from_secs(20)).await;
+    assert_eq!(first.unwrap(), Some(JobResult::Done(None)));
+    let _ = queue.enqueue(job("slow")).await.unwrap();
+    slow_started.wait_for(|started| *started).await.unwrap();
+    // While `slow` runs, `orphan` becomes a job whose worker died (an update announces
+    // nothing).
+    idem_store_postgres::sqlx::query(&format!(
+        "UPDATE {}.idem_records_queue SET state = 'running', attempts = 1, worker = 'vm:gone',
+             finished_at = NULL, attempted_at = now() - interval '2 seconds',
+             available_at = now() - interval '1 second'
+         WHERE key = 'orphan'",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    open.send_replace(true);
+    workers.wait_idle().await;
+    assert_eq!(state(&queue, "orphan").await, JobState::Done);
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
 /// An earlier job of a serial key retried by an operator while a later one runs waits for it:
 /// the key runs one job at a time whatever order its jobs come back in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
