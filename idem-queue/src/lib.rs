@@ -152,7 +152,8 @@
 //! - **Global limits.** [`WorkerBuilder::global_limit`] caps how many of a queue's jobs run at
 //!   once across every process (a provider's rate or connection limit). A claim of such a
 //!   queue runs under the queue's advisory lock in a transaction: four or five round trips
-//!   instead of one.
+//!   instead of one. A process held back by the limit claims again as its own jobs end; a
+//!   place freed by another process is found at the next poll (nothing announces it).
 //! - **Priorities.** [`NewJob::priority`] (default 0; higher first, negative below): within a
 //!   queue, jobs run by priority, then in the order they became available (after any job
 //!   whose worker stopped, which is taken back first).

@@ -84,12 +84,16 @@ pub(crate) async fn produce(
         let announced = !config.listen || listening.load(Ordering::SeqCst);
         // Whether this look found all the work there was, at a time it would be announced.
         let mut drained = false;
+        // Whether the global limit held work back from this claim.
+        let mut held_back = false;
         let starved = match claim(&shared.holder, want).await {
             Ok((jobs, blocked, looked)) => {
                 let got = jobs.len();
+                held_back = blocked;
                 // Work held back by the global limit is not drained: it runs once places free
-                // up (looked for at the poll interval; no notification says so). Nor is a
-                // queue whose claim did not look for lapsed jobs (see `Rescue`).
+                // up (one of ours ending, or the poll interval for other processes' places: no
+                // notification says so). Nor is a queue whose claim did not look for lapsed
+                // jobs (see `Rescue`).
                 drained = got < want && announced && !blocked && looked;
                 idle.send_replace(got == 0 && drained && tasks.is_empty());
                 for job in jobs {
@@ -117,9 +121,11 @@ pub(crate) async fn produce(
                     // unless a look for lapsed jobs is due (a completion's claim that did not
                     // look came back short, say): then claim, rather than call ourselves idle
                     // on an older look.
+                    // So does a job of ours ending when the global limit held work back: its
+                    // place is free now.
                     Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                         log_join(joined);
-                        if shared.holder.rescue.pending() {
+                        if held_back || shared.holder.rescue.pending() {
                             break;
                         }
                         idle.send_replace(drained && tasks.is_empty());
@@ -182,7 +188,8 @@ fn log_join(joined: Result<(), JoinError>) {
 /// idempotency record's fence of each job whose key has none, and notes them as held. A queue
 /// with a global limit is claimed in a transaction under its advisory lock, so that the count
 /// of its running jobs the statement reads (on a snapshot taken after the lock) is not stale.
-/// Also says whether the global limit held jobs back (when it claimed none for that reason),
+/// Also says whether the global limit held jobs back (it claimed fewer than `limit`, and the
+/// limit is reached),
 /// and whether it looked for jobs whose lease lapsed (`Rescue`).
 async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, bool), sqlx::Error> {
     let wanted = limit;
@@ -223,7 +230,9 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
                     .bind(looked)
                     .fetch_all(&mut *tx)
                     .await?;
-                let blocked = rows.is_empty()
+                // Held back when the claim took fewer than it could and the limit is reached
+                // now (its own jobs counted: the transaction sees them running).
+                let blocked = (rows.len() as i64) < limit
                     && sqlx::query_scalar::<_, bool>(&holder.sql.limit_reached)
                         .bind(&holder.queue)
                         .bind(global)
@@ -239,7 +248,8 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
         holder.held.hold(job);
     }
     let lapsed = claimed.iter().filter(|job| job.lapsed).count();
-    let limit = if blocked { 0 } else { wanted };
+    // Held back, it could take only what it took: the places the limit left.
+    let limit = if blocked { claimed.len() } else { wanted };
     holder.rescue.took(looked, lapsed, claimed.len(), limit);
     Ok((claimed, blocked, looked))
 }

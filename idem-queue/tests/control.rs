@@ -179,6 +179,35 @@ async fn a_global_limit_holds_across_independent_workers() {
     }
 }
 
+/// A process whose claims the global limit cuts short claims again as its own jobs end (their
+/// places are free), rather than at its next poll, an hour away here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_queue_claims_again_as_its_jobs_end() {
+    let test = TestStore::new("qc_global_refill", 8).await;
+    let queue = support::queue(&test).await;
+    for i in 0..8 {
+        let _ = queue
+            .enqueue(job(&format!("limited:{i}")).queue("limited"))
+            .await
+            .unwrap();
+    }
+    let log = Log::default();
+    let workers = logging(&queue, &log, Duration::from_millis(10))
+        .queue("limited", 4)
+        .global_limit("limited", 2)
+        .poll_interval(Duration::from_secs(3600))
+        .start();
+    for i in 0..8 {
+        let done = queue
+            .wait_result(&format!("limited:{i}"), Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert_eq!(done, Some(JobResult::Done(None)), "limited:{i}");
+    }
+    assert_eq!(log.most.load(Ordering::SeqCst), 2);
+    workers.shutdown(Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serial_keys_run_one_at_a_time_in_enqueue_order_across_workers() {
     let test = TestStore::new("qc_serial", 20).await;
