@@ -37,6 +37,28 @@ async fn state(queue: &Queue, key: &str) -> JobState {
     queue.status(key).await.unwrap().expect("the job").state
 }
 
+/// The outcomes in `key`'s attempt log, oldest first.
+async fn outcomes(queue: &Queue, key: &str) -> Vec<String> {
+    let status = queue.status(key).await.unwrap().expect("the job");
+    status.attempt_log.into_iter().map(|a| a.outcome).collect()
+}
+
+/// What a worker that died a second into the first attempt of the jobs `which` (an SQL
+/// condition) leaves: running, on a lease that lapsed. An update announces nothing to idle
+/// workers.
+async fn lapse(test: &TestStore, which: &str) {
+    idem_store_postgres::sqlx::query(&format!(
+        "UPDATE {}.idem_records_queue SET state = 'running', attempts = 1, worker = 'vm:gone',
+             finished_at = NULL, attempted_at = now() - interval '2 seconds',
+             available_at = now() - interval '1 second'
+         WHERE {which}",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+}
+
 /// The order jobs started in, and how many ran at once at most.
 #[derive(Clone, Default)]
 struct Log {
@@ -304,13 +326,11 @@ async fn a_snooze_uses_no_attempt_and_a_handler_can_cancel_its_job() {
         .await
         .unwrap();
     assert_eq!(done, Some(JobResult::Done(None)));
+    assert_eq!(
+        outcomes(&queue, "snoozy").await,
+        ["snoozed", "snoozed", "done"]
+    );
     let status = queue.status("snoozy").await.unwrap().unwrap();
-    let outcomes: Vec<&str> = status
-        .attempt_log
-        .iter()
-        .map(|a| a.outcome.as_str())
-        .collect();
-    assert_eq!(outcomes, ["snoozed", "snoozed", "done"]);
     assert_eq!(status.attempts, 1, "snoozes used no attempt");
     let gone = queue
         .wait_result("gone", Duration::from_secs(20))
@@ -544,16 +564,7 @@ async fn an_attempt_whose_worker_died_is_logged_as_lapsed_and_taken_first() {
     let test = TestStore::new("qc_lapsed", 8).await;
     let queue = support::queue(&test).await;
     let _ = queue.enqueue(job("orphan")).await.unwrap();
-    // What a worker that died a second into the job's first attempt leaves.
-    idem_store_postgres::sqlx::query(&format!(
-        "UPDATE {}.idem_records_queue SET state = 'running', attempts = 1, worker = 'vm:gone',
-             attempted_at = now() - interval '2 seconds', available_at = now() - interval '1 second'
-         WHERE key = 'orphan'",
-        test.schema
-    ))
-    .execute(test.store.pool())
-    .await
-    .unwrap();
+    lapse(&test, "key = 'orphan'").await;
     let _ = queue.enqueue(job("urgent").priority(9)).await.unwrap();
     let log = Log::default();
     let workers = logging(&queue, &log, Duration::ZERO).concurrency(1).start();
@@ -584,15 +595,8 @@ async fn a_dead_workers_jobs_all_come_back_before_waiting_ones() {
     for i in 0..6 {
         let _ = queue.enqueue(job(&format!("orphan:{i}"))).await.unwrap();
     }
-    // What a worker that died running six jobs leaves.
-    idem_store_postgres::sqlx::query(&format!(
-        "UPDATE {}.idem_records_queue SET state = 'running', attempts = 1, worker = 'vm:gone',
-             attempted_at = now() - interval '2 seconds', available_at = now() - interval '1 second'",
-        test.schema
-    ))
-    .execute(test.store.pool())
-    .await
-    .unwrap();
+    // A worker died running these six.
+    lapse(&test, "key LIKE 'orphan:%'").await;
     for i in 0..4 {
         let waiting = job(&format!("waiting:{i}")).priority(9);
         let _ = queue.enqueue(waiting).await.unwrap();
@@ -634,13 +638,7 @@ async fn running_workers_take_back_a_job_that_lapses_later() {
         .await
         .unwrap();
     assert_eq!(done, Some(JobResult::Done(None)));
-    let status = queue.status("orphan").await.unwrap().unwrap();
-    let outcomes: Vec<&str> = status
-        .attempt_log
-        .iter()
-        .map(|a| a.outcome.as_str())
-        .collect();
-    assert_eq!(outcomes, ["lapsed", "done"]);
+    assert_eq!(outcomes(&queue, "orphan").await, ["lapsed", "done"]);
     workers.wait_idle().await;
     workers.shutdown(Duration::from_secs(5)).await;
 }
@@ -673,18 +671,8 @@ async fn workers_are_idle_only_once_they_looked_for_lapsed_jobs() {
     assert_eq!(first.unwrap(), Some(JobResult::Done(None)));
     let _ = queue.enqueue(job("slow")).await.unwrap();
     slow_started.wait_for(|started| *started).await.unwrap();
-    // While `slow` runs, `orphan` becomes a job whose worker died (an update announces
-    // nothing).
-    idem_store_postgres::sqlx::query(&format!(
-        "UPDATE {}.idem_records_queue SET state = 'running', attempts = 1, worker = 'vm:gone',
-             finished_at = NULL, attempted_at = now() - interval '2 seconds',
-             available_at = now() - interval '1 second'
-         WHERE key = 'orphan'",
-        test.schema
-    ))
-    .execute(test.store.pool())
-    .await
-    .unwrap();
+    // While `slow` runs, `orphan` becomes a job whose worker died.
+    lapse(&test, "key = 'orphan'").await;
     open.send_replace(true);
     workers.wait_idle().await;
     assert_eq!(state(&queue, "orphan").await, JobState::Done);
