@@ -117,12 +117,11 @@ pub(crate) async fn produce(
                     () = &mut notified => break,
                     () = &mut poll => break,
                     changed = stopping.changed() => if changed.is_err() { break 'produce } else { break },
-                    // A job ending does not make new work: no claim, but it may make us idle;
-                    // unless a look for lapsed jobs is due (a completion's claim that did not
-                    // look came back short, say): then claim, rather than call ourselves idle
-                    // on an older look.
-                    // So does a job of ours ending when the global limit held work back: its
-                    // place is free now.
+                    // A job ending does not make new work: no claim, but it may make us idle.
+                    // Unless a look for lapsed jobs is due (a completion's claim that did not
+                    // look came back short, say), or the global limit held work back (the
+                    // ended job's place is free now): then claim, rather than call ourselves
+                    // idle on an older look or wait for the poll.
                     Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                         log_join(joined);
                         if held_back || shared.holder.rescue.pending() {
@@ -189,8 +188,7 @@ fn log_join(joined: Result<(), JoinError>) {
 /// with a global limit is claimed in a transaction under its advisory lock, so that the count
 /// of its running jobs the statement reads (on a snapshot taken after the lock) is not stale.
 /// Also says whether the global limit held jobs back (it claimed fewer than `limit`, and the
-/// limit is reached),
-/// and whether it looked for jobs whose lease lapsed (`Rescue`).
+/// limit is reached), and whether it looked for jobs whose lease lapsed (`Rescue`).
 async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, bool), sqlx::Error> {
     let wanted = limit;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
