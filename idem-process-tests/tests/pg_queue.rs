@@ -166,6 +166,97 @@ async fn workers_killed_or_stalled_mid_batch_lose_nothing() {
     schema.drop_schema().await;
 }
 
+/// Workers that prefetch (claim past their free slots) and are killed mid-batch lose nothing:
+/// the jobs they held, started or not, return when their lease lapses. Only jobs that had
+/// started run again (running, or writing their outcome: at most twice the concurrency per
+/// kill), and a job a killed worker held but never started is not counted as an attempt: no
+/// job's attempts exceed its runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefetching_workers_killed_mid_batch_lose_nothing_and_count_only_started_jobs() {
+    let _turn = TURN.lock().await;
+    const JOBS: u32 = 5_000;
+    const KILLS: usize = 4;
+    const CONCURRENCY: i64 = 8;
+    let schema = Schema::new("q_kill_prefetch").await;
+    let queue = enqueue(&schema, JOBS).await;
+    let prefetching = [
+        ("work-ms", "40".to_owned()),
+        ("lease-ms", "1000".to_owned()),
+        ("prefetch", "64".to_owned()),
+    ];
+    let mut live: Vec<Child> = (0..3)
+        .map(|_| worker(&schema, JOBS, &prefetching))
+        .collect();
+    let mut killed: HashSet<i32> = HashSet::new();
+    for round in 0..KILLS {
+        tokio::time::sleep(Duration::from_millis(300 + 100 * round as u64)).await;
+        let mut victim = live.remove(round % live.len());
+        signal(&victim, "KILL");
+        let _ = victim.wait();
+        killed.insert(victim.id() as i32);
+        live.push(worker(&schema, JOBS, &prefetching));
+    }
+    for child in live {
+        summary(child);
+    }
+    let (runs, distinct) = all_done(&schema, &queue, JOBS).await;
+    let repeats = runs - distinct;
+    let bound = KILLS as i64 * 2 * CONCURRENCY;
+    assert!(
+        repeats <= bound,
+        "{repeats} repeats, bound {bound}: only started jobs run again"
+    );
+    let repeated_elsewhere = schema
+        .scalar(&format!(
+            "SELECT count(*) FROM (
+                 SELECT key FROM {{schema}}.executions GROUP BY key
+                 HAVING count(*) > 1 AND NOT bool_or(pid = ANY('{{{}}}'::int[]))
+             ) AS r",
+            killed
+                .iter()
+                .map(i32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ))
+        .await;
+    assert_eq!(
+        repeated_elsewhere, 0,
+        "jobs ran twice with no killed process involved"
+    );
+    // The kills left prefetched jobs unstarted, and their takeovers counted no attempt.
+    let unrun = schema
+        .scalar("SELECT coalesce(sum(unrun), 0) FROM {schema}.idem_records_queue")
+        .await;
+    assert!(
+        unrun > 0,
+        "the kills left prefetched jobs that never started"
+    );
+    // A job counts an attempt it did not run only where a kill fell between the noting of a
+    // taken-over job's start (written before it runs, so that a job that kills its worker
+    // is counted) and the handler's first statement: that attempt is logged as lapsed, and
+    // each kill cuts at most its concurrency.
+    let overcounted = |also: &str| {
+        format!(
+            "SELECT count(*) FROM {{schema}}.idem_records_queue q
+             WHERE q.attempts - q.unrun
+                   > (SELECT count(*) FROM {{schema}}.executions e WHERE e.key = q.key) {also}"
+        )
+    };
+    let unlogged = schema
+        .scalar(&overcounted(
+            "AND NOT q.attempt_log @> '[{\"outcome\": \"lapsed\"}]'",
+        ))
+        .await;
+    assert_eq!(unlogged, 0, "a job counted an attempt that never ran");
+    let noted = schema.scalar(&overcounted("")).await;
+    assert!(
+        noted <= KILLS as i64 * CONCURRENCY,
+        "{noted} jobs counted an attempt cut before its handler ran"
+    );
+    eprintln!("{KILLS} kills: {repeats} repeated runs, {unrun} unstarted claims not counted");
+    schema.drop_schema().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_stopped_mid_batch_gives_its_jobs_back() {
     let _turn = TURN.lock().await;

@@ -22,12 +22,17 @@ use crate::workers::Workers;
 /// [`WorkerBuilder::poll_interval`] says otherwise.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How many jobs workers claim past their free slots unless [`WorkerBuilder::prefetch`] says
+/// otherwise.
+pub const DEFAULT_PREFETCH: usize = 0;
+
 /// Configures [`Workers`]; from [`Queue::worker`].
 pub struct WorkerBuilder {
     queue: Queue,
     handler: Handler,
     concurrency: usize,
     batch_size: Option<usize>,
+    prefetch: usize,
     lease: Duration,
     poll_interval: Duration,
     backoff: Backoff,
@@ -45,6 +50,7 @@ impl std::fmt::Debug for WorkerBuilder {
         f.debug_struct("WorkerBuilder")
             .field("concurrency", &self.concurrency)
             .field("batch_size", &self.batch_size)
+            .field("prefetch", &self.prefetch)
             .field("lease", &self.lease)
             .field("poll_interval", &self.poll_interval)
             .field("backoff", &self.backoff)
@@ -80,6 +86,7 @@ impl WorkerBuilder {
             handler,
             concurrency: 4,
             batch_size: None,
+            prefetch: DEFAULT_PREFETCH,
             lease: idem_core::DEFAULT_LEASE,
             poll_interval: DEFAULT_POLL_INTERVAL,
             backoff: Backoff::default(),
@@ -121,6 +128,16 @@ impl WorkerBuilder {
     /// more jobs than there are free slots, so no claimed job waits behind another.
     pub fn batch_size(mut self, jobs: usize) -> Self {
         self.batch_size = Some(jobs.max(1));
+        self
+    }
+
+    /// How many jobs a claim may take past the free slots (default [`DEFAULT_PREFETCH`]), held
+    /// on their lease in this process and started as slots free up, so that a busy queue of
+    /// short jobs costs a claim statement per batch of jobs rather than one per job. 0 claims
+    /// only for free slots. Workers under a [`global_limit`](Self::global_limit) never
+    /// prefetch. What it costs and keeps: the crate's **Tuning** section.
+    pub fn prefetch(mut self, jobs: usize) -> Self {
+        self.prefetch = jobs;
         self
     }
 
@@ -212,6 +229,12 @@ impl WorkerBuilder {
                     held: Held::default(),
                     stopping: std::sync::atomic::AtomicBool::new(false),
                     rescue: Rescue::new(self.lease),
+                    prefetch: if global_limit.is_some() {
+                        0
+                    } else {
+                        self.prefetch
+                    },
+                    starts: Default::default(),
                 });
                 let shared = Arc::new(Shared {
                     handler: self.handler.clone(),
@@ -227,6 +250,11 @@ impl WorkerBuilder {
                     batch_size: self.batch_size.unwrap_or(concurrency).min(concurrency),
                     poll_interval: self.poll_interval,
                     listen: self.listen,
+                    prefetch: if global_limit.is_some() {
+                        0
+                    } else {
+                        self.prefetch
+                    },
                 };
                 (shared, config)
             })

@@ -21,11 +21,15 @@ pub(crate) struct Claimed {
     pub traceparent: Option<String>,
     /// Whether the claim took it over from a worker whose lease lapsed.
     pub lapsed: bool,
+    /// Its attempt as counted: `attempt` (the claim's fence) less the claims that lapsed before
+    /// the job started.
+    pub counted: i32,
 }
 
 impl Claimed {
     /// Decodes a claimed job from the columns of `claim` (key, payload, attempts, max
-    /// attempts, record fence, record lease end, cancel requested, traceparent, lapsed)
+    /// attempts, record fence, record lease end, cancel requested, traceparent, lapsed, counted
+    /// attempt)
     /// starting at column `first`.
     pub(crate) fn decode(row: &PgRow, first: usize) -> Claimed {
         Claimed {
@@ -39,6 +43,7 @@ impl Claimed {
             cancel_requested: row.get::<Option<bool>, _>(first + 6).unwrap_or(false),
             traceparent: row.get(first + 7),
             lapsed: row.get::<Option<bool>, _>(first + 8).unwrap_or(false),
+            counted: row.get(first + 9),
         }
     }
 }

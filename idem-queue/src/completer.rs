@@ -72,7 +72,8 @@ pub(crate) async fn settle(holder: &Holder, job: &Claimed, settle: Settle) {
         Settle::Release { delay } => sqlx::query(&sql.release)
             .bind(vec![job.key.clone()])
             .bind(vec![job.attempt])
-            .bind(duration_micros(*delay)),
+            .bind(duration_micros(*delay))
+            .bind(true),
         Settle::Snooze { delay, message } => sqlx::query(&sql.snooze)
             .bind(&job.key)
             .bind(job.attempt)
@@ -102,17 +103,38 @@ pub(crate) async fn settle(holder: &Holder, job: &Claimed, settle: Settle) {
 /// nothing.)
 pub(crate) async fn release_held(holder: &Holder) -> usize {
     let held = holder.held.snapshot();
-    if held.is_empty() {
+    release(
+        holder,
+        held.iter().map(|(key, attempt)| (key.as_str(), *attempt)),
+    )
+    .await
+}
+
+/// Gives `jobs`, claimed and never started, back to the queue at once without counting them,
+/// and forgets them as held.
+pub(crate) async fn release_jobs(holder: &Holder, jobs: &[Claimed]) -> usize {
+    let released = release(
+        holder,
+        jobs.iter().map(|job| (job.key.as_str(), job.attempt)),
+    )
+    .await;
+    for job in jobs {
+        holder.held.forget(&job.key, job.attempt);
+    }
+    released
+}
+
+/// Gives the claims (key, attempt) back to the queue at once, without counting them.
+async fn release<'a>(holder: &Holder, claims: impl Iterator<Item = (&'a str, i32)>) -> usize {
+    let (keys, attempts): (Vec<&str>, Vec<i32>) = claims.unzip();
+    if keys.is_empty() {
         return 0;
     }
-    let (keys, attempts): (Vec<&str>, Vec<i32>) = held
-        .iter()
-        .map(|(key, attempt)| (key.as_str(), *attempt))
-        .unzip();
     let result = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sqlx::query(&holder.sql.release)
         .bind(&keys)
         .bind(&attempts)
         .bind(0i64)
+        .bind(false)
         .execute(&mut *conn));
     match result {
         Ok(done) => usize::try_from(done.rows_affected()).unwrap_or(usize::MAX),

@@ -69,21 +69,27 @@ impl idem_core::Codec<serde_json::Value> for ResultCodec {
 }
 
 /// Runs a claimed job and settles its claim, then each job that its completion claimed for
-/// the slot (see `job_store`), each in a span of its own.
-pub(crate) async fn run(shared: Arc<Shared>, job: Claimed) {
+/// the slot (see `job_store`), each in a span of its own. `slot`, when given, is the slot the
+/// job holds: given back as soon as its handler ends, before its outcome is written, so that
+/// the next job starts while the completion is on the wire.
+pub(crate) async fn run(shared: Arc<Shared>, job: Claimed, slot: Option<Slot>) {
     let mut next = Some(job);
+    let mut slot = slot;
     while let Some(job) = next.take() {
-        let span = tracing::info_span!("idem::queue::job", key = %job.key, attempt = job.attempt);
+        let span = tracing::info_span!("idem::queue::job", key = %job.key, attempt = job.counted);
         if let Some(traceparent) = &job.traceparent {
             trace::link(&span, traceparent);
         }
-        next = run_one(&shared, job).instrument(span).await;
+        next = run_one(&shared, job, slot.take()).instrument(span).await;
     }
 }
 
+/// A slot of the workers, held while a job's handler runs.
+pub(crate) type Slot = tokio::sync::OwnedSemaphorePermit;
+
 /// Runs one claimed job and settles its claim; returns the job its completion claimed for the
 /// slot, if it did.
-async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
+async fn run_one(shared: &Arc<Shared>, job: Claimed, slot: Option<Slot>) -> Option<Claimed> {
     let started = std::time::Instant::now();
     let (cancel, cancelled) = tokio::sync::watch::channel(false);
     let store = JobStore::new(
@@ -99,7 +105,19 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
     );
     let settled = match rescue(&job) {
         Some(settle) => Some(settle),
-        None => execute(shared, &job, &store, cancelled).await,
+        None => match note_start(shared, &job).await {
+            Ok(true) => execute(shared, &job, &store, cancelled, slot).await,
+            Ok(false) => {
+                tracing::warn!("the job's claim was taken over before it started (this worker stalled past its lease)");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "noting the job's start failed; it goes back to the queue");
+                Some(Settle::Release {
+                    delay: shared.backoff.delay(1),
+                })
+            }
+        },
     };
     // `None`: settled with the call's completion (or owned by a newer claim).
     let outcome = settled.as_ref().map_or("done", Settle::outcome);
@@ -113,6 +131,22 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed) -> Option<Claimed> {
     store.take_next()
 }
 
+/// Notes that a prefetched job starts (see `started`): before it runs when its last claim
+/// lapsed (so that a job that kills its worker is counted), else in the background.
+/// `Ok(false)`: its claim is no longer this attempt's. Jobs claimed to start at once need
+/// none: their claim noted the start.
+async fn note_start(shared: &Shared, job: &Claimed) -> Result<bool, sqlx::Error> {
+    let holder = &shared.holder;
+    if holder.prefetch == 0 {
+        return Ok(true);
+    }
+    if job.lapsed {
+        return crate::started::mark_now(holder, &job.key, job.attempt).await;
+    }
+    holder.starts.started(&job.key, job.attempt);
+    Ok(true)
+}
+
 /// Runs the job's idempotent call; says how to settle its claim, or `None` when it is settled
 /// already or a newer claim owns it.
 async fn execute(
@@ -120,6 +154,7 @@ async fn execute(
     job: &Claimed,
     store: &JobStore,
     cancelled: tokio::sync::watch::Receiver<bool>,
+    slot: Option<Slot>,
 ) -> Option<Settle> {
     // Cancelled while an earlier attempt ran, whose worker stopped before it heard: the call
     // still runs, to find the work done if that attempt finished it, but its body only ends
@@ -138,7 +173,7 @@ async fn execute(
         (shared.handler)(Job {
             key: job.key.clone(),
             payload: parse_payload(&job.payload),
-            attempt: job.attempt.unsigned_abs(),
+            attempt: job.counted.unsigned_abs(),
             max_attempts: job.max_attempts.unsigned_abs(),
             queue: shared.holder.queue.clone(),
             traceparent: job.traceparent.clone(),
@@ -156,6 +191,8 @@ async fn execute(
     let lease = shared.holder.lease;
     let mut cut = shared.cut.subscribe();
     let mut cancel = cancelled.clone();
+    let holder = Arc::clone(&shared.holder);
+    let (key, attempt) = (job.key.clone(), job.attempt);
     let work = async move {
         let limited = async {
             match limit {
@@ -165,7 +202,7 @@ async fn execute(
                 }),
             }
         };
-        tokio::select! {
+        let ended = tokio::select! {
             biased;
             done = limited => done,
             () = async {
@@ -179,7 +216,11 @@ async fn execute(
                 }
                 tokio::time::sleep(lease).await;
             } => Err(Failure::message(CANCELLED)),
-        }
+        };
+        // The outcome, written next, notes the start if no mark wrote it yet.
+        holder.starts.ended(&key, attempt);
+        drop(slot);
+        ended
     };
     // A panicking handler (which the call resumes once it has released its claim) ends the
     // call with the panic, caught here: the call runs in this task, not one of its own.
@@ -279,11 +320,11 @@ fn failure(shared: &Shared, job: &Claimed, failure: Failure) -> Settle {
     if failure.kind == Kind::Permanent {
         tracing::warn!(%error, "the job failed for good; dead-lettered without more attempts");
         Settle::Dead { error }
-    } else if job.attempt >= job.max_attempts {
+    } else if job.counted >= job.max_attempts {
         tracing::warn!(%error, "the job failed its last attempt; dead-lettered");
         Settle::Dead { error }
     } else {
-        let delay = retry_after.unwrap_or_else(|| shared.backoff.delay(job.attempt.unsigned_abs()));
+        let delay = retry_after.unwrap_or_else(|| shared.backoff.delay(job.counted.unsigned_abs()));
         tracing::info!(%error, ?delay, "the job failed; retrying after a delay");
         Settle::Retry { delay, error }
     }

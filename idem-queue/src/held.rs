@@ -33,6 +33,11 @@ pub(crate) struct Holder {
     pub stopping: AtomicBool,
     /// When a claim of this queue also takes back jobs whose lease lapsed.
     pub rescue: Rescue,
+    /// How many jobs past the free slots a claim may take, to start as slots free up (0: none;
+    /// then each completion claims the next job for its slot).
+    pub prefetch: usize,
+    /// Prefetched jobs' starts not written yet.
+    pub starts: crate::started::Starts,
 }
 
 /// When a claim also looks for jobs whose lease lapsed (their workers stopped), to take them
@@ -96,6 +101,12 @@ impl Rescue {
         if again {
             self.next.store(0, Ordering::SeqCst);
         }
+    }
+
+    /// Makes the next claim look: a worker about to call itself idle looks once more, as a
+    /// job may have lapsed since the last look.
+    pub fn look_again(&self) {
+        self.next.store(0, Ordering::SeqCst);
     }
 
     /// `due` at `now` (since `epoch`).

@@ -173,7 +173,7 @@ impl JobCompleteOp {
                         .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {i}")))?;
                     (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?);
                 }
-                None => claimed.push((Claimed::decode(row, 3), row.try_get::<String, _>(12)?)),
+                None => claimed.push((Claimed::decode(row, 3), row.try_get::<String, _>(13)?)),
             }
         }
         // Each claimed job to a free slot of its named queue. The statement claims no more of a
@@ -442,6 +442,8 @@ mod tests {
             held: Default::default(),
             stopping: Default::default(),
             rescue: crate::held::Rescue::new(Duration::from_secs(60)),
+            prefetch: 0,
+            starts: Default::default(),
         })
     }
 
@@ -740,6 +742,7 @@ mod tests {
             .bind(60_000_000i64)
             .bind("test-worker")
             .bind(crate::job::DEFAULT_QUEUE)
+            .bind(true)
             .bind(true)
             .fetch_all(pool)
             .await

@@ -151,6 +151,7 @@ impl Store for JobStore {
             // A queue with a global limit claims under its lock only (see `producer::claim`).
             next: self.state.workers.clone().filter(|workers| {
                 workers.global_limit.is_none()
+                    && workers.prefetch == 0
                     && !workers.stopping.load(Ordering::SeqCst)
                     && !self.state.completion_sent.swap(true, Ordering::SeqCst)
             }),

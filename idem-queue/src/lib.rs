@@ -107,7 +107,8 @@
 //! | [`concurrency`](WorkerBuilder::concurrency) | 4 | jobs running at once in this process |
 //! | [`queue`](WorkerBuilder::queue) | [`DEFAULT_QUEUE`] at the concurrency | a named queue to serve, with its own concurrency; call it once per queue |
 //! | [`global_limit`](WorkerBuilder::global_limit) | none | at most this many of a queue's jobs running across every process |
-//! | [`batch_size`](WorkerBuilder::batch_size) | the concurrency | the most jobs one claim statement takes; never more than the free slots, so no claimed job waits behind another |
+//! | [`batch_size`](WorkerBuilder::batch_size) | the concurrency | the most jobs one claim statement takes for free slots |
+//! | [`prefetch`](WorkerBuilder::prefetch) | [`DEFAULT_PREFETCH`], 0 | jobs claimed past the free slots, held on their lease and started as slots free up (see [Tuning](#tuning)) |
 //! | [`lease`](WorkerBuilder::lease) | [`idem_core::DEFAULT_LEASE`], 30 s | how long a claim holds without renewal; renewed every third of it while the job runs, so a slow-but-alive worker keeps its jobs and a crashed one's come back once it lapses |
 //! | [`timeout`](WorkerBuilder::timeout) | none | stops a handler that runs longer and counts a failed attempt (`timed out after ..`); a job done just at its limit is done |
 //! | [`backoff`](WorkerBuilder::backoff) | [`Backoff::default`]: 1 s doubling, capped at 1 hour | the wait after each failed attempt: between half and all of `base * 2^(n-1)`, so waits grow and workers that failed together do not retry together |
@@ -397,6 +398,38 @@
 //!   `autovacuum_vacuum_scale_factor = 0.01` on its table (a value you set there yourself is kept).
 //!   Purge finished jobs you no longer need as duplicates; a long-running transaction anywhere in
 //!   the database holds every vacuum back.
+//! - **Prefetching.** By default a claim takes only as many jobs as there are free slots, and
+//!   each job's completion claims the next in the same statement: a job waits behind no
+//!   other, and a cancel or a more urgent job enqueued meanwhile is seen by the next claim.
+//!   A queue of many short jobs spends most of its time on those statements; with
+//!   [`prefetch`](WorkerBuilder::prefetch)`(n)` a claim takes up to `n` jobs more, a slot
+//!   frees as soon as its handler ends (the outcome is written behind it, many jobs'
+//!   outcomes to a statement), and a claim is sent while jobs run, once half the held jobs
+//!   started. It costs what prefetching costs anywhere: held jobs are `running` to everyone
+//!   else (a cancel reaches them as it reaches a running job, at their first renewal), they
+//!   keep their place while more urgent jobs arrive, and a job not started within half its
+//!   lease goes back uncounted. It keeps what the queue promises: held jobs are leased, so a
+//!   dead worker's come back within a lease like its running ones; a held job that never
+//!   started is not counted as an attempt when it comes back, and a shutdown gives held jobs
+//!   back at once; a crash repeats only jobs that started (at most twice the concurrency:
+//!   those running, and those whose outcome was on its way). Under a
+//!   [`global_limit`](WorkerBuilder::global_limit) workers never prefetch (a held job would
+//!   take a place). A start is written about 50 ms after it (or with the job's outcome,
+//!   whichever comes first); a crash within that time counts the cut run as no attempt,
+//!   except for a job that was taken over from a dead worker, which writes its start before
+//!   it runs, so a job that kills its worker is still dead-lettered.
+//!
+//!   ```no_run
+//!   # use idem_queue::{Job, Queue};
+//!   # async fn run(queue: Queue) {
+//!   let workers = queue
+//!       .worker(|_job: Job| async { Ok::<_, std::io::Error>(()) })
+//!       .concurrency(16)
+//!       .prefetch(500)
+//!       .start();
+//!   # workers.wait_idle().await;
+//!   # }
+//!   ```
 //! - **Enqueue rate.** `NOTIFY` serialises the commits of the transactions that send one (a
 //!   database-wide lock at commit), which bounds how fast jobs can be enqueued one
 //!   transaction at a time.
@@ -451,6 +484,7 @@ mod rescuer;
 mod schedules;
 mod shared;
 mod sql;
+mod started;
 #[cfg(test)]
 mod test_store;
 mod trace;
@@ -458,7 +492,7 @@ mod workers;
 
 pub use backoff::Backoff;
 pub use browse::{FinishedInMinute, JobPage, JobsQuery};
-pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL};
+pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL, DEFAULT_PREFETCH};
 pub use executor::MAX_RESULT_BYTES;
 pub use job::{
     Attempt, Cancel, DeadJob, EnqueueError, Enqueued, Job, JobFilter, JobInfo, JobResult, JobState,

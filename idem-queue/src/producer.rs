@@ -2,22 +2,25 @@
 //! each on the executor, sleeps until PostgreSQL notifies it of new work (or the poll interval
 //! passes), and on shutdown drains what runs until the deadline.
 
-use std::pin::pin;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::{JoinError, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::claimed::Claimed;
-use crate::completer::release_held;
+use crate::completer::{release_held, release_jobs};
 use crate::executor::run;
 use crate::held::Holder;
 use crate::listen::listen;
 use crate::shared::Shared;
+use crate::started::write_starts;
 use idem_store_postgres::extend::duration_micros;
 use idem_store_postgres::extend::Resend;
 
@@ -30,6 +33,8 @@ pub(crate) struct ProducerConfig {
     pub batch_size: usize,
     pub poll_interval: Duration,
     pub listen: bool,
+    /// Jobs claimed past the free slots (0: none).
+    pub prefetch: usize,
 }
 
 /// What [`Workers::shutdown`](crate::Workers::shutdown) did with the jobs that were running.
@@ -37,8 +42,9 @@ pub(crate) struct ProducerConfig {
 pub struct ShutdownReport {
     /// Jobs that finished (and were settled) within the deadline.
     pub finished: usize,
-    /// Jobs stopped at the deadline and given back to the queue, their attempt not counted.
-    /// Their handlers were cut off mid-run, so they run again from the start.
+    /// Jobs given back to the queue, their attempt not counted: those stopped at the deadline
+    /// (their handlers were cut off mid-run, so they run again from the start), and those
+    /// prefetched and never started.
     pub released: usize,
 }
 
@@ -62,6 +68,43 @@ pub(crate) async fn produce(
         ))
     });
     let mut tasks = JoinSet::new();
+    if config.prefetch > 0 {
+        prefetching(
+            &shared,
+            &config,
+            &mut stopping,
+            &idle,
+            &wake,
+            &listening,
+            &mut tasks,
+        )
+        .await;
+    } else {
+        claiming_for_slots(
+            &shared,
+            &config,
+            &mut stopping,
+            &idle,
+            &wake,
+            &listening,
+            &mut tasks,
+        )
+        .await;
+    }
+    stop(&shared, &stopping, tasks).await
+}
+
+/// Claims for free slots only: each completion claims the next job for its slot, and the
+/// producer claims for slots that none refilled. Returns when `stopping` names a deadline.
+async fn claiming_for_slots(
+    shared: &Arc<Shared>,
+    config: &ProducerConfig,
+    stopping: &mut watch::Receiver<Option<Instant>>,
+    idle: &watch::Sender<bool>,
+    wake: &Notify,
+    listening: &AtomicBool,
+    tasks: &mut JoinSet<()>,
+) {
     'produce: loop {
         if stopping.borrow().is_some() {
             break;
@@ -97,7 +140,7 @@ pub(crate) async fn produce(
                 drained = got < want && announced && !blocked && looked;
                 idle.send_replace(got == 0 && drained && tasks.is_empty());
                 for job in jobs {
-                    tasks.spawn(run(shared.clone(), job).in_current_span());
+                    tasks.spawn(run(shared.clone(), job, None).in_current_span());
                 }
                 // A short claim that did not look is followed at once by one that does
                 // (unless the global limit held it back: then it waits for the poll), so
@@ -133,7 +176,138 @@ pub(crate) async fn produce(
             }
         }
     }
+}
 
+/// What a claim sent by [`prefetching`] answers: the claim's result, when it was sent, how
+/// many jobs it asked for, and whether work enqueued after it was sent is announced.
+type Sent = (
+    Result<(Vec<Claimed>, bool, bool), sqlx::Error>,
+    Instant,
+    usize,
+    bool,
+);
+
+/// Claims for the free slots and up to `prefetch` more, holds the claimed jobs on their lease,
+/// and starts each as a slot frees up (a slot frees when its handler ends: the outcome is
+/// written behind it). A claim is sent while jobs run, once the held jobs fall to half the
+/// prefetch. A job not started within half its lease (the slots are slower than the claims
+/// thought) goes back to the queue, its attempt not counted, rather than start on a lease
+/// about to lapse. Returns when `stopping` names a deadline, once the claim on the wire, if
+/// any, is answered (its jobs are held, and given back with the rest).
+async fn prefetching(
+    shared: &Arc<Shared>,
+    config: &ProducerConfig,
+    stopping: &mut watch::Receiver<Option<Instant>>,
+    idle: &watch::Sender<bool>,
+    wake: &Arc<Notify>,
+    listening: &AtomicBool,
+    tasks: &mut JoinSet<()>,
+) {
+    let slots = Arc::new(Semaphore::new(config.concurrency));
+    let _marks = AbortOnDrop(tokio::spawn(
+        write_starts(Arc::clone(&shared.holder)).in_current_span(),
+    ));
+    let capacity = config.concurrency + config.prefetch;
+    // Jobs running or writing their outcome: a slot frees when its handler ends, and at most
+    // as many outcomes again as there are slots are on their way (so a crash repeats at most
+    // twice the concurrency, and a slow database holds the next jobs back).
+    let most_tasks = 2 * config.concurrency;
+    let mut held: VecDeque<(Claimed, Instant)> = VecDeque::new();
+    let mut sent: Option<Pin<Box<dyn Future<Output = Sent> + Send>>> = None;
+    // The last claim came back short: the next waits for a notification or the poll.
+    let mut starved = false;
+    // Whether the last claim found all the work there was, at a time it would be announced.
+    let mut drained = false;
+    let mut notified = Box::pin(Arc::clone(wake).notified_owned());
+    let mut poll = pin!(tokio::time::sleep(config.poll_interval));
+    loop {
+        if stopping.borrow().is_some() {
+            break;
+        }
+        while let Some(joined) = tasks.try_join_next() {
+            log_join(joined);
+        }
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        while !held.is_empty() && tasks.len() < most_tasks {
+            let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                break;
+            };
+            let Some((job, start_by)) = held.pop_front() else {
+                break;
+            };
+            if now >= start_by {
+                expired.push(job);
+                continue;
+            }
+            tasks.spawn(run(shared.clone(), job, Some(slot)).in_current_span());
+        }
+        if !expired.is_empty() {
+            release_jobs(&shared.holder, &expired).await;
+        }
+        let running = config.concurrency - slots.available_permits();
+        let want = capacity.saturating_sub(running + held.len());
+        let low = held.len() <= config.prefetch / 2;
+        if sent.is_none() && !starved && want > 0 && low {
+            notified = Box::pin(Arc::clone(wake).notified_owned());
+            notified.as_mut().enable();
+            let announced = !config.listen || listening.load(Ordering::SeqCst);
+            let holder = Arc::clone(&shared.holder);
+            sent = Some(Box::pin(async move {
+                let at = Instant::now();
+                (claim(&holder, want).await, at, want, announced)
+            }));
+        }
+        idle.send_replace(drained && held.is_empty() && tasks.is_empty() && sent.is_none());
+        tokio::select! {
+            (answer, at, want, announced) = async { sent.as_mut().expect("a claim on the wire").await }, if sent.is_some() => {
+                sent = None;
+                match answer {
+                    Ok((jobs, _, looked)) => {
+                        let got = jobs.len();
+                        drained = got < want && announced && looked;
+                        starved = got < want && looked;
+                        let start_by = at + shared.holder.lease / 2;
+                        held.extend(jobs.into_iter().map(|job| (job, start_by)));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claiming queued jobs failed; trying again after the poll interval");
+                        starved = true;
+                    }
+                }
+                if starved {
+                    poll.as_mut().reset(Instant::now() + config.poll_interval);
+                }
+            }
+            _ = Arc::clone(&slots).acquire_owned(), if !held.is_empty() && tasks.len() < most_tasks => {}
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                log_join(joined);
+                // Before calling themselves idle (their last job ended), or once a look for
+                // lapsed jobs is due, the workers claim: a job may have lapsed since the last
+                // look, and nothing announces a lapse.
+                if starved && (tasks.is_empty() || shared.holder.rescue.pending()) {
+                    shared.holder.rescue.look_again();
+                    starved = false;
+                }
+            }
+            () = &mut notified, if starved => starved = false,
+            () = &mut poll, if starved => starved = false,
+            changed = stopping.changed() => if changed.is_err() { break },
+        }
+    }
+    if let Some(sent) = sent {
+        // Its jobs are noted as held, and given back with the others.
+        let _ = sent.await;
+    }
+}
+
+/// Stops the workers at the deadline `stopping` names: waits for running jobs until then, cuts
+/// the rest, and gives every claim still held back to the queue.
+async fn stop(
+    shared: &Arc<Shared>,
+    stopping: &watch::Receiver<Option<Instant>>,
+    mut tasks: JoinSet<()>,
+) -> ShutdownReport {
     // From now on completions claim no next job (see `job_store`).
     shared.holder.stopping.store(true, Ordering::SeqCst);
     let deadline = stopping.borrow().unwrap_or_else(Instant::now);
@@ -204,6 +378,7 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
             .bind(&holder.worker)
             .bind(&holder.queue)
             .bind(looked)
+            .bind(holder.prefetch == 0)
             .fetch_all(&mut *conn))?,
             false,
         ),

@@ -11,7 +11,7 @@ use crate::completer::Settle;
 
 /// `Some(how to settle)` when `job` must not run: its attempts are used up.
 pub(crate) fn rescue(job: &Claimed) -> Option<Settle> {
-    (job.attempt > job.max_attempts).then(|| Settle::Dead {
+    (job.counted > job.max_attempts).then(|| Settle::Dead {
         error: "the worker running its last attempt stopped without settling it (crashed, \
                 killed or cut off from the database) and its lease lapsed"
             .to_owned(),

@@ -52,7 +52,8 @@ pub(crate) struct QueueSql {
     /// payload of its key is the same; NULL when another transaction's job is not yet visible).
     pub(crate) enqueue_many: String,
     /// `$1` limit, `$2` lease (µs), `$3` worker, `$4` named queue, `$5` whether to take back
-    /// jobs whose lease lapsed too (first). The article's claim-then-process statement,
+    /// jobs whose lease lapsed too (first), `$6` whether the jobs start at once (else each is
+    /// marked when it starts: `mark_started`). The article's claim-then-process statement,
     /// which also reserves a fence for each job's idempotency record when the key has none yet
     /// (returning it and the claim's lease end), so a fresh job's call needs no claim
     /// statement of its own. It writes no record: the job's row is the record (see
@@ -109,8 +110,12 @@ pub(crate) struct QueueSql {
     pub(crate) retry: String,
     /// `$1` key, `$2` attempt, `$3` error.
     pub(crate) dead: String,
-    /// `$1` keys, `$2` attempts, `$3` delay (µs): gives claims back without counting them.
+    /// `$1` keys, `$2` attempts, `$3` delay (µs), `$4` whether the jobs started (else only
+    /// those whose start was noted are logged): gives claims back without counting them.
     pub(crate) release: String,
+    /// `$1` keys, `$2` attempts: notes when prefetched jobs started, while their claims are
+    /// those attempts'.
+    pub(crate) mark_started: String,
     pub(crate) stats: String,
     /// `$1` state filter or NULL, `$2` queue or NULL, `$3` key prefix or NULL, `$4` the key the
     /// page starts at (inclusive), `$5` limit: a page in key order (the primary key).
@@ -149,7 +154,7 @@ pub(crate) struct QueueSql {
 /// attempt log, attempted at (µs), queue, priority, serial key, cancel requested at (µs).
 fn job_columns() -> String {
     format!(
-        "key, CASE WHEN {LAPSED_SQL} THEN 'stale' ELSE state END, attempts, max_attempts,
+        "key, CASE WHEN {LAPSED_SQL} THEN 'stale' ELSE state END, {COUNTED}, max_attempts,
          worker, last_error, payload::text, {}, {}, {}, attempt_log::text, {},
          queue, priority, serial_key, {}",
         micros_sql("created_at"),
@@ -166,7 +171,8 @@ fn job_columns() -> String {
 /// [`MAX_LOGGED_ATTEMPTS`].
 fn logged(attempt: &str, outcome: &str, error: &str) -> String {
     let entry = format!(
-        "jsonb_build_object('attempt', {attempt}, 'started_at', attempted_at, 'ended_at', now(),
+        "jsonb_build_object('attempt', {attempt}, 'started_at', coalesce(attempted_at, now()),
+                            'ended_at', now(),
                             'outcome', {outcome}, 'error', {error})"
     );
     format!(
@@ -174,6 +180,10 @@ fn logged(attempt: &str, outcome: &str, error: &str) -> String {
               THEN (attempt_log - 0) || {entry} ELSE attempt_log || {entry} END"
     )
 }
+
+/// A job's attempts as counted (for its limit, its log, and operators): its claims, less those
+/// that lapsed before the job started (see migration 9).
+const COUNTED: &str = "(attempts - unrun)";
 
 /// How many ended attempts a job's log keeps (the latest).
 pub const MAX_LOGGED_ATTEMPTS: usize = 20;
@@ -210,7 +220,7 @@ impl QueueSql {
         // `job_store`).
         let unheld = records.unheld(
             QUEUE_SCOPE,
-            "SELECT key FROM claimed WHERE attempts <= max_attempts",
+            "SELECT key FROM claimed WHERE counted <= max_attempts",
         );
         let complete_many = &records.complete_many();
         let (is_running, q_is_running) =
@@ -241,15 +251,23 @@ impl QueueSql {
         // the planner may run hashed, reading every done job into the hash, as a generic plan
         // made while the queue had few done jobs or none counted does (a fresh deployment's,
         // kept until the queue is analyzed again).
+        //
+        // `done` finds each job's completion by its position in the batch (`array_position`,
+        // a scan of the keys in memory), not by joining the batch unnested: nothing tells the
+        // planner how many jobs a batch holds, and a generic plan pairs the two in a nested
+        // loop that reads the whole batch again for each job, a cost that grows with the
+        // square of the batch (and batches of a hundred completions are common once slots
+        // free up before their completions are written). Its check of each job's record is a
+        // subquery of its own (`OFFSET 0`), so that it is a lookup by key in any plan (joined,
+        // a plan made on a records table analyzed empty reads the whole scope).
+        let at = format!("array_position({keys}, q.key)");
         let complete_and_done = format!(
             "WITH done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL,
-                     result = d.output
-                 FROM unnest($1::text[], $5::int[], $2::bigint[], $3::bytea[])
-                      WITH ORDINALITY AS d(key, attempts, fence, output, i)
-                 WHERE {in_batch} AND q.attempts = d.attempts AND {q_is_running}
-                   AND NOT EXISTS ({})
-                 RETURNING d.i
+                     result = ($3::bytea[])[{at}], attempted_at = coalesce(q.attempted_at, now())
+                 WHERE q.key = ANY({keys}) AND q.attempts = ($5::int[])[{at}] AND {q_is_running}
+                   AND NOT EXISTS ({} OFFSET 0)
+                 RETURNING {at}::bigint AS i
              ),
              done_before AS (
                  SELECT d.i
@@ -257,7 +275,7 @@ impl QueueSql {
                  WHERE {in_batch} AND q.attempts = d.attempts AND {q_is_done}
              ),
              updated AS ({complete_many})",
-            records.held_by_another(QUEUE_SCOPE, "d.key", "d.fence"),
+            records.held_by_another(QUEUE_SCOPE, "q.key", &format!("($2::bigint[])[{at}]")),
             in_batch = batch_rows("q", &keys, "d"),
         );
         // The same for one job, with scalar parameters: no arrays for the server to unnest and
@@ -266,7 +284,7 @@ impl QueueSql {
         let complete_and_done_one = format!(
             "WITH done AS (
                  UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL,
-                     result = $3
+                     result = $3, attempted_at = coalesce(q.attempted_at, now())
                  WHERE q.key = $1 AND q.attempts = $5 AND {q_is_running}
                    AND NOT EXISTS ({})
                  RETURNING 1
@@ -352,12 +370,16 @@ impl QueueSql {
         // A running job whose lease lapsed is taken over: its attempt ended with its worker
         // (crashed, killed, stalled or cut off), logged as `lapsed` when the claim took it.
         let lapsed = logged(
-            "attempts",
+            COUNTED,
             "'lapsed'",
             "'its worker stopped renewing the lease (crashed, killed, stalled or cut off from \
               the database)'",
         );
-        let claim_picked = |picked: &str, lease: &str, worker: &str| {
+        // A claim for a job that starts at once (`started`, an SQL boolean) notes when it
+        // started; a prefetched job's is noted when it starts (`mark_started`). A lapsed job
+        // taken over that never started ended no attempt: its claim is counted in `unrun`
+        // (see migration 9), not logged. Each claimed job comes with its attempt as counted.
+        let claim_picked = |picked: &str, lease: &str, worker: &str, started: &str| {
             // Unseen, so that a custom plan's width for it cannot price it below the generic.
             let worker_unseen = unseen(worker, "text");
             format!(
@@ -366,13 +388,17 @@ impl QueueSql {
                      UPDATE {q}
                      SET state = 'running', attempts = attempts + 1,
                          worker = {worker_unseen},
-                         available_at = now() + {lease}::bigint {micros}, attempted_at = now(),
-                         attempt_log = CASE WHEN state = 'running' THEN {lapsed}
-                                            ELSE attempt_log END
+                         available_at = now() + {lease}::bigint {micros},
+                         attempted_at = CASE WHEN {started} THEN now() END,
+                         unrun = unrun + CASE WHEN state = 'running' AND attempted_at IS NULL
+                                              THEN 1 ELSE 0 END,
+                         attempt_log = CASE WHEN state = 'running' AND attempted_at IS NOT NULL
+                                            THEN {lapsed} ELSE attempt_log END
                      WHERE key = ANY(ARRAY(SELECT key FROM picked))
                      RETURNING key, payload, attempts, max_attempts, available_at,
                                cancel_requested_at IS NOT NULL AS cancel_requested, traceparent,
-                               queue, key IN (SELECT key FROM picked WHERE lapsed) AS lapsed
+                               queue, key IN (SELECT key FROM picked WHERE lapsed) AS lapsed,
+                               attempts - unrun AS counted
                  )"
             )
         };
@@ -388,6 +414,7 @@ impl QueueSql {
                 ),
                 lease,
                 worker,
+                "true",
             )
         };
         // The same, claiming up to `limits[i]` jobs of named queue `queues[i]` for each `i`
@@ -404,6 +431,7 @@ impl QueueSql {
                     ),
                     lease,
                     worker,
+                    "true",
                 )
             };
         // Completions (`completing`: their CTEs) that also claim jobs (`claiming`: a `claimed`
@@ -415,12 +443,12 @@ impl QueueSql {
                 "{completing}, {claiming}, records AS ({unheld})
                  SELECT {answers},
                         NULL::text, NULL::text, NULL::int, NULL::int, NULL::bigint, NULL::bigint,
-                        NULL::bool, NULL::text, NULL::bool, NULL::text
+                        NULL::bool, NULL::text, NULL::bool, NULL::int, NULL::text
                  {from}
                  UNION ALL
                  SELECT NULL, NULL, NULL, c.key, c.payload::text, c.attempts, c.max_attempts,
                         r.fence, {lease_end}, c.cancel_requested, c.traceparent, c.lapsed,
-                        c.queue
+                        c.counted, c.queue
                  FROM claimed c LEFT JOIN records r ON r.key = c.key"
             )
         };
@@ -498,9 +526,19 @@ impl QueueSql {
             claim: format!(
                 "WITH {}, records AS ({unheld})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
-                        c.cancel_requested, c.traceparent, c.lapsed
+                        c.cancel_requested, c.traceparent, c.lapsed, c.counted
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
-                claimed("$1", "$2", "$3", "$4", "", "$5")
+                claim_picked(
+                    &pick(
+                        &unseen("$4", "text"),
+                        &unseen("$1", "bigint"),
+                        "",
+                        &unseen("$5", "bool"),
+                    ),
+                    "$2",
+                    "$3",
+                    &unseen("$6", "bool"),
+                )
             ),
             // The places the global limit leaves, counted once (the limit is read by each
             // part of the pick).
@@ -512,7 +550,7 @@ impl QueueSql {
                  ),
                  {}, records AS ({unheld})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
-                        c.cancel_requested, c.traceparent, c.lapsed
+                        c.cancel_requested, c.traceparent, c.lapsed, c.counted
                  FROM claimed c LEFT JOIN records r ON r.key = c.key",
                 claimed("(SELECT n FROM places)", "$2", "$3", "$4", "", "$6")
             ),
@@ -525,13 +563,13 @@ impl QueueSql {
                      available_at = now() + $3::bigint {micros},
                      attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
-                logged("attempts", "'snoozed'", "$4::text")
+                logged(COUNTED, "'snoozed'", "$4::text")
             ),
             cancelled: format!(
                 "UPDATE {q} SET state = 'cancelled', finished_at = now(), last_error = $3,
                      worker = NULL, attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
-                logged("attempts", "'cancelled'", "$3::text")
+                logged(COUNTED, "'cancelled'", "$3::text")
             ),
             cancel: format!(
                 "WITH now_cancelled AS (
@@ -571,7 +609,13 @@ impl QueueSql {
             ),
             done: format!(
                 "UPDATE {q} AS q SET state = 'done', finished_at = now(), worker = NULL,
-                     result = coalesce($3, q.result) {fenced}"
+                     result = coalesce($3, q.result),
+                     attempted_at = coalesce(q.attempted_at, now()) {fenced}"
+            ),
+            mark_started: format!(
+                "UPDATE {q} AS q SET attempted_at = now()
+                 WHERE q.key = ANY({keys}) AND q.attempts = ($2::int[])[array_position({keys}, q.key)]
+                   AND {q_is_running} AND q.attempted_at IS NULL"
             ),
             complete_and_done_many: format!(
                 "{complete_and_done}
@@ -611,19 +655,20 @@ impl QueueSql {
                      last_error = $4, worker = NULL,
                      attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
-                logged("attempts", "'retried'", "$4::text")
+                logged(COUNTED, "'retried'", "$4::text")
             ),
             dead: format!(
                 "UPDATE {q} SET state = 'dead', finished_at = now(), last_error = $3, worker = NULL,
                      attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
-                logged("attempts", "'dead'", "$3::text")
+                logged(COUNTED, "'dead'", "$3::text")
             ),
             release: format!(
                 "UPDATE {q} AS q SET state = 'queued', attempts = q.attempts - 1, worker = NULL,
                      available_at = now() + $3::bigint {micros},
-                     attempt_log = {} {fenced}",
-                logged("q.attempts", "'released'", "NULL::text")
+                     attempt_log = CASE WHEN $4 OR q.attempted_at IS NOT NULL THEN {}
+                                        ELSE q.attempt_log END {fenced}",
+                logged("q.attempts - q.unrun", "'released'", "NULL::text")
             ),
             page_from: page(">="),
             page_after: page(">"),
@@ -681,19 +726,19 @@ impl QueueSql {
                 job_columns()
             ),
             status: format!(
-                "SELECT state, attempts, max_attempts, last_error, payload::text, attempt_log::text,
+                "SELECT state, {COUNTED}, max_attempts, last_error, payload::text, attempt_log::text,
                         {}, {}
                  FROM {q} WHERE key = $1",
                 micros_sql("attempted_at"),
                 micros_sql("finished_at")
             ),
             list_dead: format!(
-                "SELECT key, payload::text, attempts, last_error,
+                "SELECT key, payload::text, {COUNTED}, last_error,
                         (extract(epoch from finished_at) * 1000000)::bigint
                  FROM {q} WHERE state = 'dead' ORDER BY finished_at LIMIT $1"
             ),
             retry_dead: format!(
-                "UPDATE {q} SET state = 'queued', attempts = 0, available_at = now(),
+                "UPDATE {q} SET state = 'queued', attempts = 0, unrun = 0, available_at = now(),
                      finished_at = NULL, cancel_requested_at = NULL
                  WHERE key = $1 AND {is_dead}"
             ),
@@ -755,6 +800,7 @@ mod tests {
             ("complete_and_claim_many", q.complete_and_claim_many),
             ("complete_and_done_one", q.complete_and_done_one),
             ("complete_and_claim_one", q.complete_and_claim_one),
+            ("mark_started", q.mark_started),
             ("retry", q.retry),
             ("dead", q.dead),
             ("release", q.release),
@@ -885,6 +931,7 @@ mod tests {
                     .bind("test-worker")
                     .bind(crate::job::DEFAULT_QUEUE)
                     .bind(rescue)
+                    .bind(true)
                     .fetch_all(pool)
                     .await
                     .unwrap();
@@ -1058,6 +1105,7 @@ mod tests {
                         .bind(lease)
                         .bind(worker)
                         .bind("default")
+                        .bind(rescue)
                         .bind(rescue),
                     completions(&sql.complete_and_claim_many)
                         .bind(vec![1i64])
@@ -1077,10 +1125,12 @@ mod tests {
                         .bind(&keys)
                         .bind(&attempts)
                         .bind(None::<Vec<u8>>),
+                    sqlx::query(&sql.mark_started).bind(&keys).bind(&attempts),
                     sqlx::query(&sql.release)
                         .bind(&keys)
                         .bind(&attempts)
-                        .bind(0i64),
+                        .bind(0i64)
+                        .bind(false),
                     sqlx::query(&sql.renew)
                         .bind("job:x")
                         .bind(1i64)

@@ -4,6 +4,7 @@
 //! ```text
 //! DATABASE_URL=.. idem-queue-worker --schema S --concurrency N --until-done TOTAL
 //!     [--work-ms W] [--fixed-work BOOL] [--lease-ms L] [--shutdown-ms D] [--seed X]
+//!     [--prefetch P]
 //!     [--queue NAME] [--global-limit N]
 //! ```
 //!
@@ -99,6 +100,9 @@ struct Args {
     /// At most this many of the queue's jobs run at once across every process.
     #[arg(long)]
     global_limit: Option<usize>,
+    /// Jobs claimed past the free slots.
+    #[arg(long, default_value_t = 0)]
+    prefetch: usize,
 }
 
 #[tokio::main]
@@ -124,6 +128,7 @@ async fn main() {
         })
         .queue(args.queue.clone(), concurrency)
         .lease(Duration::from_millis(args.lease_ms))
+        .prefetch(args.prefetch)
         .poll_interval(Duration::from_millis(100));
     if let Some(limit) = args.global_limit {
         workers = workers.global_limit(args.queue.clone(), limit);

@@ -1,0 +1,87 @@
+//! When prefetched jobs start. A prefetched job's claim leaves its start unnoted: should its
+//! worker die before starting it, the claim that takes it over counts no attempt (migration 9).
+//! So each start is noted, in batches, a short while after the job starts
+//! ([`MARK_DELAY`]), unless the job's outcome is written first: the outcome notes the start
+//! itself, and a busy queue of short jobs writes no marks at all.
+//!
+//! A job that a crash cut within that delay is counted as never started, and runs again as
+//! the first run of its attempt. So that a job that kills its worker at once cannot run
+//! forever uncounted, a job taken over from a lapsed lease notes its start before it runs
+//! ([`mark_now`]): from its second crash on, each counts.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::held::Holder;
+use idem_store_postgres::extend::Resend;
+
+/// How long after a job starts its start is written, unless its outcome is written first.
+pub(crate) const MARK_DELAY: Duration = Duration::from_millis(50);
+
+/// Starts not yet written: each job's key, with its attempt (the claim's fence).
+#[derive(Debug, Default)]
+pub(crate) struct Starts {
+    pending: Mutex<HashMap<String, i32>>,
+    wake: Notify,
+}
+
+impl Starts {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, i32>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes that `key`'s claim of `attempt` started; written within [`MARK_DELAY`].
+    pub fn started(&self, key: &str, attempt: i32) {
+        self.pending().insert(key.to_owned(), attempt);
+        self.wake.notify_one();
+    }
+
+    /// `key`'s claim of `attempt` ended: its outcome notes its start, if that is not written
+    /// yet.
+    pub fn ended(&self, key: &str, attempt: i32) {
+        let mut pending = self.pending();
+        if pending.get(key) == Some(&attempt) {
+            pending.remove(key);
+        }
+    }
+}
+
+/// Writes the holder's noted starts, a batch every [`MARK_DELAY`] while there are any, until
+/// it is dropped. A batch cut short, or refused, leaves those jobs counted as never started
+/// should their worker die (see the module's documentation).
+pub(crate) async fn write_starts(holder: Arc<Holder>) {
+    loop {
+        holder.starts.wake.notified().await;
+        tokio::time::sleep(MARK_DELAY).await;
+        let batch: Vec<(String, i32)> = holder.starts.pending().drain().collect();
+        if batch.is_empty() {
+            continue;
+        }
+        let (keys, attempts): (Vec<String>, Vec<i32>) = batch.into_iter().unzip();
+        let written = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sqlx::query(&holder.sql.mark_started)
+            .bind(&keys)
+            .bind(&attempts)
+            .execute(&mut *conn));
+        if let Err(e) = written {
+            tracing::warn!(error = %e, jobs = keys.len(), "noting when jobs started failed; should their worker die, they count as never started");
+        }
+    }
+}
+
+/// Writes that `key`'s claim of `attempt` starts, before it does. `Ok(false)`: the claim is no
+/// longer this attempt's.
+pub(crate) async fn mark_now(
+    holder: &Holder,
+    key: &str,
+    attempt: i32,
+) -> Result<bool, sqlx::Error> {
+    let (keys, attempts) = (vec![key.to_owned()], vec![attempt]);
+    let done = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sqlx::query(&holder.sql.mark_started)
+        .bind(&keys)
+        .bind(&attempts)
+        .execute(&mut *conn))?;
+    Ok(done.rows_affected() == 1)
+}
