@@ -73,6 +73,9 @@ struct Args {
     /// A server to use (with `pg_stat_statements`); without it a throwaway one is started.
     #[arg(long)]
     database_url: Option<String>,
+    /// Jobs idem's workers claim past their free slots (`WorkerBuilder::prefetch`).
+    #[arg(long, default_value_t = idem_queue::DEFAULT_PREFETCH)]
+    prefetch: usize,
     /// Rounds: every worker count once per round, in turn. A row is the worker count's median
     /// round by idem's default / hand-written ratio, with that ratio's range over the rounds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -108,6 +111,7 @@ async fn round(
     items: u64,
     batch: i64,
     workers: usize,
+    prefetch: usize,
     enqueue_rates: &mut Vec<f64>,
 ) -> Round {
     let schema = format!("idem_bench_queue_{workers}");
@@ -132,7 +136,7 @@ async fn round(
             .execute(pool)
             .await
             .unwrap();
-        let drain = drain_idem(&store, items, workers);
+        let drain = drain_idem(&store, items, workers, prefetch);
         let (rate, cpu) = cpu_per_item(server_cpu, items, drain).await;
         rates.push(rate);
         idem_cpu = cpu;
@@ -184,7 +188,7 @@ async fn enqueue_idem(store: &PgStore, items: u64) -> f64 {
 }
 
 /// Drains the queue with `workers` concurrent jobs; returns items/s.
-async fn drain_idem(store: &PgStore, items: u64, workers: usize) -> f64 {
+async fn drain_idem(store: &PgStore, items: u64, workers: usize, prefetch: usize) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let finished = Arc::new(tokio::sync::Notify::new());
     let (handler_done, handler_finished) = (done.clone(), finished.clone());
@@ -200,6 +204,7 @@ async fn drain_idem(store: &PgStore, items: u64, workers: usize) -> f64 {
             }
         })
         .concurrency(workers)
+        .prefetch(prefetch)
         .poll_interval(Duration::from_millis(50))
         .start();
     finished.notified().await;
@@ -305,6 +310,7 @@ async fn main() {
                 args.items,
                 args.batch,
                 workers,
+                args.prefetch,
                 &mut enqueue_rates,
             )
             .await;
