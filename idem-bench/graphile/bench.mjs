@@ -19,6 +19,9 @@ if (!connectionString) {
 const jobs = Number(args.jobs ?? 20000);
 const concurrency = Number(args.concurrency ?? 16);
 const settings = args.settings ?? "perf";
+// `enqueue` only enqueues; `drain` only drains, and prints when it started and when it saw the
+// queue empty (µs since the epoch), so that `run.sh` times processes that drain together.
+const role = args.role ?? "all";
 const batching =
   settings === "perf"
     ? { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 }
@@ -27,13 +30,20 @@ const batching =
 await runMigrations({ connectionString, logger: new Logger(() => () => {}) });
 const client = new pg.Client({ connectionString });
 await client.connect();
-await client.query("DELETE FROM graphile_worker._private_jobs");
-await client.query(
-  "SELECT graphile_worker.add_job('noop', '{}'::json) FROM generate_series(1, $1)",
-  [jobs],
-);
-await client.query("VACUUM ANALYZE graphile_worker._private_jobs");
-
+if (role !== "drain") {
+  await client.query("DELETE FROM graphile_worker._private_jobs");
+  await client.query(
+    "SELECT graphile_worker.add_job('noop', '{}'::json) FROM generate_series(1, $1)",
+    [jobs],
+  );
+  await client.query("VACUUM ANALYZE graphile_worker._private_jobs");
+}
+if (role === "enqueue") {
+  await client.end();
+  process.exit(0);
+}
+const micros = () => Math.round((performance.timeOrigin + performance.now()) * 1000);
+const startedAt = micros();
 const started = process.hrtime.bigint();
 const runner = await run({
   noHandleSignals: true,
@@ -56,8 +66,13 @@ for (;;) {
   await new Promise((resolve) => setTimeout(resolve, 5));
 }
 const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+const endedAt = micros();
 await runner.stop();
 await client.end();
+if (role === "drain") {
+  console.log(`${startedAt} ${endedAt}`);
+  process.exit(0);
+}
 console.log(
   `graphile-worker ${settings}: ${jobs} jobs in ${seconds.toFixed(2)} s, ${Math.round(jobs / seconds)} jobs/s`,
 );

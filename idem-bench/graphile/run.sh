@@ -5,7 +5,10 @@
 # graphile-worker's `localQueue`), graphile-worker with its own performance test's settings,
 # and graphile-worker with its defaults.
 #
-#   idem-bench/graphile/run.sh [DATABASE_URL] [ROUNDS] [CONCURRENCY]
+#   idem-bench/graphile/run.sh [DATABASE_URL] [ROUNDS] [CONCURRENCY] [PROCESSES]
+#
+# With more than one process, each drains at CONCURRENCY, started together on jobs enqueued
+# first; the rate is the jobs over the first start to the last end.
 #
 # Without a DATABASE_URL (or with `-`) it starts a throwaway PostgreSQL (`idem-testdb`, fsync
 # off, as the other benchmarks' throwaway servers) and stops it at the end.
@@ -16,6 +19,7 @@ set -euo pipefail
 url=${1:--}
 rounds=${2:-3}
 workers=${3:-16}
+processes=${4:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 if [ "$url" = - ]; then
@@ -31,6 +35,39 @@ if [ ! -d "$dir/node_modules/graphile-worker" ]; then
 fi
 cp "$here/bench.mjs" "$dir/bench.mjs"
 cargo build --release -q -p idem-bench --bin queue-throughput --manifest-path "$root/Cargo.toml"
+# Drains spread over `processes` processes: each prints its start and end (µs since the
+# epoch); the rate is the jobs over the first start to the last end.
+spread() {
+  local label=$1
+  shift
+  local outs=()
+  for p in $(seq 1 "$processes"); do
+    outs+=("$(mktemp)")
+    "$@" > "${outs[-1]}" &
+  done
+  wait
+  cat "${outs[@]}" | awk -v label="$label" -v n=20000 \
+    'NR == 1 || $1 < s { s = $1 } NR == 1 || $2 > e { e = $2 }
+     END { printf "%s: %d jobs/s over the processes\n", label, n / ((e - s) / 1e6) }'
+  rm -f "${outs[@]}"
+}
+if [ "$processes" -gt 1 ]; then
+  cargo build --release -q -p idem-bench --bin queue-drain --manifest-path "$root/Cargo.toml"
+  for round in $(seq 1 "$rounds"); do
+    echo "round $round ($processes processes of concurrency $workers)"
+    for prefetch in 0 500; do
+      "$root/target/release/queue-drain" --database-url "$url" --enqueue 20000
+      spread "idem queue, prefetch $prefetch" "$root/target/release/queue-drain" \
+        --database-url "$url" --drain --workers "$workers" --prefetch "$prefetch"
+    done
+    for settings in perf defaults; do
+      DATABASE_URL=$url node "$dir/bench.mjs" --role enqueue --jobs 20000
+      spread "graphile-worker $settings" env DATABASE_URL="$url" node "$dir/bench.mjs" --role drain \
+        --jobs 20000 --concurrency "$workers" --settings "$settings"
+    done
+  done
+  exit 0
+fi
 for round in $(seq 1 "$rounds"); do
   echo "round $round"
   for prefetch in 0 500; do

@@ -168,21 +168,22 @@ async fn workers_killed_or_stalled_mid_batch_lose_nothing() {
 
 /// Workers that prefetch (claim past their free slots) and are killed mid-batch lose nothing:
 /// the jobs they held, started or not, return when their lease lapses. Only jobs that had
-/// started run again (running, or writing their outcome: at most twice the concurrency per
-/// kill), and a job a killed worker held but never started is not counted as an attempt: no
-/// job's attempts exceed its runs.
+/// started run again (running, or writing their outcome: at most the concurrency and the
+/// prefetch per kill), and a job a killed worker held but never started is not counted as an
+/// attempt: no job's attempts exceed its runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefetching_workers_killed_mid_batch_lose_nothing_and_count_only_started_jobs() {
     let _turn = TURN.lock().await;
     const JOBS: u32 = 5_000;
     const KILLS: usize = 4;
     const CONCURRENCY: i64 = 8;
+    const PREFETCH: i64 = 64;
     let schema = Schema::new("q_kill_prefetch").await;
     let queue = enqueue(&schema, JOBS).await;
     let prefetching = [
         ("work-ms", "40".to_owned()),
         ("lease-ms", "1000".to_owned()),
-        ("prefetch", "64".to_owned()),
+        ("prefetch", PREFETCH.to_string()),
     ];
     let mut live: Vec<Child> = (0..3)
         .map(|_| worker(&schema, JOBS, &prefetching))
@@ -201,7 +202,7 @@ async fn prefetching_workers_killed_mid_batch_lose_nothing_and_count_only_starte
     }
     let (runs, distinct) = all_done(&schema, &queue, JOBS).await;
     let repeats = runs - distinct;
-    let bound = KILLS as i64 * 2 * CONCURRENCY;
+    let bound = KILLS as i64 * (CONCURRENCY + PREFETCH);
     assert!(
         repeats <= bound,
         "{repeats} repeats, bound {bound}: only started jobs run again"

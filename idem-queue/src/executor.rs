@@ -119,6 +119,9 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed, slot: Option<Slot>) -> Opti
             }
         },
     };
+    // However the call ended (its handler may never have run), no start is written after
+    // its outcome: the outcome notes the start.
+    shared.holder.starts.ended(&job.key, job.attempt);
     // `None`: settled with the call's completion (or owned by a newer claim).
     let outcome = settled.as_ref().map_or("done", Settle::outcome);
     metrics::counter!(crate::metrics::JOBS, "outcome" => outcome).increment(1);

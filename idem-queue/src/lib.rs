@@ -404,15 +404,17 @@
 //!   A queue of many short jobs spends most of its time on those statements; with
 //!   [`prefetch`](WorkerBuilder::prefetch)`(n)` a claim takes up to `n` jobs more, a slot
 //!   frees as soon as its handler ends (the outcome is written behind it, many jobs'
-//!   outcomes to a statement), and a claim is sent while jobs run, once half the held jobs
-//!   started. It costs what prefetching costs anywhere: held jobs are `running` to everyone
+//!   outcomes to a statement), and a claim is sent while jobs run, once the held jobs fall to
+//!   half of `n`. It costs what prefetching costs anywhere: held jobs are `running` to everyone
 //!   else (a cancel reaches them as it reaches a running job, at their first renewal), they
 //!   keep their place while more urgent jobs arrive, and a job not started within half its
 //!   lease goes back uncounted. It keeps what the queue promises: held jobs are leased, so a
 //!   dead worker's come back within a lease like its running ones; a held job that never
 //!   started is not counted as an attempt when it comes back, and a shutdown gives held jobs
-//!   back at once; a crash repeats only jobs that started (at most twice the concurrency:
-//!   those running, and those whose outcome was on its way). Under a
+//!   back at once; a crash repeats only jobs that started: those running, and those whose
+//!   outcome was on its way (at most `n` of them: more wait for the outcomes to be written).
+//!   [`batch_size`](WorkerBuilder::batch_size) does not apply: a claim takes what the slots
+//!   and the prefetch leave room for. Under a
 //!   [`global_limit`](WorkerBuilder::global_limit) workers never prefetch (a held job would
 //!   take a place). A start is written about 50 ms after it (or with the job's outcome,
 //!   whichever comes first); a crash within that time counts the cut run as no attempt,

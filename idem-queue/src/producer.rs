@@ -68,7 +68,14 @@ pub(crate) async fn produce(
         ))
     });
     let mut tasks = JoinSet::new();
-    if config.prefetch > 0 {
+    // Prefetched jobs' starts are written until the workers stopped (running jobs finish in
+    // the shutdown, and their starts count should the process die meanwhile).
+    let _starts = (config.prefetch > 0).then(|| {
+        AbortOnDrop(tokio::spawn(
+            write_starts(Arc::clone(&shared.holder)).in_current_span(),
+        ))
+    });
+    let released = if config.prefetch > 0 {
         prefetching(
             &shared,
             &config,
@@ -78,7 +85,7 @@ pub(crate) async fn produce(
             &listening,
             &mut tasks,
         )
-        .await;
+        .await
     } else {
         claiming_for_slots(
             &shared,
@@ -90,8 +97,11 @@ pub(crate) async fn produce(
             &mut tasks,
         )
         .await;
-    }
-    stop(&shared, &stopping, tasks).await
+        0
+    };
+    let mut report = stop(&shared, &stopping, tasks).await;
+    report.released += released;
+    report
 }
 
 /// Claims for free slots only: each completion claims the next job for its slot, and the
@@ -193,7 +203,8 @@ type Sent = (
 /// prefetch. A job not started within half its lease (the slots are slower than the claims
 /// thought) goes back to the queue, its attempt not counted, rather than start on a lease
 /// about to lapse. Returns when `stopping` names a deadline, once the claim on the wire, if
-/// any, is answered (its jobs are held, and given back with the rest).
+/// any, is answered, having given back the jobs it held and did not start; returns how many
+/// it gave back.
 async fn prefetching(
     shared: &Arc<Shared>,
     config: &ProducerConfig,
@@ -202,18 +213,18 @@ async fn prefetching(
     wake: &Arc<Notify>,
     listening: &AtomicBool,
     tasks: &mut JoinSet<()>,
-) {
+) -> usize {
     let slots = Arc::new(Semaphore::new(config.concurrency));
-    let _marks = AbortOnDrop(tokio::spawn(
-        write_starts(Arc::clone(&shared.holder)).in_current_span(),
-    ));
     let capacity = config.concurrency + config.prefetch;
     // Jobs running or writing their outcome: a slot frees when its handler ends, and at most
-    // as many outcomes again as there are slots are on their way (so a crash repeats at most
-    // twice the concurrency, and a slow database holds the next jobs back).
-    let most_tasks = 2 * config.concurrency;
+    // `prefetch` outcomes are on their way besides the running jobs (so a crash repeats at
+    // most the jobs a claim could hold, and a slow database holds the next jobs back). Fewer
+    // (as many as slots, say) would leave one worker waiting for each outcome's statement.
+    let most_tasks = capacity;
     let mut held: VecDeque<(Claimed, Instant)> = VecDeque::new();
     let mut sent: Option<Pin<Box<dyn Future<Output = Sent> + Send>>> = None;
+    // Whether the claim in `sent` was polled: one never polled was never sent.
+    let on_wire = Arc::new(AtomicBool::new(false));
     // The last claim came back short: the next waits for a notification or the poll.
     let mut starved = false;
     // Whether the last claim found all the work there was, at a time it would be announced.
@@ -224,26 +235,36 @@ async fn prefetching(
         if stopping.borrow().is_some() {
             break;
         }
+        let mut ended = false;
         while let Some(joined) = tasks.try_join_next() {
             log_join(joined);
+            ended = true;
         }
+        // Before calling themselves idle (their last job ended), or once a look for lapsed
+        // jobs is due, the workers claim: a job may have lapsed since the last look, and
+        // nothing announces a lapse.
+        if ended && starved && (tasks.is_empty() || shared.holder.rescue.pending()) {
+            shared.holder.rescue.look_again();
+            starved = false;
+        }
+        // Held jobs past their start (they are in claim order, so in `start_by` order) go
+        // back, whether or not a slot is free.
         let now = Instant::now();
         let mut expired = Vec::new();
+        while held.front().is_some_and(|(_, start_by)| now >= *start_by) {
+            expired.extend(held.pop_front().map(|(job, _)| job));
+        }
+        if !expired.is_empty() {
+            release_jobs(&shared.holder, &expired).await;
+        }
         while !held.is_empty() && tasks.len() < most_tasks {
             let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
                 break;
             };
-            let Some((job, start_by)) = held.pop_front() else {
+            let Some((job, _)) = held.pop_front() else {
                 break;
             };
-            if now >= start_by {
-                expired.push(job);
-                continue;
-            }
             tasks.spawn(run(shared.clone(), job, Some(slot)).in_current_span());
-        }
-        if !expired.is_empty() {
-            release_jobs(&shared.holder, &expired).await;
         }
         let running = config.concurrency - slots.available_permits();
         let want = capacity.saturating_sub(running + held.len());
@@ -253,15 +274,19 @@ async fn prefetching(
             notified.as_mut().enable();
             let announced = !config.listen || listening.load(Ordering::SeqCst);
             let holder = Arc::clone(&shared.holder);
+            let on_wire = Arc::clone(&on_wire);
             sent = Some(Box::pin(async move {
+                on_wire.store(true, Ordering::SeqCst);
                 let at = Instant::now();
                 (claim(&holder, want).await, at, want, announced)
             }));
         }
         idle.send_replace(drained && held.is_empty() && tasks.is_empty() && sent.is_none());
+        let next_expiry = held.front().map(|(_, start_by)| *start_by);
         tokio::select! {
             (answer, at, want, announced) = async { sent.as_mut().expect("a claim on the wire").await }, if sent.is_some() => {
                 sent = None;
+                on_wire.store(false, Ordering::SeqCst);
                 match answer {
                     Ok((jobs, _, looked)) => {
                         let got = jobs.len();
@@ -272,6 +297,7 @@ async fn prefetching(
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "claiming queued jobs failed; trying again after the poll interval");
+                        drained = false;
                         starved = true;
                     }
                 }
@@ -282,23 +308,27 @@ async fn prefetching(
             _ = Arc::clone(&slots).acquire_owned(), if !held.is_empty() && tasks.len() < most_tasks => {}
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 log_join(joined);
-                // Before calling themselves idle (their last job ended), or once a look for
-                // lapsed jobs is due, the workers claim: a job may have lapsed since the last
-                // look, and nothing announces a lapse.
                 if starved && (tasks.is_empty() || shared.holder.rescue.pending()) {
                     shared.holder.rescue.look_again();
                     starved = false;
                 }
             }
+            () = tokio::time::sleep_until(next_expiry.unwrap_or(now)), if next_expiry.is_some() => {}
             () = &mut notified, if starved => starved = false,
             () = &mut poll, if starved => starved = false,
             changed = stopping.changed() => if changed.is_err() { break },
         }
     }
+    // A claim never polled was never sent; one on the wire is answered, its jobs noted as held
+    // (the shutdown gives them back with the others that are still held then).
     if let Some(sent) = sent {
-        // Its jobs are noted as held, and given back with the others.
-        let _ = sent.await;
+        if on_wire.load(Ordering::SeqCst) {
+            let _ = sent.await;
+        }
     }
+    // The jobs held and not started go back now, not after the running ones finish.
+    let unstarted: Vec<Claimed> = held.into_iter().map(|(job, _)| job).collect();
+    release_jobs(&shared.holder, &unstarted).await
 }
 
 /// Stops the workers at the deadline `stopping` names: waits for running jobs until then, cuts

@@ -113,8 +113,8 @@ pub(crate) struct QueueSql {
     /// `$1` keys, `$2` attempts, `$3` delay (µs), `$4` whether the jobs started (else only
     /// those whose start was noted are logged): gives claims back without counting them.
     pub(crate) release: String,
-    /// `$1` keys, `$2` attempts: notes when prefetched jobs started, while their claims are
-    /// those attempts'.
+    /// `$1` keys, `$2` attempts, `$3` worker: notes when prefetched jobs started, while their
+    /// claims are those attempts' and that worker's.
     pub(crate) mark_started: String,
     pub(crate) stats: String,
     /// `$1` state filter or NULL, `$2` queue or NULL, `$3` key prefix or NULL, `$4` the key the
@@ -561,13 +561,14 @@ impl QueueSql {
             snooze: format!(
                 "UPDATE {q} SET state = 'queued', attempts = attempts - 1, worker = NULL,
                      available_at = now() + $3::bigint {micros},
-                     attempt_log = {}
+                     attempted_at = coalesce(attempted_at, now()), attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
                 logged(COUNTED, "'snoozed'", "$4::text")
             ),
             cancelled: format!(
                 "UPDATE {q} SET state = 'cancelled', finished_at = now(), last_error = $3,
-                     worker = NULL, attempt_log = {}
+                     worker = NULL, attempted_at = coalesce(attempted_at, now()),
+                     attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
                 logged(COUNTED, "'cancelled'", "$3::text")
             ),
@@ -612,10 +613,13 @@ impl QueueSql {
                      result = coalesce($3, q.result),
                      attempted_at = coalesce(q.attempted_at, now()) {fenced}"
             ),
+            // A mark sent again (its answer lost) finds its own: it matches the claim, not
+            // the missing start. The worker is part of the fence: a release or a snooze gives
+            // the attempt number back, so another worker's claim may carry it.
             mark_started: format!(
-                "UPDATE {q} AS q SET attempted_at = now()
+                "UPDATE {q} AS q SET attempted_at = coalesce(q.attempted_at, now())
                  WHERE q.key = ANY({keys}) AND q.attempts = ($2::int[])[array_position({keys}, q.key)]
-                   AND {q_is_running} AND q.attempted_at IS NULL"
+                   AND q.worker = $3 AND {q_is_running}"
             ),
             complete_and_done_many: format!(
                 "{complete_and_done}
@@ -653,13 +657,13 @@ impl QueueSql {
             retry: format!(
                 "UPDATE {q} SET state = 'queued', available_at = now() + $3::bigint {micros},
                      last_error = $4, worker = NULL,
-                     attempt_log = {}
+                     attempted_at = coalesce(attempted_at, now()), attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
                 logged(COUNTED, "'retried'", "$4::text")
             ),
             dead: format!(
                 "UPDATE {q} SET state = 'dead', finished_at = now(), last_error = $3, worker = NULL,
-                     attempt_log = {}
+                     attempted_at = coalesce(attempted_at, now()), attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
                 logged(COUNTED, "'dead'", "$3::text")
             ),
@@ -949,6 +953,84 @@ mod tests {
         crate::test_store::drop_schema(&pool, &schema).await;
     }
 
+    /// A prefetching claim leaves the start unnoted; a lapsed claim that never started is
+    /// taken over without counting an attempt (counted in `unrun`, nothing logged), one that
+    /// started is counted and logged. A start mark sent again finds its own claim; one from
+    /// another worker finds none.
+    #[tokio::test]
+    async fn a_lapsed_claim_counts_an_attempt_only_if_it_started() {
+        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_unrun").await;
+        sqlx::raw_sql(&format!(
+            "INSERT INTO {schema}.idem_records_queue (key, payload, max_attempts)
+             VALUES ('job', '1', 5)"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        let sql = QueueSql::new(&store);
+        let claim = |worker: &'static str| {
+            let (sql, pool) = (&sql, &pool);
+            async move {
+                let rows = sqlx::query(&sql.claim)
+                    .bind(1i64)
+                    .bind(60_000_000i64)
+                    .bind(worker)
+                    .bind(crate::job::DEFAULT_QUEUE)
+                    .bind(true)
+                    .bind(false)
+                    .fetch_all(pool)
+                    .await
+                    .unwrap();
+                let job = crate::claimed::Claimed::decode(&rows[0], 0);
+                (job.attempt, job.counted, job.lapsed)
+            }
+        };
+        let mark = |worker: &'static str, attempt: i32| {
+            let (sql, pool) = (&sql, &pool);
+            async move {
+                sqlx::query(&sql.mark_started)
+                    .bind(vec!["job"])
+                    .bind(vec![attempt])
+                    .bind(worker)
+                    .execute(pool)
+                    .await
+                    .unwrap()
+                    .rows_affected()
+            }
+        };
+        let lapse_sql = format!(
+            "UPDATE {schema}.idem_records_queue SET available_at = now() - interval '1 second'"
+        );
+        let lapse = || sqlx::raw_sql(&lapse_sql).execute(&pool);
+        let row_sql = format!(
+            "SELECT attempts, unrun, attempted_at IS NOT NULL, jsonb_array_length(attempt_log)
+             FROM {schema}.idem_records_queue"
+        );
+        let row = || sqlx::query_as::<_, (i32, i32, bool, i32)>(&row_sql).fetch_one(&pool);
+        assert_eq!(claim("a").await, (1, 1, false));
+        assert_eq!(
+            row().await.unwrap(),
+            (1, 0, false, 0),
+            "claimed, not started"
+        );
+        lapse().await.unwrap();
+        assert_eq!(
+            claim("b").await,
+            (2, 1, true),
+            "taken over, no attempt counted"
+        );
+        assert_eq!(row().await.unwrap(), (2, 1, false, 0));
+        assert_eq!(mark("a", 2).await, 0, "another worker's mark");
+        assert_eq!(mark("b", 1).await, 0, "an earlier claim's mark");
+        assert_eq!(mark("b", 2).await, 1);
+        assert_eq!(mark("b", 2).await, 1, "sent again, it finds its own");
+        assert_eq!(row().await.unwrap(), (2, 1, true, 0));
+        lapse().await.unwrap();
+        assert_eq!(claim("c").await, (3, 2, true), "it started: counted");
+        assert_eq!(row().await.unwrap(), (3, 1, false, 1), "and logged");
+        crate::test_store::drop_schema(&pool, &schema).await;
+    }
+
     /// A page of jobs (the dashboard's lists: `Queue::jobs_page`) is an index range on a queue
     /// of 200,000 jobs: in key order the primary key from the page's start, for a finished
     /// state the finished jobs' index from the last page's finish; so is the overview's count
@@ -1125,7 +1207,10 @@ mod tests {
                         .bind(&keys)
                         .bind(&attempts)
                         .bind(None::<Vec<u8>>),
-                    sqlx::query(&sql.mark_started).bind(&keys).bind(&attempts),
+                    sqlx::query(&sql.mark_started)
+                        .bind(&keys)
+                        .bind(&attempts)
+                        .bind(worker),
                     sqlx::query(&sql.release)
                         .bind(&keys)
                         .bind(&attempts)

@@ -64,6 +64,7 @@ pub(crate) async fn write_starts(holder: Arc<Holder>) {
         let written = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sqlx::query(&holder.sql.mark_started)
             .bind(&keys)
             .bind(&attempts)
+            .bind(&holder.worker)
             .execute(&mut *conn));
         if let Err(e) = written {
             tracing::warn!(error = %e, jobs = keys.len(), "noting when jobs started failed; should their worker die, they count as never started");
@@ -82,6 +83,7 @@ pub(crate) async fn mark_now(
     let done = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sqlx::query(&holder.sql.mark_started)
         .bind(&keys)
         .bind(&attempts)
+        .bind(&holder.worker)
         .execute(&mut *conn))?;
     Ok(done.rows_affected() == 1)
 }

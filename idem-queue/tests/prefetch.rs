@@ -58,11 +58,69 @@ async fn prefetching_workers_run_every_job_once() {
     workers.shutdown(Duration::from_secs(5)).await;
 }
 
-/// A shutdown gives the jobs a worker prefetched back at once: not run, no attempt counted,
-/// nothing logged. The job cut at the deadline goes back too, its attempt not counted.
+/// A shutdown gives the jobs a worker prefetched back at once, while the running job is
+/// still finishing: not run, no attempt counted, nothing logged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shutdown_gives_prefetched_jobs_back_uncounted() {
+async fn a_shutdown_gives_prefetched_jobs_back_at_once_uncounted() {
     let test = TestStore::new("qp_shutdown", 8).await;
+    let queue = support::queue(&test).await;
+    enqueue(&queue, (0..5).map(|i| format!("job:{i}"))).await;
+    let (started, mut running) = tokio::sync::watch::channel(None::<String>);
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let workers = queue
+        .worker(move |job: Job| {
+            started.send_replace(Some(job.key().to_owned()));
+            let mut gate = gate.clone();
+            async move {
+                let _ = gate.wait_for(|open| *open).await;
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .concurrency(1)
+        .prefetch(8)
+        .start();
+    running.wait_for(Option::is_some).await.unwrap();
+    let first = running.borrow().clone().unwrap();
+    assert_eq!(
+        queue.stats().await.unwrap().running,
+        5,
+        "one running, four held"
+    );
+    let stopping = tokio::spawn(workers.shutdown(Duration::from_secs(60)));
+    // The held jobs come back while the running one still waits at its gate.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while queue.stats().await.unwrap().queued < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the held jobs came back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        queue.status(&first).await.unwrap().unwrap().state,
+        JobState::Running
+    );
+    open.send_replace(true);
+    let report = stopping.await.unwrap();
+    assert_eq!((report.finished, report.released), (1, 4));
+    for i in 0..5 {
+        let key = format!("job:{i}");
+        let status = queue.status(&key).await.unwrap().unwrap();
+        if key == first {
+            assert_eq!((status.state, status.attempts), (JobState::Done, 1));
+            continue;
+        }
+        assert_eq!(status.state, JobState::Queued);
+        assert_eq!(status.attempts, 0, "{key}: no attempt counted");
+        assert!(status.attempt_log.is_empty(), "{key}: nothing logged");
+    }
+}
+
+/// A job cut at the shutdown's deadline goes back with its attempt logged as released, not
+/// counted; the jobs held behind it go back with nothing logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_past_its_deadline_logs_only_the_started_job() {
+    let test = TestStore::new("qp_cut", 8).await;
     let queue = support::queue(&test).await;
     enqueue(&queue, (0..5).map(|i| format!("job:{i}"))).await;
     let (started, mut running) = tokio::sync::watch::channel(None::<String>);

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p idem-bench --bin queue-throughput -- [--items 20000]
 //!     [--workers 1,2,4,8] [--batch 10] [--purge-jobs 1000000] [--rounds 1]
-//!     [--database-url URL]
+//!     [--prefetch 0] [--database-url URL]
 //! ```
 //!
 //! Then it purges `--purge-jobs` finished jobs twice from the same vacuumed backlog of jobs
