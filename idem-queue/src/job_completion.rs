@@ -570,7 +570,7 @@ mod tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
             let (state, attempts, finished): (String, i32, String) = sqlx::query_as(&format!(
-                "SELECT q.state, q.attempts, a.state FROM {schema}.idem_records_queue q,
+                "SELECT q.state, q.attempts - q.unrun, a.state FROM {schema}.idem_records_queue q,
                         {schema}.idem_records_queue a
                  WHERE q.key = 'queued-0' AND a.key = 'running-a'"
             ))

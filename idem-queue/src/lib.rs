@@ -412,7 +412,8 @@
 //!   dead worker's come back within a lease like its running ones; a held job that never
 //!   started is not counted as an attempt when it comes back, and a shutdown gives held jobs
 //!   back at once; a crash repeats only jobs that started: those running, and those whose
-//!   outcome was on its way (at most `n` of them: more wait for the outcomes to be written).
+//!   outcome was on its way (together at most the concurrency and `n`: no job starts while
+//!   that many are).
 //!   [`batch_size`](WorkerBuilder::batch_size) does not apply: a claim takes what the slots
 //!   and the prefetch leave room for. Under a
 //!   [`global_limit`](WorkerBuilder::global_limit) workers never prefetch (a held job would

@@ -216,10 +216,11 @@ async fn prefetching(
 ) -> usize {
     let slots = Arc::new(Semaphore::new(config.concurrency));
     let capacity = config.concurrency + config.prefetch;
-    // Jobs running or writing their outcome: a slot frees when its handler ends, and at most
-    // `prefetch` outcomes are on their way besides the running jobs (so a crash repeats at
-    // most the jobs a claim could hold, and a slow database holds the next jobs back). Fewer
-    // (as many as slots, say) would leave one worker waiting for each outcome's statement.
+    // Jobs running or writing their outcome, together at most the jobs a claim could hold: a
+    // slot frees when its handler ends, and no job starts while that many are on their way (so
+    // a crash repeats at most `concurrency + prefetch` jobs, and a slow database holds the next
+    // jobs back). Fewer (as many as slots, say) would leave one worker waiting for each
+    // outcome's statement.
     let most_tasks = capacity;
     let mut held: VecDeque<(Claimed, Instant)> = VecDeque::new();
     let mut sent: Option<Pin<Box<dyn Future<Output = Sent> + Send>>> = None;
@@ -319,15 +320,16 @@ async fn prefetching(
             changed = stopping.changed() => if changed.is_err() { break },
         }
     }
-    // A claim never polled was never sent; one on the wire is answered, its jobs noted as held
-    // (the shutdown gives them back with the others that are still held then).
+    // The jobs held and not started go back now, not after the running ones finish: with those
+    // of the claim on the wire, once it is answered (a claim never polled was never sent).
+    let mut unstarted: Vec<Claimed> = held.into_iter().map(|(job, _)| job).collect();
     if let Some(sent) = sent {
         if on_wire.load(Ordering::SeqCst) {
-            let _ = sent.await;
+            if let (Ok((jobs, ..)), ..) = sent.await {
+                unstarted.extend(jobs);
+            }
         }
     }
-    // The jobs held and not started go back now, not after the running ones finish.
-    let unstarted: Vec<Claimed> = held.into_iter().map(|(job, _)| job).collect();
     release_jobs(&shared.holder, &unstarted).await
 }
 

@@ -182,7 +182,8 @@ fn logged(attempt: &str, outcome: &str, error: &str) -> String {
 }
 
 /// A job's attempts as counted (for its limit, its log, and operators): its claims, less those
-/// that lapsed before the job started (see migration 9).
+/// that ended no attempt (see migration 9): given back, snoozed, or lapsed before the job
+/// started. `attempts` itself only grows, so no two claims of a job share a fence.
 const COUNTED: &str = "(attempts - unrun)";
 
 /// How many ended attempts a job's log keeps (the latest).
@@ -559,7 +560,7 @@ impl QueueSql {
                  WHERE queue = $1 AND state = 'running' AND available_at > now()"
             ),
             snooze: format!(
-                "UPDATE {q} SET state = 'queued', attempts = attempts - 1, worker = NULL,
+                "UPDATE {q} SET state = 'queued', unrun = unrun + 1, worker = NULL,
                      available_at = now() + $3::bigint {micros},
                      attempted_at = coalesce(attempted_at, now()), attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
@@ -614,8 +615,7 @@ impl QueueSql {
                      attempted_at = coalesce(q.attempted_at, now()) {fenced}"
             ),
             // A mark sent again (its answer lost) finds its own: it matches the claim, not
-            // the missing start. The worker is part of the fence: a release or a snooze gives
-            // the attempt number back, so another worker's claim may carry it.
+            // the missing start.
             mark_started: format!(
                 "UPDATE {q} AS q SET attempted_at = coalesce(q.attempted_at, now())
                  WHERE q.key = ANY({keys}) AND q.attempts = ($2::int[])[array_position({keys}, q.key)]
@@ -668,7 +668,7 @@ impl QueueSql {
                 logged(COUNTED, "'dead'", "$3::text")
             ),
             release: format!(
-                "UPDATE {q} AS q SET state = 'queued', attempts = q.attempts - 1, worker = NULL,
+                "UPDATE {q} AS q SET state = 'queued', unrun = q.unrun + 1, worker = NULL,
                      available_at = now() + $3::bigint {micros},
                      attempt_log = CASE WHEN $4 OR q.attempted_at IS NOT NULL THEN {}
                                         ELSE q.attempt_log END {fenced}",
