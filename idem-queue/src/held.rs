@@ -1,6 +1,7 @@
-//! Who holds a set of workers' claims: its name in the queue's table, its lease, and the
-//! claims it holds by job key (what the completer gives back at shutdown). A completion that
-//! claims the next job for its slot claims it for this holder.
+//! Who holds a set of workers' claims: its name in the queue's table, its lease, the claims it
+//! holds by job key (what the completer gives back at shutdown), and the starts of its
+//! prefetched jobs not written yet (`started` writes them). A completion that claims the next
+//! job for its slot claims it for this holder.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_store_postgres::PgStore;
+use tokio::sync::Notify;
 
 use crate::claimed::Claimed;
 use crate::sql::QueueSql;
@@ -37,7 +39,7 @@ pub(crate) struct Holder {
     /// then each completion claims the next job for its slot).
     pub prefetch: usize,
     /// Prefetched jobs' starts not written yet.
-    pub starts: crate::started::Starts,
+    pub starts: Starts,
 }
 
 /// When a claim also looks for jobs whose lease lapsed (their workers stopped), to take them
@@ -124,6 +126,45 @@ impl Rescue {
                     Ordering::SeqCst,
                 )
                 .is_ok()
+    }
+}
+
+/// Starts not yet written: each job's key, with its attempt (the claim's fence).
+#[derive(Debug, Default)]
+pub(crate) struct Starts {
+    pending: Mutex<HashMap<String, i32>>,
+    wake: Notify,
+}
+
+impl Starts {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, i32>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes that `key`'s claim of `attempt` started; written within
+    /// [`MARK_DELAY`](crate::started::MARK_DELAY) (see `started`).
+    pub fn started(&self, key: &str, attempt: i32) {
+        self.pending().insert(key.to_owned(), attempt);
+        self.wake.notify_one();
+    }
+
+    /// `key`'s claim of `attempt` ended: its outcome notes its start, if that is not written
+    /// yet.
+    pub fn ended(&self, key: &str, attempt: i32) {
+        let mut pending = self.pending();
+        if pending.get(key) == Some(&attempt) {
+            pending.remove(key);
+        }
+    }
+
+    /// Waits until a start is noted.
+    pub async fn noted(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Takes every start noted and not written yet.
+    pub fn take(&self) -> Vec<(String, i32)> {
+        self.pending().drain().collect()
     }
 }
 

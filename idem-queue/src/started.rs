@@ -9,11 +9,8 @@
 //! forever uncounted, a job taken over from a lapsed lease notes its start before it runs
 //! ([`mark_now`]): from its second crash on, each counts.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-
-use tokio::sync::Notify;
 
 use crate::held::Holder;
 use idem_store_postgres::extend::Resend;
@@ -21,42 +18,14 @@ use idem_store_postgres::extend::Resend;
 /// How long after a job starts its start is written, unless its outcome is written first.
 pub(crate) const MARK_DELAY: Duration = Duration::from_millis(50);
 
-/// Starts not yet written: each job's key, with its attempt (the claim's fence).
-#[derive(Debug, Default)]
-pub(crate) struct Starts {
-    pending: Mutex<HashMap<String, i32>>,
-    wake: Notify,
-}
-
-impl Starts {
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, i32>> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Notes that `key`'s claim of `attempt` started; written within [`MARK_DELAY`].
-    pub fn started(&self, key: &str, attempt: i32) {
-        self.pending().insert(key.to_owned(), attempt);
-        self.wake.notify_one();
-    }
-
-    /// `key`'s claim of `attempt` ended: its outcome notes its start, if that is not written
-    /// yet.
-    pub fn ended(&self, key: &str, attempt: i32) {
-        let mut pending = self.pending();
-        if pending.get(key) == Some(&attempt) {
-            pending.remove(key);
-        }
-    }
-}
-
 /// Writes the holder's noted starts, a batch every [`MARK_DELAY`] while there are any, until
 /// it is dropped. A batch cut short, or refused, leaves those jobs counted as never started
 /// should their worker die (see the module's documentation).
 pub(crate) async fn write_starts(holder: Arc<Holder>) {
     loop {
-        holder.starts.wake.notified().await;
+        holder.starts.noted().await;
         tokio::time::sleep(MARK_DELAY).await;
-        let batch: Vec<(String, i32)> = holder.starts.pending().drain().collect();
+        let batch = holder.starts.take();
         if batch.is_empty() {
             continue;
         }

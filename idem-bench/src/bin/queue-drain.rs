@@ -3,13 +3,18 @@
 //!
 //! ```text
 //! queue-drain --database-url URL --enqueue 20000
-//! queue-drain --database-url URL --drain 20000 [--workers 16] [--prefetch 0]
+//! queue-drain --database-url URL --drain [--workers 16] [--prefetch 0]
+//! queue-drain --database-url URL --latency 500 [--workers 1] [--prefetch 0]
 //! ```
 //!
 //! A drain starts its workers, waits until no job is left (looking every 5 ms, as the
 //! graphile-worker side does), and prints when it started and when it saw the queue empty, in
 //! microseconds since the epoch, so that the caller times every process from the first start
 //! to the last end.
+//!
+//! `--latency N` measures, in a fresh schema, how long after its enqueue returns a job starts
+//! on idle workers (which wait on notifications), N jobs one after another, and prints the
+//! median and the 99th percentile in microseconds.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,6 +39,9 @@ struct Args {
     /// Drain the queue with workers until no job is left, then print start and end.
     #[arg(long)]
     drain: bool,
+    /// Time this many jobs from enqueue to start, one after another, on idle workers.
+    #[arg(long)]
+    latency: Option<usize>,
     /// Jobs at once in this process.
     #[arg(long, default_value_t = 16)]
     workers: usize,
@@ -57,7 +65,7 @@ async fn main() {
         .connect(&args.database_url)
         .await
         .expect("connect");
-    if args.enqueue.is_some() {
+    if args.enqueue.is_some() || args.latency.is_some() {
         sqlx::raw_sql(&format!(
             "DROP SCHEMA IF EXISTS {SCHEMA} CASCADE; CREATE SCHEMA {SCHEMA}"
         ))
@@ -82,6 +90,37 @@ async fn main() {
             .execute(&pool)
             .await
             .expect("analyze");
+        return;
+    }
+    if let Some(jobs) = args.latency {
+        queue.migrate().await.expect("migrate");
+        let (started, mut start) = tokio::sync::watch::channel(0u64);
+        let workers = queue
+            .worker(move |job: Job| {
+                let n: u64 = job.payload_as().expect("a number");
+                started.send_replace(n);
+                async { Ok::<_, std::convert::Infallible>(()) }
+            })
+            .concurrency(args.workers)
+            .prefetch(args.prefetch)
+            .start();
+        workers.wait_idle().await;
+        let mut waits = Vec::with_capacity(jobs);
+        for n in 1..=jobs as u64 {
+            let job = NewJob::new(format!("latency:{n}"), &n).expect("a job");
+            let _ = queue.enqueue(job).await.expect("enqueue");
+            let enqueued = std::time::Instant::now();
+            start
+                .wait_for(|started| *started == n)
+                .await
+                .expect("started");
+            waits.push(enqueued.elapsed());
+            workers.wait_idle().await;
+        }
+        workers.shutdown(Duration::from_secs(10)).await;
+        waits.sort();
+        let at = |q: f64| waits[((waits.len() - 1) as f64 * q) as usize].as_micros();
+        println!("{} {}", at(0.5), at(0.99));
         return;
     }
     if !args.drain {
