@@ -30,12 +30,7 @@ pub(crate) async fn write_starts(holder: Arc<Holder>) {
             continue;
         }
         let (keys, attempts): (Vec<String>, Vec<i32>) = batch.into_iter().unzip();
-        let written = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sqlx::query(&holder.sql.mark_started)
-            .bind(&keys)
-            .bind(&attempts)
-            .bind(&holder.worker)
-            .execute(&mut *conn));
-        if let Err(e) = written {
+        if let Err(e) = mark(&holder, &keys, &attempts).await {
             tracing::warn!(error = %e, jobs = keys.len(), "noting when jobs started failed; should their worker die, they count as never started");
         }
     }
@@ -48,11 +43,17 @@ pub(crate) async fn mark_now(
     key: &str,
     attempt: i32,
 ) -> Result<bool, sqlx::Error> {
-    let (keys, attempts) = (vec![key.to_owned()], vec![attempt]);
+    let marked = mark(holder, &[key.to_owned()], &[attempt]).await?;
+    Ok(marked == 1)
+}
+
+/// Writes the starts of the holder's claims of `keys` at `attempts`; returns how many of
+/// those claims are still the holder's.
+async fn mark(holder: &Holder, keys: &[String], attempts: &[i32]) -> Result<u64, sqlx::Error> {
     let done = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sqlx::query(&holder.sql.mark_started)
-        .bind(&keys)
-        .bind(&attempts)
+        .bind(keys)
+        .bind(attempts)
         .bind(&holder.worker)
         .execute(&mut *conn))?;
-    Ok(done.rows_affected() == 1)
+    Ok(done.rows_affected())
 }
