@@ -8,9 +8,12 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
 use crate::config::Config;
+use crate::scope::Scope;
+use crate::secret::Secret;
 use crate::service::Idempotency;
 
 /// A tower [`Layer`] that makes the requests it wraps idempotent per the `Idempotency-Key`
@@ -50,18 +53,61 @@ impl IdempotencyLayer {
         self.with(|c| c.require_key = require)
     }
 
-    /// Names the caller a request comes from; two callers sending the same key never see each
-    /// other's responses. A function that returns `None` refuses the request with 401 before
-    /// anything runs. Default [`scope::authorization_header`](crate::scope::authorization_header)
-    /// (a hash of the `Authorization` header; requests without one share one scope); see also
-    /// [`scope::bearer_token`](crate::scope::bearer_token). Return a stable caller id (a user
-    /// or client id set by your authentication), not a secret: it is stored as given (hashed
-    /// only when over 123 bytes).
-    pub fn scope<F>(self, scope: F) -> IdempotencyLayer
+    /// Names the caller a request comes from, so a stored answer is only ever replayed to the
+    /// caller whose request caused it. A function that returns `None` refuses the request with
+    /// 401 before anything runs. Default [`scope::authenticated`](crate::scope::authenticated):
+    /// the [`Caller`](crate::Caller) your auth layer set, else the `Authorization` header as a
+    /// credential, else 401. See [`scope`](crate::scope) for the others: an extension of your
+    /// own type, a bearer token, a session cookie, and (on purpose only) one shared scope.
+    ///
+    /// The function returns a [`Scope`](crate::scope::Scope), or a `String` naming a caller by a
+    /// stable id, stored as given (hashed only when over 123 bytes): never a secret. Return
+    /// [`Scope::credential`](crate::scope::Scope::credential) for a secret: it is stored as an
+    /// HMAC under the layer's [`secret`](Self::secret).
+    pub fn scope<F, S>(self, scope: F) -> IdempotencyLayer
     where
-        F: Fn(&http::request::Parts) -> Option<String> + Send + Sync + 'static,
+        F: Fn(&http::request::Parts) -> Option<S> + Send + Sync + 'static,
+        S: Into<Scope>,
     {
-        self.with(|c| c.scope = Arc::new(scope))
+        self.with(|c| c.scope = Arc::new(move |parts| scope(parts).map(Into::into)))
+    }
+
+    /// The server secret credential scopes are keyed with (HMAC-SHA256; at least
+    /// [`MIN_SECRET_LEN`](crate::MIN_SECRET_LEN) random bytes). Without one, the layer makes a
+    /// secret the first time it needs one and keeps it in the store (a record in the scope
+    /// `idem_http`, kept for as long as a store keeps anything), so that every server on the
+    /// store keys a credential alike. Give one to keep it out of the store; changing it makes
+    /// every credential's keys new.
+    ///
+    /// # Panics
+    ///
+    /// When `secret` is shorter than [`MIN_SECRET_LEN`](crate::MIN_SECRET_LEN) bytes.
+    pub fn secret(self, secret: impl AsRef<[u8]>) -> IdempotencyLayer {
+        let secret = Arc::new(Secret::given(secret.as_ref()));
+        self.with(|c| c.secret = secret)
+    }
+
+    /// The most requests the layer runs at once, from claim to answer (default
+    /// [`DEFAULT_MAX_RUNNING`](crate::DEFAULT_MAX_RUNNING)). A request past it waits, with its
+    /// client, before it claims anything: a client that leaves meanwhile runs nothing.
+    ///
+    /// The bound matters because a run goes on after its client leaves
+    /// ([`finish_when_client_leaves`](Self::finish_when_client_leaves)): an outer
+    /// `ConcurrencyLimitLayer` frees its place, and an outer `TimeoutLayer` gives up, when the
+    /// client's future is dropped, so clients that send fresh keys and leave at once would
+    /// otherwise pile up runs without limit. Set it to what the inner service can run at once
+    /// (the database connections it needs, say); an outer concurrency limit then bounds the
+    /// waiting clients, and an outer timeout bounds their wait.
+    ///
+    /// # Panics
+    ///
+    /// When `max` is 0.
+    pub fn max_running(self, max: usize) -> IdempotencyLayer {
+        assert!(max > 0, "IdempotencyLayer::max_running takes at least 1");
+        self.with(|c| {
+            c.running = Arc::new(Semaphore::new(max));
+            c.max_running = max;
+        })
     }
 
     /// Adds a request header to the fingerprint (default: none; the fingerprint is the method,
@@ -182,6 +228,7 @@ impl fmt::Debug for IdempotencyLayer {
             .field("max_response_body", &c.max_response_body)
             .field("replay_headers", &c.replay_headers)
             .field("finish_when_client_leaves", &c.finish_when_client_leaves)
+            .field("max_running", &c.max_running)
             .finish_non_exhaustive()
     }
 }

@@ -8,13 +8,26 @@
 //! the inner service runs, its lease renewed while it runs, the response recorded after.
 //!
 //! ```
+//! use axum::extract::Request;
+//! use axum::http::StatusCode;
+//! use axum::middleware::{self, Next};
+//! use axum::response::Response;
 //! use axum::{routing::post, Router};
 //! use idem_core::MemoryStore;
-//! use idem_http::{scope, IdempotencyLayer};
+//! use idem_http::{Caller, IdempotencyLayer};
+//!
+//! /// Your authentication: refuses a request without valid credentials, and names its caller.
+//! async fn auth(mut request: Request, next: Next) -> Result<Response, StatusCode> {
+//!     let user = user_of(&request).ok_or(StatusCode::UNAUTHORIZED)?;
+//!     request.extensions_mut().insert(Caller::new(user));
+//!     Ok(next.run(request).await)
+//! }
+//! # fn user_of(_: &Request) -> Option<String> { Some("user-7".into()) }
 //!
 //! let app: Router = Router::new()
-//!     .route("/charges", post(|| async { (axum::http::StatusCode::CREATED, "charged") }))
-//!     .layer(IdempotencyLayer::new(MemoryStore::new()).scope(scope::bearer_token));
+//!     .route("/charges", post(|| async { (StatusCode::CREATED, "charged") }))
+//!     .layer(IdempotencyLayer::new(MemoryStore::new())) // inner: runs second
+//!     .layer(middleware::from_fn(auth)); // outer: runs first
 //! ```
 //!
 //! ## What each request gets
@@ -23,10 +36,11 @@
 //!
 //! | the request | the answer |
 //! | --- | --- |
-//! | the scope function names no caller | 401, nothing runs |
+//! | the scope function names no caller (by default: no [`Caller`] and no `Authorization`) | 401, nothing runs |
 //! | no `Idempotency-Key` | 400 (or passes through with `require_key(false)`) |
 //! | a malformed key: empty, over 255 characters, not visible ASCII, bad quoting, repeated | 400 |
 //! | a body over the limit (default 1 MiB) | 413, nothing claimed |
+//! | a new key, with [`max_running`](IdempotencyLayer::max_running) requests running | waits (with its client) for one to end; nothing is claimed meanwhile |
 //! | a new key | the inner service runs; its answer is recorded if kept (below) |
 //! | a completed key, same request | the recorded status, headers and body, plus `Idempotent-Replayed: true` |
 //! | a completed or running key, the same method and path, another query or body | 422, nothing runs |
@@ -34,18 +48,50 @@
 //! | the client goes away before the answer | the request runs to its end and its answer is recorded for the retry (with `finish_when_client_leaves(false)`: it stops where it was and the key is freed) |
 //! | the store cannot be reached | 503 with `Retry-After`; nothing runs (fail closed) |
 //!
-//! **What is kept.** 2xx, 3xx and 4xx answers except 408, 409, 425 and 429 are recorded and
-//! replayed ([`default_records`], see [`IdempotencyLayer::records`]); 5xx and those four
-//! release the key so a retry runs again. Streaming answers (no exact length) and answers over
+//! **What is kept.** 2xx, 3xx and 4xx answers except 401, 403, 407, 408, 409, 425 and 429 are
+//! recorded and replayed ([`default_records`], see [`IdempotencyLayer::records`]); 5xx and
+//! those seven release the key so a retry runs again. An authentication failure is never
+//! stored, so nobody can send a victim's predictable key first and have it refused for them. Streaming answers (no exact length) and answers over
 //! [`max_response_body`](IdempotencyLayer::max_response_body) are sent but not recorded: the key
 //! is released and a warning logged. Hop-by-hop headers, `Set-Cookie` and `Date` are not
 //! replayed ([`NOT_REPLAYED`]) unless named with [`IdempotencyLayer::replay_header`].
 //!
-//! **Who shares a key.** A record's key is the caller's scope, the method, the path and the
-//! client's key, so two callers sending one key, or one caller sending it to two endpoints,
-//! never see each other's answers. The default scope is a hash of the `Authorization` header;
-//! [`scope::bearer_token`] refuses requests without a bearer token (401); a function of your
-//! own can read your authentication's result.
+//! **Who shares a key: nobody.** A record's key is the caller's scope, the method, the path
+//! and the client's key, so two callers sending one key, or one caller sending it to two
+//! endpoints, never see each other's answers. The scope names the caller ([`scope`]):
+//!
+//! - by default ([`scope::authenticated`]), the [`Caller`] extension your auth layer set;
+//!   without one, the `Authorization` header as a credential; without either, 401. A request
+//!   without credentials never shares a scope with anyone: there is no "anonymous" scope;
+//! - [`scope::extension`] reads the user your auth layer stored under a type of its own;
+//!   [`scope::cookie`] a session cookie, for cookie-authenticated applications;
+//!   [`scope::bearer_token`] the bearer token only;
+//! - [`scope::shared`] puts every request in one scope, on purpose, for an endpoint a single
+//!   caller uses (server to server).
+//!
+//! A credential (a token, a header, a cookie) is stored as an HMAC-SHA256 under a server
+//! secret, never in clear nor as a bare hash that a reader of the records (or of the
+//! dashboard) could test password guesses against offline. The secret is yours
+//! ([`IdempotencyLayer::secret`]) or, by default, one the layer makes once and keeps in the
+//! store, so every server on the store keys a credential alike.
+//!
+//! **Where the layer goes: inside your authentication.** The layer answers a known key from
+//! its record *before* the inner service runs, so anything inside it (an auth check in the
+//! handler, or an auth layer added before it) is skipped by a replay. Add your auth layer
+//! *after* the idempotency layer (axum and tower run the last-added layer first), as in the
+//! example above: a request without valid credentials is refused before the layer looks at
+//! its key, so it can never receive a stored answer. The scope then keeps authenticated
+//! callers apart. Placed the other way round, the default scope still refuses requests with
+//! no credentials (401) and keys the others by their credential, and authentication
+//! failures are not recorded: a wrong credential gets its own scope and its own 401.
+//!
+//! **Bounded work.** A run goes on after its client leaves (below), so an outer
+//! `ConcurrencyLimitLayer` or `TimeoutLayer`, which let go when the client's future is
+//! dropped, do not bound the runs. The layer bounds them itself:
+//! [`max_running`](IdempotencyLayer::max_running) (default [`DEFAULT_MAX_RUNNING`]) requests
+//! at once, claim to answer; the next waits with its client before claiming, and a client that
+//! leaves while waiting runs nothing. Set it to what the inner service can run at once; outer
+//! limit and timeout layers then bound the waiting clients and their wait.
 //!
 //! **When the client goes away.** A client that gives up before the answer (a timeout, a
 //! closed connection: hyper drops the request's future) does not cut its request short: the
@@ -75,7 +121,9 @@
 //! | --- | --- | --- |
 //! | [`methods`](IdempotencyLayer::methods) | POST, PATCH | the methods the layer applies to |
 //! | [`require_key`](IdempotencyLayer::require_key) | `true` | 400 for a request without a key, or pass it through |
-//! | [`scope`](IdempotencyLayer::scope) | hash of `Authorization` | names the caller; `None` is 401 |
+//! | [`scope`](IdempotencyLayer::scope) | [`scope::authenticated`]: [`Caller`], else `Authorization` | names the caller; `None` is 401 |
+//! | [`secret`](IdempotencyLayer::secret) | made once, kept in the store | the HMAC key of credential scopes |
+//! | [`max_running`](IdempotencyLayer::max_running) | [`DEFAULT_MAX_RUNNING`] (1,024) | requests run at once, counting those whose client left |
 //! | [`fingerprint_header`](IdempotencyLayer::fingerprint_header) | none | adds a request header to the fingerprint (method, path, query, SHA-256 of the body) |
 //! | [`wait`](IdempotencyLayer::wait) | none (409 at once) | waits for an in-flight first request's answer |
 //! | [`lease`](IdempotencyLayer::lease) | 30 s | how long a claim holds unrenewed; a dead server's key is free after it |
@@ -110,8 +158,8 @@
 //! | a missing key on an endpoint that requires one SHOULD get 400 | 400, as problem details |
 //! | a retry while the first request is still processing SHOULD get 409 | 409 with `Retry-After`, or with [`wait`](IdempotencyLayer::wait) the first answer |
 //! | error bodies MAY use problem details (RFC 9457) | every answer of the layer's own |
-//! | security: combine the key with client-specific attributes | the caller's scope is part of the record's key; credentials hashed, never stored |
-//! | security: bound what an attacker can make the server store | the request body limit (413), the response record limit, `keep` |
+//! | security: combine the key with client-specific attributes | the caller's scope is part of the record's key; a request naming no caller is refused; credentials stored only as an HMAC under a server secret |
+//! | security: bound what an attacker can make the server store | the request body limit (413), the response record limit, `keep`, authentication failures never stored, `max_running` |
 //!
 //! Inside the inner service, [`idem_core::context::current`] is the request's call: hand its
 //! key (or a [`sub_key`](idem_core::context::CallContext::sub_key)) to a payment provider as
@@ -126,15 +174,19 @@ mod layer;
 mod problem;
 mod request;
 pub mod scope;
+mod secret;
 mod service;
 mod stored;
 
 pub use config::{
-    default_records, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY, DEFAULT_RETRY_AFTER,
+    default_records, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY, DEFAULT_MAX_RUNNING,
+    DEFAULT_RETRY_AFTER,
 };
 pub use header::{BadKey, IDEMPOTENCY_KEY, MAX_CLIENT_KEY_LEN};
 pub use layer::IdempotencyLayer;
 pub use problem::PROBLEM_JSON;
+pub use scope::Caller;
+pub use secret::MIN_SECRET_LEN;
 pub use service::{Idempotency, RequestBody, ResponseBody};
 pub use stored::{IDEMPOTENT_REPLAYED, NOT_REPLAYED};
 

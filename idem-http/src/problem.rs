@@ -84,8 +84,10 @@ impl Problem {
                                     string of 1 to 255 visible ASCII characters, such as a UUID)"
                 .to_owned(),
             Problem::BadKey(reason) => format!("{reason}; nothing was run"),
-            Problem::UnknownCaller => "idempotent requests must identify their caller (for \
-                                       example with an Authorization header); nothing was run"
+            Problem::UnknownCaller => "this request names no caller the idempotency layer \
+                                       recognises (no credentials), and a stored answer is \
+                                       only ever given to the caller who caused it; nothing \
+                                       was run"
                 .to_owned(),
             Problem::BodyTooLarge { limit } => {
                 format!("the request body is over {limit} bytes; nothing was run")

@@ -9,7 +9,11 @@ use http_body_util::BodyExt;
 use idem_core::{Fingerprint, Key, MAX_KEY_LEN, MAX_SCOPE_LEN};
 
 use crate::problem::Problem;
-use crate::scope::sha256_hex;
+
+/// Lowercase hex of the SHA-256 of `bytes`.
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes))
+}
 
 /// Reads the whole request body, refusing one over `limit` bytes (413): at once when
 /// `Content-Length` says it is more than twice the limit, and otherwise once the body has been
@@ -60,7 +64,8 @@ where
 /// The record's key for `client_key` from the caller `scope`: its text is the method, the path
 /// and the client's key (`POST /charges 8e03978e`), so one key sent to two endpoints names two
 /// records; a path too long to fit is replaced by its SHA-256. The scope is `http:` and the
-/// caller's name, or its SHA-256 when that is too long or not printable.
+/// caller's scope text (`user:<id>`, `key:<hmac>`, `shared`), or its SHA-256 when that is too
+/// long or not printable.
 pub(crate) fn record_key(parts: &Parts, scope: &str, client_key: &str) -> Key {
     let method = parts.method.as_str();
     let path = parts.uri.path();
@@ -124,9 +129,9 @@ mod tests {
 
     #[test]
     fn the_key_names_method_path_and_client_key_in_the_callers_scope() {
-        let key = record_key(&parts("/charges?x=1"), "bearer:abc", "k-1");
+        let key = record_key(&parts("/charges?x=1"), "user:abc", "k-1");
         assert_eq!(key.as_str(), "POST /charges k-1");
-        assert_eq!(key.scope(), "http:bearer:abc");
+        assert_eq!(key.scope(), "http:user:abc");
         let long_path = format!("/{}", "p".repeat(600));
         let key = record_key(&parts(&long_path), &"s".repeat(300), &"k".repeat(255));
         assert!(key.as_str().starts_with("POST sha256:"));

@@ -1,9 +1,10 @@
 //! The service the layer wraps around another: one request through the idem runtime. In order:
 //! refuse what cannot be served (no caller 401, bad key 400, body too large 413) before
-//! anything is claimed; claim the record; run the inner service while the lease is renewed;
-//! record its response (or release the key); answer duplicates from the record. From the claim
-//! on, the request runs on a task of its own (unless the layer is told otherwise), so a client
-//! that goes away does not cut it short.
+//! anything is claimed; key the caller's scope; wait for a place among the requests the layer
+//! runs; claim the record; run the inner service while the lease is renewed; record its
+//! response (or release the key); answer duplicates from the record. From the claim on, the
+//! request runs on a task of its own (unless the layer is told otherwise), so a client that
+//! goes away does not cut it short.
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -107,10 +108,32 @@ where
                 Ok(body) => body,
                 Err(p) => return problem(p),
             };
+            let retry_after = config.retry_after.as_secs_f64().ceil() as u64;
+            let caller = match config.secret.scope_text(&*config.store, &caller).await {
+                Ok(caller) => caller,
+                Err(e) => {
+                    tracing::error!(error = %e, "the request's scope could not be keyed");
+                    return problem(Problem::StoreUnavailable { retry_after });
+                }
+            };
             let key = record_key(&parts, &caller, &client_key);
             let fingerprint = fingerprint(&parts, &body, &config.fingerprint_headers);
             let request = Request::from_parts(parts, Either::Left(Full::new(body)));
+            // Waits here, with the client, for a place among the requests the layer runs: a
+            // client that leaves while it waits has claimed nothing and runs nothing, and a run
+            // that goes on after its client left still holds its place until it ends.
+            let place = config
+                .running
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the layer never closes its semaphore");
             let handled = handle(inner, config.clone(), request, key, fingerprint);
+            let handled = async move {
+                let answer = handled.await;
+                drop(place);
+                answer
+            };
             if !config.finish_when_client_leaves {
                 return handled.await;
             }

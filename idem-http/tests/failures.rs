@@ -122,7 +122,8 @@ impl Store for CompletionsFail {
 async fn an_answer_whose_record_failed_still_reaches_its_client_and_the_key_stays_held() {
     let runs = Arc::new(Runs::default());
     runs.set(1); // no slow first run
-    let layer = IdempotencyLayer::new(CompletionsFail(MemoryStore::new()));
+                 // A secret of its own: the store that fails completions could not keep one.
+    let layer = IdempotencyLayer::new(CompletionsFail(MemoryStore::new())).secret([1u8; 32]);
     let base = serve(app(layer, runs.clone())).await;
     let url = format!("{base}/slow");
     let answer = send("POST", &url, Some("lost"), "").await;

@@ -26,6 +26,7 @@ fn request(key: &str, body: &str, declared: usize, close: bool) -> String {
     let connection = if close { "close" } else { "keep-alive" };
     format!(
         "POST /charges HTTP/1.1\r\nhost: test\r\nidempotency-key: {key}\r\n\
+         authorization: Bearer caller\r\n\
          content-length: {declared}\r\nconnection: {connection}\r\n\r\n{body}"
     )
 }

@@ -194,10 +194,12 @@ async fn load(
                         json!({"job_key": format!("{prefix}:{i}"), "user_id": i}).to_string();
                     let key = format!("{prefix}:{i}");
                     let send = || {
-                        // The header is what the layer reads; the other endpoints ignore it.
+                        // The headers are what the layer reads (the key, and the caller it
+                        // scopes by); the other endpoints ignore them.
                         let request = client
                             .post(&url)
                             .header("content-type", "application/json")
+                            .header("authorization", "Bearer bench-caller")
                             .header("idempotency-key", key.as_str())
                             .body(body.clone());
                         async move {

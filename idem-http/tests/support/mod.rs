@@ -61,7 +61,10 @@ impl Answer {
     }
 }
 
-/// A request to `url` with `method`, key and body, as a client would send it.
+/// The credentials a test's requests carry unless it says otherwise.
+pub const CALLER: &str = "Bearer test-caller";
+
+/// A request to `url` with `method`, key and body, as a client would send it (as [`CALLER`]).
 pub async fn send(method: &str, url: &str, key: Option<&str>, body: &str) -> Answer {
     try_send(method, url, key, body, &[], Duration::from_secs(30))
         .await
@@ -69,7 +72,8 @@ pub async fn send(method: &str, url: &str, key: Option<&str>, body: &str) -> Ans
 }
 
 /// [`send`] with extra headers and a timeout; `None` when no answer came in time (or the
-/// connection broke).
+/// connection broke). An `authorization` header replaces [`CALLER`]'s; an empty value sends
+/// none.
 pub async fn try_send(
     method: &str,
     url: &str,
@@ -86,8 +90,18 @@ pub async fn try_send(
     if let Some(key) = key {
         request = request.header("idempotency-key", key);
     }
+    // The layer refuses requests that name no caller: unless the test sends credentials (or
+    // none, with an empty `authorization`), it calls as one caller.
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+    {
+        request = request.header("authorization", CALLER);
+    }
     for (name, value) in headers {
-        request = request.header(*name, *value);
+        if !value.is_empty() {
+            request = request.header(*name, *value);
+        }
     }
     let response = request.send().await.ok()?;
     Some(Answer {
