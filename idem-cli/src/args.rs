@@ -110,6 +110,10 @@ pub enum Command {
         /// Refuse every action.
         #[arg(long)]
         read_only: bool,
+        /// Operators reach the dashboard over HTTPS (a TLS proxy in front of it): the session
+        /// cookie is `Secure`, so no browser sends it over plain HTTP.
+        #[arg(long)]
+        https: bool,
     },
 }
 

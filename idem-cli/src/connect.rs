@@ -1,6 +1,6 @@
 //! Connecting to the store a URL names: what every command works on.
 
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
+use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use idem_store_postgres::PgStore;
 use std::time::Duration;
 
@@ -12,13 +12,20 @@ pub(crate) struct Ctx {
     pub backend: Backend,
 }
 
+/// How long one statement of the dashboard may run on PostgreSQL: a page that any web page the
+/// operator visits might make their browser ask for must not keep a scan running on a
+/// production database.
+pub(crate) const UI_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The store `url` names: `redis://` (several, comma-separated: a cluster), `sqlite://PATH`
-/// (or `sqlite:PATH`), else PostgreSQL.
+/// (or `sqlite:PATH`), else PostgreSQL, whose connections stop a statement after
+/// `statement_timeout` if given.
 pub(crate) async fn connect(
     url: &str,
     schema: &str,
     table: &str,
     prefix: &str,
+    statement_timeout: Option<Duration>,
 ) -> Result<Backend, (i32, String)> {
     if url.starts_with("redis://") || url.starts_with("rediss://") {
         let nodes: Vec<&str> = url.split(',').collect();
@@ -59,10 +66,17 @@ pub(crate) async fn connect(
             table: table.to_owned(),
         });
     }
+    let mut options: PgConnectOptions = url
+        .parse()
+        .map_err(|e| (USAGE, format!("not a PostgreSQL URL: {e}")))?;
+    if let Some(timeout) = statement_timeout {
+        let ms = timeout.as_millis().to_string();
+        options = options.options([("statement_timeout", ms.as_str())]);
+    }
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(10))
-        .connect(url)
+        .connect_with(options)
         .await
         .map_err(|e| (FAILED, format!("cannot connect to the database: {e}")))?;
     let store = PgStore::builder(pool.clone())

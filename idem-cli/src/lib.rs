@@ -89,7 +89,16 @@ where
         );
         return USAGE;
     };
-    let backend = match connect(&url, &args.schema, &args.table, &args.redis_prefix).await {
+    let statement_timeout =
+        matches!(args.command, Command::Ui { .. }).then_some(connect::UI_STATEMENT_TIMEOUT);
+    let connected = connect(
+        &url,
+        &args.schema,
+        &args.table,
+        &args.redis_prefix,
+        statement_timeout,
+    );
+    let backend = match connected.await {
         Ok(backend) => backend,
         Err((status, message)) => {
             let _ = writeln!(err, "error: {message}");
@@ -168,6 +177,7 @@ async fn execute(ctx: &Ctx, out: &mut Out<'_>, command: &Command) -> Result<i32,
             addr,
             token,
             read_only,
-        } => ui::run(ctx, out, *addr, token.clone(), *read_only).await,
+            https,
+        } => ui::run(ctx, out, *addr, token.clone(), *read_only, *https).await,
     }
 }

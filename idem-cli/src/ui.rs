@@ -19,6 +19,7 @@ pub async fn run(
     addr: SocketAddr,
     token: Option<String>,
     read_only: bool,
+    https: bool,
 ) -> Result<i32, sqlx::Error> {
     let token = token.filter(|t| !t.is_empty());
     if let Err(refusal) = idem_ui::check_bind(addr, token.as_deref()) {
@@ -30,7 +31,7 @@ pub async fn run(
         Backend::Sqlite { store, .. } => Arc::new(store.clone()),
         Backend::Redis { store } => Arc::new(store.clone()),
     };
-    let mut dashboard = Dashboard::new(records).read_only(read_only);
+    let mut dashboard = Dashboard::new(records).read_only(read_only).https(https);
     if let Some((_, store, _)) = ctx.backend.postgres() {
         dashboard = dashboard.queue(idem_queue::Queue::new(store));
     }
@@ -59,8 +60,8 @@ pub async fn run(
         );
     }
     let _ = out.w.flush();
-    axum::serve(listener, dashboard.router())
-        .with_graceful_shutdown(shutdown_signal())
+    dashboard
+        .serve(listener, shutdown_signal())
         .await
         .map_err(sqlx::Error::Io)?;
     Ok(OK)

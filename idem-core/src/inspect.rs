@@ -152,11 +152,19 @@ impl ScopeCounts {
     }
 }
 
+/// The most records a summary's counts read ([`Inspect::summary`]): an overview that anyone's
+/// browser may ask for costs the same on a table of a billion records as on one of a hundred
+/// thousand. Past it, [`RecordSummary::partial`] says the counts cover only the records read.
+pub const SUMMARY_ROWS: u64 = 100_000;
+
 /// What an overview shows of a store's records ([`Inspect::summary`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordSummary {
-    /// Counts by status, one entry per scope, by scope.
+    /// Counts by status, one entry per scope, by scope: of every record, or (when
+    /// [`partial`](Self::partial)) of the first [`SUMMARY_ROWS`] the store read.
     pub scopes: Vec<ScopeCounts>,
+    /// The store holds more records than the counts read.
+    pub partial: bool,
     /// Records completed in each minute since the time asked about (the start of the minute,
     /// and the count), oldest first; minutes with none are left out.
     pub completed_per_minute: Vec<(SystemTime, u64)>,

@@ -152,28 +152,32 @@ impl Queue {
             .collect())
     }
 
-    /// Counts of jobs by state in each named queue, by name (one statement, counting the
-    /// table).
-    pub async fn queue_counts(&self) -> Result<Vec<(String, QueueStats)>, StoreError> {
+    /// Counts of jobs by state in each named queue, by name, in one statement: every waiting
+    /// and running job (from their own indexes), and of the finished ones (done, dead,
+    /// cancelled: the bulk of a big table) at most [`COUNTS_FINISHED`], so that the cost stays
+    /// bounded; [`QueueCounts::partial`] says when there were more.
+    pub async fn queue_counts(&self) -> Result<QueueCounts, StoreError> {
         let rows = sqlx::query(&self.sql.queue_counts)
+            .bind(i64::try_from(COUNTS_FINISHED).unwrap_or(i64::MAX))
             .fetch_all(self.store.pool())
             .await
             .map_err(failed(Operation::Get))?;
-        Ok(rows
-            .iter()
-            .map(|row| {
-                let count = |i: usize| row.get::<i64, _>(i).unsigned_abs();
-                let stats = QueueStats {
-                    queued: count(1),
-                    running: count(2),
-                    stale: count(3),
-                    done: count(4),
-                    dead: count(5),
-                    cancelled: count(6),
-                };
-                (row.get(0), stats)
-            })
-            .collect())
+        let mut queues = std::collections::BTreeMap::<String, QueueStats>::new();
+        for row in &rows {
+            let count = |i: usize| row.get::<i64, _>(i).unsigned_abs();
+            let stats = queues.entry(row.get(0)).or_default();
+            stats.queued += count(1);
+            stats.running += count(2);
+            stats.stale += count(3);
+            stats.done += count(4);
+            stats.dead += count(5);
+            stats.cancelled += count(6);
+        }
+        let finished: u64 = queues.values().map(|s| s.done + s.dead + s.cancelled).sum();
+        Ok(QueueCounts {
+            queues: queues.into_iter().collect(),
+            partial: finished >= COUNTS_FINISHED,
+        })
     }
 
     /// Jobs done and dead-lettered in each minute since `since`, oldest first; minutes with
@@ -197,4 +201,17 @@ impl Queue {
             })
             .collect())
     }
+}
+
+/// The most finished jobs [`Queue::queue_counts`] reads.
+pub const COUNTS_FINISHED: u64 = 100_000;
+
+/// Counts of jobs by state in each named queue ([`Queue::queue_counts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Each named queue's counts, by name: every waiting and running job, and the finished
+    /// ones read.
+    pub queues: Vec<(String, QueueStats)>,
+    /// There were more than [`COUNTS_FINISHED`] finished jobs: their counts cover those read.
+    pub partial: bool,
 }

@@ -494,7 +494,7 @@ mod trace;
 mod workers;
 
 pub use backoff::Backoff;
-pub use browse::{FinishedInMinute, JobPage, JobsQuery};
+pub use browse::{FinishedInMinute, JobPage, JobsQuery, QueueCounts, COUNTS_FINISHED};
 pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL, DEFAULT_PREFETCH};
 pub use executor::MAX_RESULT_BYTES;
 pub use job::{

@@ -126,7 +126,7 @@ pub(crate) struct QueueSql {
     /// (epoch µs) and `$5` key of the previous page's last job, `$6` limit: a page of one
     /// finished state, newest first, from the finished jobs' index.
     pub(crate) page_finished: String,
-    /// Counts by queue and state.
+    /// `$1` the most finished jobs read: counts by queue and state (a queue's rows to add up).
     pub(crate) queue_counts: String,
     /// `$1` keys: each job's key and state (`stale` for a lapsed claim).
     pub(crate) states_of: String,
@@ -693,15 +693,22 @@ impl QueueSql {
                 "SELECT key, CASE WHEN {LAPSED_SQL} THEN 'stale' ELSE state END
                  FROM {q} WHERE key = ANY($1::text[])"
             ),
+            // Waiting and running jobs from their own indexes, every one; finished jobs (the
+            // bulk of a big table) only as many as `$1`, so the cost stays bounded.
             queue_counts: format!(
-                "SELECT queue,
-                        count(*) FILTER (WHERE state = 'queued'),
-                        count(*) FILTER (WHERE state = 'running' AND NOT {LAPSED_SQL}),
-                        count(*) FILTER (WHERE {LAPSED_SQL}),
-                        count(*) FILTER (WHERE state = 'done'),
+                "SELECT queue, count(*), 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint
+                 FROM {q} WHERE state = 'queued' GROUP BY queue
+                 UNION ALL
+                 SELECT queue, 0, count(*) FILTER (WHERE NOT {LAPSED_SQL}),
+                        count(*) FILTER (WHERE {LAPSED_SQL}), 0, 0, 0
+                 FROM {q} WHERE state = 'running' GROUP BY queue
+                 UNION ALL
+                 SELECT queue, 0, 0, 0, count(*) FILTER (WHERE state = 'done'),
                         count(*) FILTER (WHERE state = 'dead'),
                         count(*) FILTER (WHERE state = 'cancelled')
-                 FROM {q} GROUP BY queue ORDER BY queue"
+                 FROM (SELECT queue, state FROM {q}
+                       WHERE state IN ('done', 'dead', 'cancelled') LIMIT $1) AS finished
+                 GROUP BY queue"
             ),
             finished_per_minute: format!(
                 "SELECT {}, count(*) FILTER (WHERE state = 'done'),

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use idem_core::{
     EffectEntry, EffectState, ExpiredCounts, Fence, Fenced, Fingerprint, Inspect, InspectedEffect,
     InspectedRecord, Key, Operation, Record, RecordCursor, RecordFilter, RecordState, RecordStatus,
-    RecordSummary, ScopeCounts, StoreError,
+    RecordSummary, ScopeCounts, StoreError, SUMMARY_ROWS,
 };
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -110,14 +110,20 @@ impl Inspect for PgStore {
     async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError> {
         let sql = &self.records().inspect;
         let rows = sqlx::query(&sql.counts)
+            .bind(i64::try_from(SUMMARY_ROWS).unwrap_or(i64::MAX))
             .fetch_all(self.pool())
             .await
             .map_err(failed(Operation::Get))?;
+        let read: u64 = rows
+            .iter()
+            .map(|row| row.get::<i64, _>(2).unsigned_abs())
+            .sum();
         let mut summary = RecordSummary {
             scopes: ScopeCounts::group(rows.iter().filter_map(|row| {
                 let status = RecordStatus::parse(row.get(1))?;
                 Some((row.get(0), status, row.get::<i64, _>(2).unsigned_abs()))
             })),
+            partial: read >= SUMMARY_ROWS,
             ..RecordSummary::default()
         };
         let rows = sqlx::query(&sql.completed_per_minute)

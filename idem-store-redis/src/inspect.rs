@@ -197,6 +197,8 @@ impl Inspect for RedisStore {
         }
         Ok(RecordSummary {
             scopes,
+            // Redis lists every record of the prefix for any page: all of them are counted.
+            partial: false,
             completed_per_minute: minutes
                 .into_iter()
                 .map(|(secs, n)| (SystemTime::UNIX_EPOCH + Duration::from_secs(secs), n))

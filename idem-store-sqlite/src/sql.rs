@@ -43,7 +43,7 @@ pub(crate) struct Sql {
     pub page_from: String,
     /// As `page_from`, starting just after `$6`, `$7` (the previous page's last record).
     pub page_after: String,
-    /// `$1` now: counts by scope and status.
+    /// `$1` now, `$2` the most records read: counts by scope and status.
     pub counts: String,
     /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
     pub completed_per_minute: String,
@@ -95,7 +95,9 @@ impl Sql {
             page_from: page(">="),
             page_after: page(">"),
             counts: format!(
-                "SELECT scope, {status}, count(*) FROM {t} GROUP BY 1, 2 ORDER BY 1, 2"
+                "SELECT scope, {status}, count(*)
+                 FROM (SELECT scope, completed_us, expires_us FROM {t} LIMIT $2)
+                 GROUP BY 1, 2 ORDER BY 1, 2"
             )
             .replace("$5", "$1"),
             completed_per_minute: format!(

@@ -12,10 +12,16 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
-pub(crate) const COOKIE_NAME: &str = "idem_session";
+use crate::login_limit::LoginLimit;
+
+/// The session cookie's name over plain HTTP.
+const COOKIE_NAME: &str = "idem_session";
+/// Its name over HTTPS: the `__Host-` prefix makes browsers refuse it unless it is `Secure`,
+/// for the whole site and set by this host, so nothing on a sibling domain can plant one.
+const SECURE_COOKIE_NAME: &str = "__Host-idem_session";
 
 /// How long a login lasts.
-pub(crate) const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 
 /// `n` random bytes, as hex.
 pub(crate) fn random_hex(n: usize) -> String {
@@ -33,17 +39,44 @@ pub(crate) struct Auth {
     /// A token of the operator's: every page needs the login, not only actions.
     pub view_needs_login: bool,
     pub read_only: bool,
+    /// The operator reaches the dashboard over HTTPS: cookies are `Secure`.
+    pub https: bool,
+    /// Failed logins per peer.
+    pub login_limit: LoginLimit,
 }
 
 impl Auth {
-    pub fn new(token: String, view_needs_login: bool, read_only: bool) -> Auth {
+    pub fn new(token: String, view_needs_login: bool, read_only: bool, https: bool) -> Auth {
         Auth {
             key: random_hex(32).into_bytes(),
             token: Sha256::digest(token.as_bytes()).into(),
             sessions: Mutex::new(HashMap::new()),
             view_needs_login,
             read_only,
+            https,
+            login_limit: LoginLimit::default(),
         }
+    }
+
+    fn cookie_name(&self) -> &'static str {
+        if self.https {
+            SECURE_COOKIE_NAME
+        } else {
+            COOKIE_NAME
+        }
+    }
+
+    /// The `Set-Cookie` value that gives the browser the session `id`, or (with `None`) ends it.
+    pub fn session_cookie(&self, id: Option<&str>) -> String {
+        let secure = if self.https { "; Secure" } else { "" };
+        let (value, age) = match id {
+            Some(id) => (id, SESSION_LIFETIME.as_secs()),
+            None => ("", 0),
+        };
+        format!(
+            "{}={value}; Path=/; HttpOnly; SameSite=Strict{secure}; Max-Age={age}",
+            self.cookie_name()
+        )
     }
 
     fn mac(&self, label: &str) -> String {
@@ -87,29 +120,9 @@ impl Auth {
             .filter_map(|value| value.to_str().ok())
             .flat_map(|value| value.split(';'))
             .filter_map(|pair| pair.trim().split_once('='))
-            .filter(|(name, _)| *name == COOKIE_NAME)
+            .filter(|(name, _)| *name == self.cookie_name())
             // A map lookup by the id: the id is 256 random bits, so its timing tells nothing.
             .find(|(_, id)| sessions.get(*id).is_some_and(|ends| *ends > now))
             .map(|(_, id)| id.to_owned())
     }
-}
-
-/// The names a request may address the dashboard by when it is open without a token: its
-/// loopback addresses only, so a page elsewhere cannot reach it through a name it rebinds to
-/// 127.0.0.1 (DNS rebinding).
-pub(crate) fn loopback_host(headers: &HeaderMap) -> bool {
-    let Some(host) = headers
-        .get(axum::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-    else {
-        return false;
-    };
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    name == "localhost"
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }

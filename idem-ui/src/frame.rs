@@ -83,14 +83,17 @@ pub(crate) fn message(
     )
 }
 
-/// The store failed: a page that says so (the store's error is the operator's to read).
+/// The store failed: a page that says so in plain words. The error itself (which can name
+/// hosts, users, tables and statements) goes to the log in full, never to the viewer.
 pub(crate) fn store_failed(frame: Frame, e: StoreError) -> Response {
-    tracing::warn!("idem-ui: the store failed: {e}");
+    tracing::error!(error = ?e, "idem-ui: the store failed: {e}");
     message(
         StatusCode::BAD_GATEWAY,
         frame,
-        "The store failed",
-        format!("The store failed to answer: {e}"),
+        "The store did not answer",
+        "The store did not answer in time or refused the request. The details are in the \
+         dashboard's log; try again shortly."
+            .to_owned(),
         None,
     )
 }

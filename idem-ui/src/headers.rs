@@ -1,5 +1,7 @@
 //! The headers every response carries: the page runs no script and loads nothing from
-//! elsewhere, cannot be framed, leaks no URL to a link's target, and is kept by no cache.
+//! elsewhere, cannot be framed, leaks no URL to another site (its own forms still carry their
+//! `Origin`, which the guard checks on browsers that send no `Sec-Fetch-Site`), and is kept by
+//! no cache.
 
 use axum::http::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
@@ -26,7 +28,7 @@ pub(crate) fn secured(router: Router) -> Router {
         ))
         .layer(SetResponseHeaderLayer::overriding(
             REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
+            HeaderValue::from_static("same-origin"),
         ))
         .layer(SetResponseHeaderLayer::overriding(
             X_FRAME_OPTIONS,

@@ -81,7 +81,9 @@ mod auth;
 mod bind;
 mod format;
 mod frame;
+mod guard;
 mod headers;
+mod login_limit;
 mod pages;
 mod plot;
 mod source;
@@ -103,6 +105,7 @@ pub struct Dashboard {
     token: Option<String>,
     generated: String,
     read_only: bool,
+    https: bool,
 }
 
 impl Dashboard {
@@ -115,6 +118,7 @@ impl Dashboard {
             token: None,
             generated: auth::random_hex(16),
             read_only: false,
+            https: false,
         }
     }
 
@@ -125,10 +129,28 @@ impl Dashboard {
     }
 
     /// Every page and action needs `token` (a login form takes it; an empty one is ignored).
-    /// Use a random one of at least [`MIN_TOKEN_LEN`] characters: it is all that guards the
-    /// pages on an address others reach ([`check_bind`] refuses shorter ones).
+    /// Use a random one: it is all that guards the pages on an address others reach.
+    ///
+    /// # Panics
+    ///
+    /// When `token` is not empty and shorter than [`MIN_TOKEN_LEN`] characters: a guessable
+    /// token would open every page.
     pub fn token(mut self, token: String) -> Dashboard {
+        let chars = token.chars().count();
+        assert!(
+            token.is_empty() || chars >= MIN_TOKEN_LEN,
+            "idem-ui: the dashboard's token has {chars} characters; use a random one of at least \
+             {MIN_TOKEN_LEN} (`openssl rand -hex 16`)"
+        );
         self.token = Some(token).filter(|t| !t.is_empty());
+        self
+    }
+
+    /// The operator reaches the dashboard over HTTPS (a TLS proxy in front of it): its session
+    /// cookie is then `Secure` (and named with the `__Host-` prefix), so a browser never sends
+    /// it over plain HTTP.
+    pub fn https(mut self, https: bool) -> Dashboard {
+        self.https = https;
         self
     }
 
@@ -143,18 +165,54 @@ impl Dashboard {
         self.token.is_none().then_some(self.generated.as_str())
     }
 
-    /// The dashboard's routes, with its security headers.
+    /// The dashboard's routes, with its guard and security headers. Serve it with the peers'
+    /// addresses ([`serve`](Self::serve) does), or without a token it refuses every request:
+    /// it cannot tell that they come from this machine.
     pub fn router(self) -> axum::Router {
         let auth = auth::Auth::new(
             self.token.clone().unwrap_or_else(|| self.generated.clone()),
             self.token.is_some(),
             self.read_only,
+            self.https,
         );
         let state = source::Source {
             records: self.records,
             queue: self.queue,
             auth: Arc::new(auth),
         };
-        headers::secured(pages::routes().merge(actions::routes()).with_state(state))
+        let routes = pages::routes()
+            .merge(actions::routes())
+            .layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                guard::guard,
+            ))
+            .with_state(state);
+        headers::secured(routes)
+    }
+
+    /// Serves the dashboard on `listener` until `shutdown` completes, with the `idem ui`
+    /// command's rules: a listener on an address other hosts reach needs a token
+    /// ([`check_bind`]), and each request's peer address is known to the guard.
+    ///
+    /// ```no_run
+    /// # async fn run(store: idem_store_postgres::PgStore) -> std::io::Result<()> {
+    /// let dashboard = idem_ui::Dashboard::new(std::sync::Arc::new(store));
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:7780").await?;
+    /// dashboard.serve(listener, std::future::pending()).await
+    /// # }
+    /// ```
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let addr = listener.local_addr()?;
+        check_bind(addr, self.token.as_deref()).map_err(std::io::Error::other)?;
+        let app = self
+            .router()
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
     }
 }

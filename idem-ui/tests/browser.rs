@@ -126,3 +126,132 @@ async fn an_operator_finds_a_dead_job_retries_it_and_sees_it_run() {
     assert!(client.get_alert_text().await.is_err());
     browser.client.clone().close().await.unwrap();
 }
+
+/// What reached a dashboard: each request's method, path and the status it was answered with.
+type Seen = Arc<std::sync::Mutex<Vec<(String, String, u16)>>>;
+
+/// Serves `dashboard` as `Dashboard::serve` does, with the requests that reach it written down
+/// (outside its guard, so a refused request is seen too).
+async fn serve_watched(dashboard: idem_ui::Dashboard) -> (String, Seen) {
+    use axum::extract::Request;
+    use axum::middleware::{from_fn, Next};
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let app = dashboard
+        .router()
+        .layer(from_fn(move |request: Request, next: Next| {
+            let log = log.clone();
+            async move {
+                let (method, path) = (
+                    request.method().to_string(),
+                    request.uri().path().to_owned(),
+                );
+                let response = next.run(request).await;
+                let entry = (method, path, response.status().as_u16());
+                log.lock().unwrap().push(entry);
+                response
+            }
+        }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, seen)
+}
+
+/// Serves `html` at `/` on `localhost` (another site than the dashboard's 127.0.0.1).
+async fn serve_page(html: String) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(move || {
+            let html = html.clone();
+            async move { axum::response::Html(html) }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!("http://localhost:{port}/")
+}
+
+/// Waits until `seen` holds a request to `path` with `method`; its status.
+async fn status_of(seen: &Seen, method: &str, path: &str) -> u16 {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let found = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(m, p, _)| m == method && p == path)
+            .map(|(_, _, status)| *status);
+        if let Some(status) = found {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the browser never sent {method} {path}: {:?}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A page on another site that the operator visits makes their browser ask the dashboard for
+/// an expensive list (an image and a fetch) and submit an action (a form): every one of those
+/// requests reaches the dashboard and is refused, in both modes (open on loopback without a
+/// token, and with a token while the operator is logged in), and nothing is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_a_page_on_another_site_makes_the_browser_send_are_refused() {
+    let (test, queue) = store_with_records("ui_cross_site").await;
+    let browser = Browser::start().await;
+    let client = &browser.client;
+    for with_token in [false, true] {
+        let mut dashboard =
+            idem_ui::Dashboard::new(Arc::new(test.store.clone())).queue(queue.clone());
+        if with_token {
+            dashboard = dashboard.token(TOKEN.to_owned());
+        }
+        let (base, seen) = serve_watched(dashboard).await;
+        if with_token {
+            browser.log_in(&base, TOKEN).await;
+            browser.on("overview").await;
+        } else {
+            // The operator's own visit is answered.
+            client.goto(&format!("{base}/")).await.unwrap();
+            browser.on("overview").await;
+        }
+        seen.lock().unwrap().clear();
+        let reads = serve_page(format!(
+            r#"<html><body>
+               <img src="{base}/records?state=stale">
+               <script>fetch("{base}/jobs?state=dead", {{mode: "no-cors", credentials: "include"}});</script>
+               </body></html>"#
+        ))
+        .await;
+        client.goto(&reads).await.unwrap();
+        assert_eq!(status_of(&seen, "GET", "/records").await, 403, "the image");
+        assert_eq!(status_of(&seen, "GET", "/jobs").await, 403, "the fetch");
+        let form = serve_page(format!(
+            r#"<html><body>
+               <form id="f" method="post" action="{base}/actions/pause">
+                 <input name="csrf" value="guess"><input name="name" value="nightly-report">
+               </form>
+               <script>document.getElementById("f").submit();</script>
+               </body></html>"#
+        ))
+        .await;
+        client.goto(&form).await.unwrap();
+        assert_eq!(
+            status_of(&seen, "POST", "/actions/pause").await,
+            403,
+            "the form"
+        );
+        assert!(!queue.schedules().await.unwrap()[0].paused);
+        let refused = seen.lock().unwrap().clone();
+        assert!(
+            refused.iter().all(|(_, _, status)| *status == 403),
+            "token {with_token}: every request from the other site was refused: {refused:?}"
+        );
+    }
+    browser.client.clone().close().await.unwrap();
+}

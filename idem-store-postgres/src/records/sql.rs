@@ -76,7 +76,7 @@ pub(crate) struct InspectSql {
     pub page_from: String,
     /// As `page_from`, starting just after `$5`, `$6` (the previous page's last record).
     pub page_after: String,
-    /// Counts by scope and status.
+    /// `$1` the most records read: counts by scope and status.
     pub counts: String,
     /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
     pub completed_per_minute: String,
@@ -195,7 +195,9 @@ impl RecordsSql {
             page_from: page(">="),
             page_after: page(">"),
             counts: format!(
-                "SELECT scope, {status}, count(*) FROM {t} GROUP BY 1, 2 ORDER BY 1, 2"
+                "SELECT scope, {status}, count(*)
+                 FROM (SELECT scope, completed_at, expires_at FROM {t} LIMIT $1) AS read
+                 GROUP BY 1, 2 ORDER BY 1, 2"
             ),
             completed_per_minute: format!(
                 "SELECT {minute}, count(*) FROM {t}

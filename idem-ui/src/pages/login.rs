@@ -1,13 +1,16 @@
-//! The login page, the login and the logout: where a session opens and ends.
+//! The login page, the login and the logout: where a session opens and ends. Logins are
+//! limited per peer (`login_limit.rs`).
 
-use axum::extract::State;
-use axum::http::header::SET_COOKIE;
-use axum::http::{HeaderMap, StatusCode};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::header::{RETRY_AFTER, SET_COOKIE};
+use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use serde::Deserialize;
 
-use crate::auth::{loopback_host, COOKIE_NAME, SESSION_LIFETIME};
 use crate::frame::{render, Frame, LoginPage};
 use crate::source::Source;
 use crate::viewer::Viewer;
@@ -18,13 +21,6 @@ pub(crate) struct LoginForm {
 }
 
 pub(crate) async fn login_page(State(source): State<Source>, headers: HeaderMap) -> Response {
-    if !source.auth.view_needs_login && !loopback_host(&headers) {
-        return (
-            StatusCode::MISDIRECTED_REQUEST,
-            "refused: not a loopback address",
-        )
-            .into_response();
-    }
     let viewer = Viewer {
         session: source.auth.session(&headers),
     };
@@ -40,32 +36,58 @@ pub(crate) async fn login_page(State(source): State<Source>, headers: HeaderMap)
 
 pub(crate) async fn login(
     State(source): State<Source>,
-    headers: HeaderMap,
+    extensions: Extensions,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    if !source.auth.view_needs_login && !loopback_host(&headers) {
-        return (
-            StatusCode::MISDIRECTED_REQUEST,
-            "refused: not a loopback address",
-        )
-            .into_response();
-    }
-    if !source.auth.token_matches(&form.token) {
-        tracing::warn!("idem-ui: a login with a wrong token was refused");
+    let auth = &source.auth;
+    let peer = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip());
+    let now = Instant::now();
+    let refused = |status: StatusCode, message: String, wait: Option<std::time::Duration>| {
         let frame = Frame::of(&source, &Viewer { session: None });
-        return render(
-            StatusCode::UNAUTHORIZED,
+        let mut response = render(
+            status,
             &LoginPage {
                 frame,
-                message: Some("That is not the dashboard's token.".to_owned()),
+                message: Some(message),
             },
         );
+        if let Some(wait) = wait {
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            response.headers_mut().insert(RETRY_AFTER, secs.into());
+        }
+        response
+    };
+    // While the peer waits, no token is even compared: guessing cannot go on meanwhile.
+    if let Some(wait) = auth.login_limit.wait(peer, now) {
+        return refused(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "Too many wrong tokens from this address: try again in {} s.",
+                wait.as_secs().max(1)
+            ),
+            Some(wait),
+        );
     }
-    let cookie = format!(
-        "{COOKIE_NAME}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        source.auth.open_session(),
-        SESSION_LIFETIME.as_secs()
-    );
+    if !auth.token_matches(&form.token) {
+        let (wait, log) = auth.login_limit.failed(peer, now);
+        if log {
+            tracing::warn!(
+                peer = ?peer,
+                wait = ?wait,
+                "idem-ui: a login with a wrong token was refused (further ones from this peer \
+                 are logged only when they make it wait)"
+            );
+        }
+        return refused(
+            StatusCode::UNAUTHORIZED,
+            "That is not the dashboard's token.".to_owned(),
+            wait,
+        );
+    }
+    auth.login_limit.succeeded(peer);
+    let cookie = auth.session_cookie(Some(&auth.open_session()));
     ([(SET_COOKIE, cookie)], Redirect::to("/")).into_response()
 }
 
@@ -91,6 +113,6 @@ pub(crate) async fn logout(
     }
     // The session ends here, not only in this browser: a copied cookie stops working too.
     source.auth.close_session(session);
-    let cookie = format!("{COOKIE_NAME}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0");
+    let cookie = source.auth.session_cookie(None);
     ([(SET_COOKIE, cookie)], Redirect::to("/login")).into_response()
 }

@@ -27,8 +27,12 @@ const SHOWN: usize = 10;
 struct OverviewPage {
     frame: Frame,
     scopes: Vec<ScopeCounts>,
+    scopes_partial: bool,
+    summary_rows: u64,
     stale: Vec<RecordRow>,
     queues: Vec<(String, QueueStats)>,
+    queues_partial: bool,
+    counts_finished: u64,
     dead: Vec<JobRow>,
     schedules: Vec<ScheduleRow>,
     plots: Vec<Plot>,
@@ -64,6 +68,7 @@ pub(crate) async fn page(viewer: Viewer, State(source): State<Source>) -> Respon
         summary.completed_per_minute.iter().copied(),
     )];
     let (mut queues, mut dead, mut schedules) = (Vec::new(), Vec::new(), Vec::new());
+    let mut queues_partial = false;
     if let Some(queue) = &source.queue {
         let dead_query = JobsQuery {
             state: Some(JobFilter::Dead),
@@ -80,7 +85,8 @@ pub(crate) async fn page(viewer: Viewer, State(source): State<Source>) -> Respon
             Ok(all) => all,
             Err(e) => return store_failed(frame, e),
         };
-        queues = counts;
+        queues = counts.queues;
+        queues_partial = counts.partial;
         dead = dead_page.jobs.iter().map(JobRow::of).collect();
         schedules = match ScheduleRow::all(queue, &states).await {
             Ok(rows) => rows,
@@ -104,8 +110,12 @@ pub(crate) async fn page(viewer: Viewer, State(source): State<Source>) -> Respon
         &OverviewPage {
             frame,
             scopes: summary.scopes,
+            scopes_partial: summary.partial,
+            summary_rows: idem_core::SUMMARY_ROWS,
             stale: stale.iter().map(|r| RecordRow::of(r, now)).collect(),
             queues,
+            queues_partial,
+            counts_finished: idem_queue::COUNTS_FINISHED,
             dead,
             schedules,
             plots,

@@ -22,7 +22,12 @@ pub const XSS_KEY: &str = "<script>alert(1)</script>";
 pub async fn serve(dashboard: idem_ui::Dashboard) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, dashboard.router()).await.unwrap() });
+    tokio::spawn(async move {
+        dashboard
+            .serve(listener, std::future::pending())
+            .await
+            .unwrap()
+    });
     format!("http://{addr}")
 }
 
