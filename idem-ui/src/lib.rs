@@ -16,18 +16,28 @@
 //! idem --database-url URL ui --read-only
 //! ```
 //!
-//! Or serve it from a program, on a store it already has:
+//! Or serve it from a program. [`Dashboard::serve`] applies the command's rules (a token for
+//! any address other hosts reach, the peer's address for the guard). Give it a pool of its
+//! own whose statements time out, as the `idem ui` command does, so that no page keeps a scan
+//! running on the application's connections:
 //!
 //! ```no_run
-//! # async fn run(store: idem_store_postgres::PgStore) -> std::io::Result<()> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
+//! use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 //!
+//! let options: PgConnectOptions = "postgres://localhost/app".parse()?;
+//! let pool = PgPoolOptions::new()
+//!     .max_connections(2)
+//!     .connect_with(options.options([("statement_timeout", "5000")]))
+//!     .await?;
+//! let store = idem_store_postgres::PgStore::new(pool);
 //! let dashboard = idem_ui::Dashboard::new(Arc::new(store.clone()))
 //!     .queue(idem_queue::Queue::new(&store))
-//!     .token("a long random secret".to_owned());
+//!     .token(std::env::var("IDEM_UI_TOKEN")?);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7780").await?;
-//! axum::serve(listener, dashboard.router()).await
-//! # }
+//! dashboard.serve(listener, std::future::pending()).await?;
+//! # Ok(()) }
 //! ```
 //!
 //! ## Pages
@@ -45,23 +55,85 @@
 //!
 //! ## Security
 //!
-//! - The `idem ui` command binds the loopback address by default; any other address needs a
-//!   token of at least [`MIN_TOKEN_LEN`] characters ([`check_bind`]).
-//! - With a token of the operator's, every page needs a login. Without one, pages are open but
-//!   answer only requests addressed to `localhost` or a loopback address (a page elsewhere
-//!   cannot read them through a name it rebinds to 127.0.0.1), and a token made at start is
-//!   printed for the login that actions need. The token never travels in a URL.
-//! - A login opens a session: a random id in a cookie (`HttpOnly`, `SameSite=Strict`), kept by
-//!   the dashboard for twelve hours or until logout, which ends it for every copy of the
+//! A dashboard on a loopback port is still reachable from every web page its operator visits,
+//! and it reads and changes a production database. What it guards against:
+//!
+//! - **Other sites.** Every route refuses a request a page on another site made the browser
+//!   send (an `<img>`, a `fetch`, a self-submitting form): `Sec-Fetch-Site` other than
+//!   `same-origin` or `none`, or (from browsers too old to send it) an `Origin` that is not the
+//!   dashboard's. Requests with neither, from `curl` say, are not a page's and pass.
+//! - **Other hosts, without a token.** Without a token of the operator's, pages are open but
+//!   answer only requests from a loopback peer, addressed to `localhost` or a loopback address
+//!   (a page elsewhere cannot reach them through a name it rebinds to 127.0.0.1), that did not
+//!   come through a proxy (`Forwarded`, `X-Forwarded-*`, `X-Real-IP`: a proxy on the same
+//!   machine would make every visitor loopback). A token made at start is printed for the
+//!   login that actions need; it never travels in a URL. [`Dashboard::serve`] and the `idem
+//!   ui` command refuse an address other hosts reach without a token ([`check_bind`]);
+//!   [`Dashboard::router`] served without the peers' addresses refuses every request.
+//! - **Guessing the token.** A token has at least [`MIN_TOKEN_LEN`] characters. Each peer may
+//!   fail five logins; then each further failure makes it wait twice as long as the last (from
+//!   one second to fifteen minutes), and while it waits every login from it is refused, the
+//!   right token too. A failure is logged when it opens a wait, not at every try.
+//! - **Sessions.** A login opens a session: a random id in a cookie (`HttpOnly`,
+//!   `SameSite=Strict`; with [`https`](Dashboard::https), `Secure` and named `__Host-`), kept
+//!   by the dashboard for twelve hours or until logout, which ends it for every copy of the
 //!   cookie. Each action is a POST carrying the session's form token (an HMAC of its id).
-//! - `read_only` refuses every action (and shows none). Actions follow the `idem` command's
-//!   rules: a live claim is released only with "force", forgetting needs a "yes", only dead
-//!   jobs are retried.
-//! - Every value from the store (keys, payloads, error text) is escaped by the templates: a
-//!   key `<script>alert(1)</script>` renders as text. Pages carry a Content-Security-Policy that
-//!   allows no script at all (the dashboard uses none), `Cache-Control: no-store`,
-//!   `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and
-//!   `X-Frame-Options: DENY`.
+//! - **Actions.** `read_only` refuses every action (and shows none). Actions follow the `idem`
+//!   command's rules: a live claim is released only with "force", forgetting needs a "yes",
+//!   only dead jobs are retried.
+//! - **Markup and leaks.** Every value from the store (keys, payloads, error text) is escaped by
+//!   the templates: a key `<script>alert(1)</script>` renders as text. Pages carry a
+//!   Content-Security-Policy that allows no script at all (the dashboard uses none),
+//!   `Cache-Control: no-store`, `X-Content-Type-Options: nosniff`, `Referrer-Policy:
+//!   same-origin` and `X-Frame-Options: DENY`. A store error is logged in full and shown as
+//!   plain words: its text can name hosts, users and tables.
+//! - **Load.** Each page costs a bounded amount of the database's time (below), and the
+//!   `idem ui` command's connections stop any statement after five seconds.
+//!
+//! What it leaves to you: the token's secrecy, TLS, and who may reach the port.
+//!
+//! ## From another machine
+//!
+//! The dashboard speaks plain HTTP; reach it from elsewhere through TLS, never with the token
+//! and cookie in clear. Either of:
+//!
+//! 1. **An SSH tunnel** (nothing to configure on the server). Serve on loopback as usual, then
+//!    from your machine:
+//!
+//!    ```sh
+//!    ssh -N -L 7780:127.0.0.1:7780 you@server     # leave it running
+//!    # open http://127.0.0.1:7780/ and log in with the printed token
+//!    ```
+//!
+//! 2. **A TLS proxy** (for a team). Serve with a token on loopback, with `--https` so the
+//!    session cookie is `Secure`, and put a proxy that terminates TLS in front. It must pass
+//!    the original `Host` on (the guard compares it with the browser's `Origin`):
+//!
+//!    ```sh
+//!    IDEM_UI_TOKEN="$(openssl rand -hex 16)" idem --database-url URL ui --https
+//!    ```
+//!
+//!    ```text
+//!    # Caddy (certificates and the Host header are handled for you)
+//!    dashboard.example.com {
+//!        reverse_proxy 127.0.0.1:7780
+//!    }
+//!
+//!    # nginx
+//!    server {
+//!        listen 443 ssl;
+//!        server_name dashboard.example.com;
+//!        ssl_certificate     /etc/ssl/dashboard.pem;
+//!        ssl_certificate_key /etc/ssl/dashboard.key;
+//!        location / {
+//!            proxy_pass http://127.0.0.1:7780;
+//!            proxy_set_header Host $host;
+//!        }
+//!    }
+//!    ```
+//!
+//!    Behind a proxy every login comes from the proxy's address, so the login limit is shared
+//!    by everyone; a token of 32 random hex characters is out of reach of guessing anyway.
 //!
 //! ## Costs
 //!
@@ -69,10 +141,13 @@
 //! finished jobs' index, newest first). A filter the index does not order by (a status, a
 //! scope, a queue, a key prefix, whose matches the database's collation need not keep
 //! together) is checked row by row along that range, so a page of rare matches reads further,
-//! up to the end of the range. The overview reads the records table whole (counts by scope and
-//! status, stale claims, completions per minute: on ten million records, seconds of the
-//! database's time per load) and the queue's once (counts per queue), and the last three hours
-//! of finished jobs from their index. On Redis every page reads every record of the prefix.
+//! up to the end of the range. The overview counts records by scope and status over at most
+//! [`SUMMARY_ROWS`](idem_core::SUMMARY_ROWS) records, and finished jobs over at most
+//! [`COUNTS_FINISHED`](idem_queue::COUNTS_FINISHED) (waiting and running jobs all, from their
+//! own indexes), saying so when there are more; its plot of completed calls reads the
+//! records table, and those of jobs the last three hours of finished jobs from their index.
+//! `idem-bench`'s `ui-pages` times every page on a million records and a million jobs. On
+//! Redis every page reads every record of the prefix.
 
 #![warn(missing_docs)]
 
