@@ -185,6 +185,7 @@ impl Backend {
             scope: scope.map(str::to_owned),
             key_prefix: prefix.map(str::to_owned),
             limit: usize::try_from(limit).unwrap_or(0),
+            ..RecordFilter::default()
         };
         let found = self.inspector().list(&filter).await.map_err(failed)?;
         Ok(found.iter().map(|r| row_of(r, now)).collect())

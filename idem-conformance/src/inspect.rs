@@ -102,6 +102,7 @@ crate::declare_cases! { $ __inspect_cases:
             scope: Some("list".into()),
             key_prefix: Some("inspect:list-".into()),
             limit: 10,
+            ..RecordFilter::default()
         };
         let done = listed(in_scope(Some(RecordStatus::Completed))).await;
         assert_eq!(done.len(), 3);
@@ -138,16 +139,18 @@ crate::declare_cases! { $ __inspect_cases:
         let mut after: Option<RecordCursor> = None;
         loop {
             let page = inspector.page(&filter, after.as_ref()).await.unwrap();
-            assert!(page.len() <= 2);
-            let Some(last) = page.last() else { break };
-            after = Some(RecordCursor {
-                key: last.record.key.as_str().to_owned(),
-                scope: last.record.key.scope().to_owned(),
-            });
-            seen.extend(page.iter().map(|r| {
+            assert!(page.records.len() <= 2);
+            seen.extend(page.records.iter().map(|r| {
                 format!("{}/{}", r.record.key.as_str(), r.record.key.scope())
             }));
             assert!(seen.len() <= 6, "pages repeat: {seen:?}");
+            let Some(next) = page.next else { break };
+            assert_eq!(
+                page.records.last().map(|r| r.record.key.as_str().to_owned()),
+                Some(next.key.clone()),
+                "a full page ends at its last record"
+            );
+            after = Some(next);
         }
         assert_eq!(
             seen,
@@ -166,14 +169,55 @@ crate::declare_cases! { $ __inspect_cases:
             ..filter.clone()
         };
         let page = inspector.page(&claimed, None).await.unwrap();
-        assert_eq!(page.len(), 1);
-        assert_eq!(page[0].record.key, key("page-d", "page"));
+        assert_eq!(page.records.len(), 1);
+        assert_eq!(page.records[0].record.key, key("page-d", "page"));
+        assert_eq!(page.next, None, "a page that is not full reached the end");
         let other = RecordFilter {
             scope: Some("page-other".into()),
             limit: 10,
             ..filter
         };
-        assert_eq!(inspector.page(&other, None).await.unwrap().len(), 1);
+        assert_eq!(inspector.page(&other, None).await.unwrap().records.len(), 1);
+    }
+
+    /// A page reads at most its filter's `scan` records: a filter of rare matches stops there
+    /// before the page is full, and the next page goes on from the last record read, so that
+    /// walking the pages still finds every match once.
+    pub async fn a_page_stops_reading_at_its_scan_and_the_next_goes_on(h: &impl InspectHarness) {
+        let (store, inspector) = (h.store(), h.inspector());
+        for name in ["scan-a", "scan-b", "scan-c", "scan-d", "scan-e", "scan-f", "scan-g"] {
+            completed(&*store, &key(name, "scan"), b"").await;
+        }
+        acquire(&*store, &key("scan-h", "scan"), LONG_LEASE).await;
+        acquire(&*store, &key("scan-e2", "scan"), LONG_LEASE).await;
+        let claimed = RecordFilter {
+            status: Some(RecordStatus::Claimed),
+            key_prefix: Some("inspect:scan-".into()),
+            limit: 10,
+            scan: 3,
+            ..RecordFilter::default()
+        };
+        let first = inspector.page(&claimed, None).await.unwrap();
+        if h.pages_stop_at_their_scan() {
+            assert!(first.records.is_empty(), "read past its scan: {first:?}");
+            assert_eq!(
+                first.next.as_ref().map(|c| c.key.as_str()),
+                Some("inspect:scan-c"),
+                "the next page starts after the last record read"
+            );
+        }
+        let (mut found, mut after, mut pages) = (Vec::new(), None, 0);
+        loop {
+            let page = inspector.page(&claimed, after.as_ref()).await.unwrap();
+            found.extend(page.records.iter().map(|r| r.record.key.as_str().to_owned()));
+            pages += 1;
+            assert!(pages <= 10, "the pages never end");
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(found, ["inspect:scan-e2", "inspect:scan-h"]);
     }
 
     /// A summary counts each scope's records by status, and the completions of each minute

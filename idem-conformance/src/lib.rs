@@ -74,6 +74,12 @@ pub trait Harness: Send + Sync + 'static {
 pub trait InspectHarness: Harness {
     /// The store under test, through [`idem_core::Inspect`].
     fn inspector(&self) -> Arc<dyn idem_core::Inspect>;
+
+    /// Whether a page stops reading at its filter's `scan` (the SQL stores); a store that reads
+    /// every record for any page anyway (Redis) says `false`.
+    fn pages_stop_at_their_scan(&self) -> bool {
+        true
+    }
 }
 
 /// What the transactional cases need from a backend with transactions.

@@ -86,6 +86,9 @@ pub struct RecordFilter {
     pub key_prefix: Option<String>,
     /// At most this many.
     pub limit: usize,
+    /// At most this many records read for one [`page`](Inspect::page), matching or not
+    /// (default [`PAGE_SCAN`]); [`list`](Inspect::list) ignores it.
+    pub scan: usize,
 }
 
 impl Default for RecordFilter {
@@ -95,7 +98,45 @@ impl Default for RecordFilter {
             scope: None,
             key_prefix: None,
             limit: 50,
+            scan: PAGE_SCAN,
         }
+    }
+}
+
+/// The most records a [`page`](Inspect::page) reads by default ([`RecordFilter::scan`]): a
+/// filter that matches few records stops there, so no page a browser asks for reads a big
+/// table whole.
+pub const PAGE_SCAN: usize = 10_000;
+
+/// A page of records in (key, scope) order ([`Inspect::page`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordPage {
+    /// The records the filter selects, at most its `limit`.
+    pub records: Vec<InspectedRecord>,
+    /// Where the next page starts (pass it as `after`), or `None` when the page reached the
+    /// end of the records. After a full page it is the page's last record; after a page that
+    /// stopped at the filter's `scan` before it was full, the last record read, so the next
+    /// page goes on searching from there.
+    pub next: Option<RecordCursor>,
+}
+
+impl RecordPage {
+    /// The page of `records` read with `filter`: full, it ends at its last record; not full, it
+    /// ends where the store stopped reading (`scan_end`, `None` at the end of the records).
+    pub fn new(
+        records: Vec<InspectedRecord>,
+        filter: &RecordFilter,
+        scan_end: Option<RecordCursor>,
+    ) -> RecordPage {
+        let full = filter.limit > 0 && records.len() >= filter.limit;
+        let next = match records.last() {
+            Some(last) if full => Some(RecordCursor {
+                key: last.record.key.as_str().to_owned(),
+                scope: last.record.key.scope().to_owned(),
+            }),
+            _ => scan_end,
+        };
+        RecordPage { records, next }
     }
 }
 
@@ -212,16 +253,17 @@ pub trait Inspect: Purge {
 
     /// Up to `filter.limit` records `filter` selects, in (key, scope) order, starting just after
     /// `after` (at the start without one): keyset paging, which the SQL stores serve from their
-    /// primary key, so a page deep into a large table costs what the first does. The last
-    /// record of a full page is where the next page starts.
+    /// primary key, so a page deep into a large table costs what the first does. A page reads
+    /// at most `filter.scan` records: one of rare matches stops there, not full, and its
+    /// [`next`](RecordPage::next) goes on from where it stopped.
     async fn page(
         &self,
         filter: &RecordFilter,
         after: Option<&RecordCursor>,
-    ) -> Result<Vec<InspectedRecord>, StoreError>;
+    ) -> Result<RecordPage, StoreError>;
 
-    /// Counts of records by scope and status, and completions per minute since `since`: what
-    /// an overview shows. It reads every record (one pass on the SQL stores).
+    /// Counts of records by scope and status (over at most [`SUMMARY_ROWS`] records), and
+    /// completions per minute since `since`: what an overview shows.
     async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError>;
 
     /// Deletes the claim on `key` if it still holds `fence`, is not completed, and its lease

@@ -590,7 +590,7 @@ pub use idem_macros::idempotent;
 pub use inspect::release_claim;
 pub use inspect::{
     ExpiredCounts, Inspect, InspectedEffect, InspectedRecord, RecordCursor, RecordFilter,
-    RecordStatus, RecordSummary, Released, ScopeCounts, SUMMARY_ROWS,
+    RecordPage, RecordStatus, RecordSummary, Released, ScopeCounts, PAGE_SCAN, SUMMARY_ROWS,
 };
 pub use key::{InvalidKey, InvalidKeyReason, Key, DEFAULT_SCOPE, MAX_KEY_LEN, MAX_SCOPE_LEN};
 pub use memory::MemoryStore;

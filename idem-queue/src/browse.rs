@@ -24,6 +24,10 @@ pub struct JobsQuery {
     pub key_prefix: Option<String>,
     /// At most this many.
     pub limit: usize,
+    /// At most this many jobs read for one page, matching or not (default
+    /// [`PAGE_SCAN`](idem_core::PAGE_SCAN)): a page of rare matches stops there, not full, and
+    /// its [`next`](JobPage::next) goes on from the last job read.
+    pub scan: usize,
 }
 
 impl Default for JobsQuery {
@@ -33,6 +37,7 @@ impl Default for JobsQuery {
             queue: None,
             key_prefix: None,
             limit: 50,
+            scan: idem_core::PAGE_SCAN,
         }
     }
 }
@@ -42,7 +47,9 @@ impl Default for JobsQuery {
 pub struct JobPage {
     /// The jobs.
     pub jobs: Vec<JobInfo>,
-    /// Where the next page starts (pass it as `after`), or `None` on the last page.
+    /// Where the next page starts (pass it as `after`), or `None` on the last page: after a
+    /// full page its last job; after a page that stopped at the query's `scan` before it was
+    /// full, the last job read, so the next page goes on searching from there.
     pub next: Option<String>,
 }
 
@@ -65,6 +72,18 @@ fn finished(state: Option<JobFilter>) -> bool {
 }
 
 /// A page's end in the finished order: `MICROS:KEY`.
+/// Where the page after a full one starts: its last job; `None` for a page that is not full
+/// (it reached the end, or stopped at its scan).
+fn full_page_next(jobs: &[JobInfo], query: &JobsQuery, finished: bool) -> Option<String> {
+    let last = jobs
+        .last()
+        .filter(|_| query.limit > 0 && jobs.len() >= query.limit)?;
+    Some(match (finished, last.finished_at) {
+        (true, Some(at)) => format!("{}:{}", to_micros(at), last.key),
+        _ => last.key.clone(),
+    })
+}
+
 fn finished_cursor(after: &str) -> Result<(i64, &str), StoreError> {
     after
         .split_once(':')
@@ -85,51 +104,84 @@ impl Queue {
         after: Option<&str>,
     ) -> Result<JobPage, StoreError> {
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let scan = i64::try_from(query.scan.max(1)).unwrap_or(i64::MAX);
         let state = query.state.map(JobFilter::as_str);
-        let rows = if finished(query.state) {
+        let pool = self.store.pool();
+        if finished(query.state) {
             let (micros, key) = match after {
                 Some(after) => finished_cursor(after)?,
                 // After every job: the end of the range the double-precision product holds
                 // exactly is far beyond any job's finish.
                 None => (1_i64 << 53, ""),
             };
-            sqlx::query(&self.sql.page_finished)
+            let rows = sqlx::query(&self.sql.page_finished)
                 .bind(state)
                 .bind(query.queue.as_deref())
                 .bind(query.key_prefix.as_deref())
                 .bind(micros)
                 .bind(key)
                 .bind(limit)
-                .fetch_all(self.store.pool())
+                .bind(scan)
+                .fetch_all(pool)
                 .await
-        } else {
-            let (statement, from) = match after {
-                Some(key) => (&self.sql.page_after, key),
-                // The first page starts at the prefix: keys below it cannot match.
-                None => (
-                    &self.sql.page_from,
-                    query.key_prefix.as_deref().unwrap_or(""),
-                ),
-            };
-            sqlx::query(statement)
+                .map_err(failed(Operation::Get))?;
+            let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
+            if let Some(next) = full_page_next(&jobs, query, true) {
+                return Ok(JobPage {
+                    jobs,
+                    next: Some(next),
+                });
+            }
+            let last_read = sqlx::query(&self.sql.scan_end_finished)
                 .bind(state)
-                .bind(query.queue.as_deref())
-                .bind(query.key_prefix.as_deref())
-                .bind(from)
-                .bind(limit)
-                .fetch_all(self.store.pool())
+                .bind(micros)
+                .bind(key)
+                .bind(scan - 1)
+                .fetch_optional(pool)
                 .await
-        }
-        .map_err(failed(Operation::Get))?;
-        let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
-        let next = (jobs.len() == query.limit && query.limit > 0)
-            .then(|| jobs.last())
-            .flatten()
-            .map(|last| match (finished(query.state), last.finished_at) {
-                (true, Some(at)) => format!("{}:{}", to_micros(at), last.key),
-                _ => last.key.clone(),
+                .map_err(failed(Operation::Get))?
+                .map(|row| format!("{}:{}", row.get::<i64, _>(0), row.get::<String, _>(1)));
+            return Ok(JobPage {
+                jobs,
+                next: last_read,
             });
-        Ok(JobPage { jobs, next })
+        }
+        let (statement, end, from) = match after {
+            Some(key) => (&self.sql.page_after, &self.sql.scan_end_after, key),
+            // The first page starts at the prefix: keys below it cannot match.
+            None => (
+                &self.sql.page_from,
+                &self.sql.scan_end_from,
+                query.key_prefix.as_deref().unwrap_or(""),
+            ),
+        };
+        let rows = sqlx::query(statement)
+            .bind(state)
+            .bind(query.queue.as_deref())
+            .bind(query.key_prefix.as_deref())
+            .bind(from)
+            .bind(limit)
+            .bind(scan)
+            .fetch_all(pool)
+            .await
+            .map_err(failed(Operation::Get))?;
+        let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
+        if let Some(next) = full_page_next(&jobs, query, false) {
+            return Ok(JobPage {
+                jobs,
+                next: Some(next),
+            });
+        }
+        let last_read = sqlx::query_scalar::<_, String>(end)
+            .bind(from)
+            .bind(scan - 1)
+            .fetch_optional(pool)
+            .await
+            .map_err(failed(Operation::Get))?;
+        Ok(JobPage {
+            jobs,
+            next: last_read,
+        })
     }
 
     /// The state of each job of `keys` that exists (`stale` for a running job whose lease

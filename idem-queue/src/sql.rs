@@ -118,13 +118,22 @@ pub(crate) struct QueueSql {
     pub(crate) mark_started: String,
     pub(crate) stats: String,
     /// `$1` state filter or NULL, `$2` queue or NULL, `$3` key prefix or NULL, `$4` the key the
-    /// page starts at (inclusive), `$5` limit: a page in key order (the primary key).
+    /// page starts at (inclusive), `$5` limit, `$6` the most rows read: a page in key order (the
+    /// primary key).
     pub(crate) page_from: String,
     /// As `page_from`, starting just after the key `$4`.
     pub(crate) page_after: String,
+    /// `$1` key, `$2` rows to pass: the key a page that started at `$1` read last when it read
+    /// `$2 + 1` rows (none: it reached the end).
+    pub(crate) scan_end_from: String,
+    /// As `scan_end_from`, starting just after `$1`.
+    pub(crate) scan_end_after: String,
+    /// `$1` a finished state, `$2` finished at (epoch µs) and `$3` key of the previous page's
+    /// last job, `$4` rows to pass: as `scan_end_from`, for `page_finished` (finished at, key).
+    pub(crate) scan_end_finished: String,
     /// `$1` a finished state, `$2` queue or NULL, `$3` key prefix or NULL, `$4` finished at
-    /// (epoch µs) and `$5` key of the previous page's last job, `$6` limit: a page of one
-    /// finished state, newest first, from the finished jobs' index.
+    /// (epoch µs) and `$5` key of the previous page's last job, `$6` limit, `$7` the most rows
+    /// read: a page of one finished state, newest first, from the finished jobs' index.
     pub(crate) page_finished: String,
     /// `$1` the most finished jobs read: counts by queue and state (a queue's rows to add up).
     pub(crate) queue_counts: String,
@@ -204,17 +213,22 @@ impl QueueSql {
         let keep = duration_micros(JOB_KEEP);
         // Keyset paging: `key > ..` is a range of the primary key, so the plan walks the index
         // from there and stops when the page is full.
+        // The inner range reads at most `$6` rows of the primary key; the outer filter stops it
+        // as soon as the page is full (the executor pulls rows one by one).
         let page = |from: &str| {
             format!(
-                "SELECT {} FROM {q}
-                 WHERE key {from} $4::text
-                   AND ($1::text IS NULL OR (state = $1 AND NOT ({LAPSED_SQL}))
+                "SELECT {} FROM (SELECT * FROM {q} WHERE key {from} $4::text
+                                 ORDER BY key LIMIT $6) AS scan
+                 WHERE ($1::text IS NULL OR (state = $1 AND NOT ({LAPSED_SQL}))
                         OR ($1 = 'stale' AND {LAPSED_SQL}))
                    AND ($2::text IS NULL OR queue = $2)
                    AND ($3::text IS NULL OR starts_with(key, $3))
                  ORDER BY key LIMIT $5",
                 job_columns()
             )
+        };
+        let scan_end = |from: &str| {
+            format!("SELECT key FROM {q} WHERE key {from} $1::text ORDER BY key OFFSET $2 LIMIT 1")
         };
         // The fence of each claimed job's record, for jobs whose key has none yet (and that
         // will run: attempts left). No record is written: the job's claim holds the key (see
@@ -680,14 +694,25 @@ impl QueueSql {
             // jobs' partial index; `(finished_at, key) < (..)` is that index's range from the
             // previous page on (`tests/plans.rs`).
             page_finished: format!(
-                "SELECT {} FROM {q}
-                 WHERE state IN ('done', 'dead', 'cancelled') AND state = $1
-                   AND (finished_at, key) < ({at}, $5::text)
-                   AND ($2::text IS NULL OR queue = $2)
+                "SELECT {} FROM (SELECT * FROM {q}
+                                 WHERE state IN ('done', 'dead', 'cancelled') AND state = $1
+                                   AND (finished_at, key) < ({at}, $5::text)
+                                 ORDER BY finished_at DESC, key DESC LIMIT $7) AS scan
+                 WHERE ($2::text IS NULL OR queue = $2)
                    AND ($3::text IS NULL OR starts_with(key, $3))
                  ORDER BY finished_at DESC, key DESC LIMIT $6",
                 job_columns(),
                 at = from_micros_sql("$4"),
+            ),
+            scan_end_from: scan_end(">="),
+            scan_end_after: scan_end(">"),
+            scan_end_finished: format!(
+                "SELECT {}, key FROM {q}
+                 WHERE state IN ('done', 'dead', 'cancelled') AND state = $1
+                   AND (finished_at, key) < ({at}, $3::text)
+                 ORDER BY finished_at DESC, key DESC OFFSET $4 LIMIT 1",
+                micros_sql("finished_at"),
+                at = from_micros_sql("$2"),
             ),
             states_of: format!(
                 "SELECT key, CASE WHEN {LAPSED_SQL} THEN 'stale' ELSE state END
@@ -1067,25 +1092,25 @@ mod tests {
             (
                 "page_from",
                 &sql.page_from,
-                "NULL, NULL, NULL, '', 50".to_owned(),
+                "NULL, NULL, NULL, '', 50, 10000".to_owned(),
                 "_queue_pkey",
             ),
             (
                 "page_after",
                 &sql.page_after,
-                "'queued', 'mail', 'job:1', 'job:150000', 50".to_owned(),
+                "'queued', 'mail', 'job:1', 'job:150000', 50, 10000".to_owned(),
                 "_queue_pkey",
             ),
             (
                 "page_finished",
                 &sql.page_finished,
-                "'dead', NULL, NULL, 9007199254740992, '', 50".to_owned(),
+                "'dead', NULL, NULL, 9007199254740992, '', 50, 10000".to_owned(),
                 "_q_finished",
             ),
             (
                 "page_finished deep",
                 &sql.page_finished,
-                format!("'done', 'mail', NULL, {deep}, 'job:9', 50"),
+                format!("'done', 'mail', NULL, {deep}, 'job:9', 50, 10000"),
                 "_q_finished",
             ),
             (

@@ -272,14 +272,14 @@ async fn a_page_of_records_is_a_range_of_the_primary_key() {
             ("generic", generic_plan(&mut conn, &statement, true).await),
             (
                 "first page",
-                custom_plan(&mut conn, &statement, "NULL, NULL, NULL, 50, '', ''").await,
+                custom_plan(&mut conn, &statement, "NULL, NULL, NULL, 50, '', '', 10000").await,
             ),
             (
                 "deep page, filtered",
                 custom_plan(
                     &mut conn,
                     &statement,
-                    "'completed', 's1', 'k1', 50, 'k150000', 's0'",
+                    "'completed', 's1', 'k1', 50, 'k150000', 's0', 10000",
                 )
                 .await,
             ),

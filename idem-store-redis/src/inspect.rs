@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 use idem_core::{
     ExpiredCounts, Fence, Fenced, Inspect, InspectedEffect, InspectedRecord, Key, RecordCursor,
-    RecordFilter, RecordState, RecordStatus, RecordSummary, ScopeCounts, Store, StoreError,
+    RecordFilter, RecordPage, RecordState, RecordStatus, RecordSummary, ScopeCounts, Store,
+    StoreError,
 };
 use std::time::{Duration, SystemTime};
 
@@ -158,7 +159,7 @@ impl Inspect for RedisStore {
         &self,
         filter: &RecordFilter,
         after: Option<&RecordCursor>,
-    ) -> Result<Vec<InspectedRecord>, StoreError> {
+    ) -> Result<RecordPage, StoreError> {
         let order = |r: &InspectedRecord| {
             (
                 r.record.key.as_str().to_owned(),
@@ -173,7 +174,8 @@ impl Inspect for RedisStore {
             .collect();
         found.sort_by_key(order);
         found.truncate(filter.limit);
-        Ok(found)
+        // Every record was read: a page that is not full is the last.
+        Ok(RecordPage::new(found, filter, None))
     }
 
     async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError> {

@@ -51,6 +51,11 @@ impl InspectHarness for ClusterHarness {
     fn inspector(&self) -> Arc<dyn idem_core::Inspect> {
         Arc::new(self.store.clone())
     }
+
+    // Redis reads every record of the prefix for any page.
+    fn pages_stop_at_their_scan(&self) -> bool {
+        false
+    }
 }
 
 idem_conformance::inspect_conformance!(cluster_harness);

@@ -53,6 +53,11 @@ impl InspectHarness for RedisHarness {
     fn inspector(&self) -> Arc<dyn idem_core::Inspect> {
         Arc::new(self.store.clone())
     }
+
+    // Redis reads every record of the prefix for any page.
+    fn pages_stop_at_their_scan(&self) -> bool {
+        false
+    }
 }
 
 idem_conformance::inspect_conformance!(redis_harness);

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use idem_core::{
     EffectEntry, EffectState, ExpiredCounts, Fence, Fenced, Fingerprint, Inspect, InspectedEffect,
-    InspectedRecord, Key, Operation, Record, RecordCursor, RecordFilter, RecordState, RecordStatus,
-    RecordSummary, ScopeCounts, StoreError, SUMMARY_ROWS,
+    InspectedRecord, Key, Operation, Record, RecordCursor, RecordFilter, RecordPage, RecordState,
+    RecordStatus, RecordSummary, ScopeCounts, StoreError, SUMMARY_ROWS,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
@@ -84,17 +84,24 @@ impl Inspect for SqliteStore {
         &self,
         filter: &RecordFilter,
         after: Option<&RecordCursor>,
-    ) -> Result<Vec<InspectedRecord>, StoreError> {
+    ) -> Result<RecordPage, StoreError> {
         let sql = &self.inner.sql;
         // The first page starts at the prefix (keys below it cannot match).
-        let (statement, key, scope) = match after {
-            Some(cursor) => (&sql.page_after, cursor.key.as_str(), cursor.scope.as_str()),
+        let (statement, end, key, scope) = match after {
+            Some(cursor) => (
+                &sql.page_after,
+                &sql.scan_end_after,
+                cursor.key.as_str(),
+                cursor.scope.as_str(),
+            ),
             None => (
                 &sql.page_from,
+                &sql.scan_end_from,
                 filter.key_prefix.as_deref().unwrap_or(""),
                 "",
             ),
         };
+        let scan = i64::try_from(filter.scan.max(1)).unwrap_or(i64::MAX);
         let rows = sqlx::query(statement)
             .bind(filter.status.map(|status| status.as_str()))
             .bind(filter.scope.as_deref())
@@ -103,10 +110,28 @@ impl Inspect for SqliteStore {
             .bind(now_us())
             .bind(key)
             .bind(scope)
+            .bind(scan)
             .fetch_all(self.pool())
             .await
             .map_err(failed(Operation::Get))?;
-        inspected_all(&rows)
+        let records = inspected_all(&rows)?;
+        if filter.limit > 0 && records.len() >= filter.limit {
+            return Ok(RecordPage::new(records, filter, None));
+        }
+        // Not full: the read reached the end, or stopped at `scan` rows (then the next page
+        // goes on from the last row read).
+        let last_read = sqlx::query(end)
+            .bind(key)
+            .bind(scope)
+            .bind(scan - 1)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(failed(Operation::Get))?
+            .map(|row| RecordCursor {
+                key: row.get(0),
+                scope: row.get(1),
+            });
+        Ok(RecordPage::new(records, filter, last_read))
     }
 
     async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError> {

@@ -39,10 +39,15 @@ pub(crate) struct Sql {
     /// newest first.
     pub list: String,
     /// As `list`'s parameters, then `$6` and `$7` the key and scope the page starts at
-    /// (inclusive): a page in primary-key order.
+    /// (inclusive), `$8` the most rows read: a page in primary-key order.
     pub page_from: String,
     /// As `page_from`, starting just after `$6`, `$7` (the previous page's last record).
     pub page_after: String,
+    /// `$1` key, `$2` scope, `$3` rows to pass: the record a page that started at `$1`, `$2`
+    /// read last when it read `$3 + 1` rows (none: it reached the end).
+    pub scan_end_from: String,
+    /// As `scan_end_from`, starting just after `$1`, `$2`.
+    pub scan_end_after: String,
     /// `$1` now, `$2` the most records read: counts by scope and status.
     pub counts: String,
     /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
@@ -72,13 +77,22 @@ impl Sql {
         let status = "CASE WHEN completed_us IS NOT NULL THEN
                 (CASE WHEN expires_us > $5 THEN 'completed' ELSE 'expired' END)
             WHEN expires_us > $5 THEN 'claimed' ELSE 'stale' END";
+        // The inner range reads at most `$8` rows of the primary key; the outer filter stops
+        // it as soon as the page is full.
         let page = |from: &str| {
             format!(
-                "SELECT {inspected} FROM {t}
-                 WHERE (key, scope) {from} ($6, $7)
-                   AND ($1 IS NULL OR {status} = $1) AND ($2 IS NULL OR scope = $2)
+                "SELECT {inspected}
+                 FROM (SELECT * FROM {t} WHERE (key, scope) {from} ($6, $7)
+                       ORDER BY key, scope LIMIT $8)
+                 WHERE ($1 IS NULL OR {status} = $1) AND ($2 IS NULL OR scope = $2)
                    AND ($3 IS NULL OR substr(key, 1, length($3)) = $3)
                  ORDER BY key, scope LIMIT $4"
+            )
+        };
+        let scan_end = |from: &str| {
+            format!(
+                "SELECT key, scope FROM {t} WHERE (key, scope) {from} ($1, $2)
+                 ORDER BY key, scope LIMIT 1 OFFSET $3"
             )
         };
         Sql {
@@ -94,6 +108,8 @@ impl Sql {
             ),
             page_from: page(">="),
             page_after: page(">"),
+            scan_end_from: scan_end(">="),
+            scan_end_after: scan_end(">"),
             counts: format!(
                 "SELECT scope, {status}, count(*)
                  FROM (SELECT scope, completed_us, expires_us FROM {t} LIMIT $2)

@@ -72,10 +72,15 @@ pub(crate) struct InspectSql {
     pub list: String,
     /// `$1` status or NULL, `$2` scope or NULL, `$3` key prefix or NULL, `$4` limit, `$5` and
     /// `$6` the key and scope the page starts at (inclusive; a prefix, or `''`, on the first
-    /// page): a page in primary-key order.
+    /// page), `$7` the most rows read: a page in primary-key order.
     pub page_from: String,
     /// As `page_from`, starting just after `$5`, `$6` (the previous page's last record).
     pub page_after: String,
+    /// `$1` key, `$2` scope, `$3` rows to pass: the record a page that started at `$1`, `$2`
+    /// read last when it read `$3 + 1` rows (none: it reached the end).
+    pub scan_end_from: String,
+    /// As `scan_end_from`, starting just after `$1`, `$2`.
+    pub scan_end_after: String,
     /// `$1` the most records read: counts by scope and status.
     pub counts: String,
     /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
@@ -170,13 +175,23 @@ impl RecordsSql {
             "key, scope, fence, fingerprint, holder, {completed}, {expires},
              octet_length(output)::bigint"
         );
+        // The inner range reads at most `$7` rows of the primary key; the outer filter stops it
+        // as soon as the page is full (the executor pulls rows one by one), so an unfiltered
+        // page still reads only its own rows.
         let page = |from: &str| {
             format!(
-                "SELECT {inspected} FROM {t}
-                 WHERE (key, scope) {from} ($5::text, $6::text)
-                   AND ($1::text IS NULL OR {status} = $1) AND ($2::text IS NULL OR scope = $2)
+                "SELECT {inspected}
+                 FROM (SELECT * FROM {t} WHERE (key, scope) {from} ($5::text, $6::text)
+                       ORDER BY key, scope LIMIT $7) AS t
+                 WHERE ($1::text IS NULL OR {status} = $1) AND ($2::text IS NULL OR scope = $2)
                    AND ($3::text IS NULL OR starts_with(key, $3))
                  ORDER BY key, scope LIMIT $4"
+            )
+        };
+        let scan_end = |from: &str| {
+            format!(
+                "SELECT key, scope FROM {t} WHERE (key, scope) {from} ($1::text, $2::text)
+                 ORDER BY key, scope OFFSET $3 LIMIT 1"
             )
         };
         let inspect = InspectSql {
@@ -194,6 +209,8 @@ impl RecordsSql {
             // walks the index from there and stops when the page is full (`tests/plans.rs`).
             page_from: page(">="),
             page_after: page(">"),
+            scan_end_from: scan_end(">="),
+            scan_end_after: scan_end(">"),
             counts: format!(
                 "SELECT scope, {status}, count(*)
                  FROM (SELECT scope, completed_at, expires_at FROM {t} LIMIT $1) AS read

@@ -89,6 +89,9 @@ struct ListPage {
     jobs: Vec<JobRow>,
     next: Option<String>,
     first: Option<String>,
+    /// The page stopped at its scan before it was full.
+    searched: bool,
+    scan: usize,
 }
 
 pub(crate) async fn list(
@@ -117,6 +120,7 @@ pub(crate) async fn list(
         queue: Some(query.queue.clone()).filter(|s| !s.is_empty()),
         key_prefix: Some(query.prefix.clone()).filter(|s| !s.is_empty()),
         limit: PAGE,
+        ..JobsQuery::default()
     };
     let finished = matches!(
         state,
@@ -151,11 +155,14 @@ pub(crate) async fn list(
         pairs.push(("after", after));
         link("/jobs", &pairs)
     });
+    let searched = next.is_some() && page.jobs.len() < PAGE;
     render(
         StatusCode::OK,
         &ListPage {
             frame,
             first: query.after.is_some().then(|| link("/jobs", &filters)),
+            searched,
+            scan: jobs_query.scan,
             jobs: page.jobs.iter().map(JobRow::of).collect(),
             state: query.state,
             queue: query.queue,

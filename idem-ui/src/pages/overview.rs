@@ -30,6 +30,8 @@ struct OverviewPage {
     scopes_partial: bool,
     summary_rows: u64,
     stale: Vec<RecordRow>,
+    /// The stale claims shown were found among the first records read, not all.
+    stale_searched: bool,
     queues: Vec<(String, QueueStats)>,
     queues_partial: bool,
     counts_finished: u64,
@@ -112,7 +114,12 @@ pub(crate) async fn page(viewer: Viewer, State(source): State<Source>) -> Respon
             scopes: summary.scopes,
             scopes_partial: summary.partial,
             summary_rows: idem_core::SUMMARY_ROWS,
-            stale: stale.iter().map(|r| RecordRow::of(r, now)).collect(),
+            stale_searched: stale.next.is_some() && stale.records.len() < SHOWN,
+            stale: stale
+                .records
+                .iter()
+                .map(|r| RecordRow::of(r, now))
+                .collect(),
             queues,
             queues_partial,
             counts_finished: idem_queue::COUNTS_FINISHED,

@@ -93,6 +93,9 @@ struct ListPage {
     records: Vec<RecordRow>,
     next: Option<String>,
     first: Option<String>,
+    /// The page stopped at its scan before it was full.
+    searched: bool,
+    scan: usize,
 }
 
 pub(crate) async fn list(
@@ -123,6 +126,7 @@ pub(crate) async fn list(
         scope: Some(query.scope.clone()).filter(|s| !s.is_empty()),
         key_prefix: Some(query.prefix.clone()).filter(|s| !s.is_empty()),
         limit: PAGE,
+        ..RecordFilter::default()
     };
     let after = query.after_key.clone().map(|key| RecordCursor {
         key,
@@ -133,26 +137,32 @@ pub(crate) async fn list(
         Err(e) => return store_failed(frame, e),
     };
     let now = SystemTime::now();
-    let records: Vec<RecordRow> = found.iter().map(|r| RecordRow::of(r, now)).collect();
+    let records: Vec<RecordRow> = found
+        .records
+        .iter()
+        .map(|r| RecordRow::of(r, now))
+        .collect();
     let filters = [
         ("state", query.state.as_str()),
         ("scope", query.scope.as_str()),
         ("prefix", query.prefix.as_str()),
     ];
-    let next = (records.len() == PAGE).then(|| {
-        let last = &records[PAGE - 1];
+    let next = found.next.as_ref().map(|next| {
         let mut pairs = filters.to_vec();
         pairs.extend([
-            ("after_key", last.key.as_str()),
-            ("after_scope", last.scope.as_str()),
+            ("after_key", next.key.as_str()),
+            ("after_scope", next.scope.as_str()),
         ]);
         link("/records", &pairs)
     });
+    let searched = next.is_some() && records.len() < PAGE;
     render(
         StatusCode::OK,
         &ListPage {
             frame,
             first: after.is_some().then(|| link("/records", &filters)),
+            searched,
+            scan: filter.scan,
             state: query.state,
             scope: query.scope,
             prefix: query.prefix,

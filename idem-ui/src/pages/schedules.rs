@@ -16,6 +16,8 @@ use crate::viewer::Viewer;
 
 /// Ticks of each kind a schedule's page shows.
 const TICKS: usize = 20;
+/// The most jobs read to find a schedule's recent ticks of one state.
+const TICKS_SCAN: usize = 100_000;
 
 /// A schedule as the pages show it.
 pub(crate) struct ScheduleRow {
@@ -157,11 +159,14 @@ pub(crate) async fn detail(
             JobFilter::Done | JobFilter::Dead | JobFilter::Cancelled => &mut finished,
             _ => &mut pending,
         };
+        // A schedule's finished ticks are found along the finished jobs' index, among every
+        // other job that finished since: read further than a list page does, still bounded.
         let ticks = JobsQuery {
             state: Some(job_state),
             queue: None,
             key_prefix: Some(prefix.clone()),
             limit: TICKS,
+            scan: TICKS_SCAN,
         };
         match queue.jobs_page(&ticks, None).await {
             Ok(page) => into.extend(page.jobs),
