@@ -73,7 +73,11 @@
 //! secret, never in clear nor as a bare hash that a reader of the records (or of the
 //! dashboard) could test password guesses against offline. The secret is yours
 //! ([`IdempotencyLayer::secret`]) or, by default, one the layer makes once and keeps in the
-//! store, so every server on the store keys a credential alike.
+//! store (a record in the scope `idem_http`, read again every minute), so every server on the
+//! store keys a credential alike. Someone who reads the whole store reads a kept secret too:
+//! if your credentials can be weak (Basic-auth passwords), give a secret of your own. An empty
+//! caller id or credential names nobody (401), and so do two `Authorization` headers or two
+//! cookies of the scope's name.
 //!
 //! **Where the layer goes: inside your authentication.** The layer answers a known key from
 //! its record *before* the inner service runs, so anything inside it (an auth check in the

@@ -61,6 +61,18 @@ impl Scope {
     }
 }
 
+impl Scope {
+    /// Whether this scope names a caller: a caller id or a credential that is empty (or only
+    /// white space) names nobody, and would otherwise put every such request in one scope.
+    pub(crate) fn names_someone(&self) -> bool {
+        match &self.0 {
+            Kind::Caller(id) => !id.trim().is_empty(),
+            Kind::Credential(secret) => !secret.trim_ascii().is_empty(),
+            Kind::Shared => true,
+        }
+    }
+}
+
 impl std::fmt::Debug for Scope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {
@@ -160,8 +172,16 @@ where
 /// The caller is the whole `Authorization` header, as a credential (any scheme); a request
 /// without one names no caller (401).
 pub fn authorization_header(parts: &Parts) -> Option<Scope> {
-    let value = parts.headers.get(http::header::AUTHORIZATION)?.as_bytes();
+    let value = only_authorization(parts)?;
     (!value.trim_ascii().is_empty()).then(|| Scope::credential(value))
+}
+
+/// The request's one `Authorization` header. Several name no caller: an auth layer that reads
+/// another of them than the scope does would name another principal.
+fn only_authorization(parts: &Parts) -> Option<&[u8]> {
+    let mut all = parts.headers.get_all(http::header::AUTHORIZATION).iter();
+    let value = all.next()?;
+    all.next().is_none().then_some(value.as_bytes())
 }
 
 /// The caller is the bearer token of `Authorization: Bearer <token>`, as a credential; a
@@ -177,7 +197,7 @@ pub fn authorization_header(parts: &Parts) -> Option<Scope> {
 /// assert!(bearer_token(&parts).is_some());
 /// ```
 pub fn bearer_token(parts: &Parts) -> Option<Scope> {
-    let value = parts.headers.get(http::header::AUTHORIZATION)?.as_bytes();
+    let value = only_authorization(parts)?;
     let (scheme, token) = value.split_at(value.iter().position(|b| *b == b' ')?);
     let token = token.trim_ascii();
     if !scheme.eq_ignore_ascii_case(b"bearer") || token.is_empty() {
@@ -198,7 +218,7 @@ pub fn bearer_token(parts: &Parts) -> Option<Scope> {
 /// ```
 pub fn cookie(name: &'static str) -> impl Fn(&Parts) -> Option<Scope> + Send + Sync + 'static {
     move |parts: &Parts| {
-        parts
+        let mut values = parts
             .headers
             .get_all(http::header::COOKIE)
             .iter()
@@ -207,8 +227,11 @@ pub fn cookie(name: &'static str) -> impl Fn(&Parts) -> Option<Scope> + Send + S
                 let at = pair.iter().position(|b| *b == b'=')?;
                 Some((pair[..at].trim_ascii(), pair[at + 1..].trim_ascii()))
             })
-            .find(|(n, v)| *n == name.as_bytes() && !v.is_empty())
-            .map(|(_, value)| Scope::credential(value))
+            .filter(|(n, _)| *n == name.as_bytes())
+            .map(|(_, value)| value);
+        let value = values.next()?;
+        // Two cookies of the name (one planted for a parent domain, say) name no one caller.
+        (values.next().is_none() && !value.is_empty()).then(|| Scope::credential(value))
     }
 }
 
@@ -244,6 +267,12 @@ mod tests {
         );
         assert_eq!(bearer_token(&parts(&[("authorization", "Bearer ")])), None);
         assert_eq!(bearer_token(&parts(&[("authorization", "Bearer")])), None);
+        let twice = parts(&[
+            ("authorization", "Bearer tok_a"),
+            ("authorization", "Bearer tok_b"),
+        ]);
+        assert_eq!(bearer_token(&twice), None, "which of them?");
+        assert_eq!(authenticated(&twice), None);
         assert!(!format!("{a:?}").contains("tok_a"), "never printed");
     }
 
@@ -268,7 +297,18 @@ mod tests {
         assert_eq!(session(&both), Some(Scope::credential("abc")));
         assert_eq!(session(&parts(&[("cookie", "sessionx=abc")])), None);
         assert_eq!(session(&parts(&[("cookie", "session=")])), None);
+        let planted = parts(&[("cookie", "session=abc; session=evil")]);
+        assert_eq!(session(&planted), None, "which of them?");
         assert_eq!(session(&parts(&[])), None);
+    }
+
+    #[test]
+    fn empty_ids_and_credentials_name_nobody() {
+        assert!(!Scope::caller("").names_someone());
+        assert!(!Scope::caller("  ").names_someone());
+        assert!(!Scope::credential(" ").names_someone());
+        assert!(Scope::caller("u1").names_someone());
+        assert!(Scope::shared().names_someone());
     }
 
     #[test]

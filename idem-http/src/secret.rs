@@ -8,6 +8,11 @@
 //! one, made once by whichever server needs it first and kept in the store, so every replica
 //! and every restart keys a credential the same way (a per-process secret would give a retry
 //! that lands on another replica a new scope, and run it again).
+//!
+//! A kept secret is as safe as the store: whoever reads the whole store (a backup, a database
+//! login) reads the secret too, and could test guesses at a weak credential against the
+//! stored scopes. An application whose credentials can be weak (passwords) gives a secret of
+//! its own, kept elsewhere (an environment variable, a secret manager).
 
 use hmac::{Hmac, Mac};
 use idem_core::{Call, Key, Outcome, Store, MAX_DURATION};
@@ -15,7 +20,9 @@ use sha2::Sha256;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::OnceCell;
+use tokio::sync::RwLock;
+// Tokio's clock, so that the tests can move it.
+use tokio::time::Instant;
 
 use crate::scope::{Kind, Scope};
 
@@ -30,10 +37,16 @@ pub(crate) const KEPT_KEY: &str = "scope-secret";
 /// How long a server waits for another that is making the kept secret.
 const KEPT_WAIT: Duration = Duration::from_secs(10);
 
-/// Where credential scopes get their key: given, or kept in the store (read once).
+/// How long a server uses the kept secret before it reads it again: if the record was deleted
+/// (an operator's `forget`, a Redis eviction) and made anew by another server, every server
+/// keys credentials alike again within this long.
+const KEPT_FOR: Duration = Duration::from_secs(60);
+
+/// Where credential scopes get their key: given, or kept in the store (read again every
+/// [`KEPT_FOR`]).
 pub(crate) struct Secret {
     given: Option<Arc<[u8]>>,
-    kept: OnceCell<Arc<[u8]>>,
+    kept: RwLock<Option<(Arc<[u8]>, Instant)>>,
 }
 
 impl Secret {
@@ -41,7 +54,7 @@ impl Secret {
     pub fn kept() -> Secret {
         Secret {
             given: None,
-            kept: OnceCell::new(),
+            kept: RwLock::new(None),
         }
     }
 
@@ -59,16 +72,30 @@ impl Secret {
         );
         Secret {
             given: Some(secret.into()),
-            kept: OnceCell::new(),
+            kept: RwLock::new(None),
         }
     }
 
-    async fn key(&self, store: &dyn Store) -> Result<&[u8], String> {
+    async fn key(&self, store: &dyn Store) -> Result<Arc<[u8]>, String> {
         if let Some(given) = &self.given {
-            return Ok(given);
+            return Ok(given.clone());
         }
-        let kept = self.kept.get_or_try_init(|| read_or_make(store)).await?;
-        Ok(kept)
+        let fresh = |kept: &Option<(Arc<[u8]>, Instant)>| {
+            kept.as_ref()
+                .filter(|(_, read)| read.elapsed() < KEPT_FOR)
+                .map(|(key, _)| key.clone())
+        };
+        if let Some(key) = fresh(&*self.kept.read().await) {
+            return Ok(key);
+        }
+        // One read of the store at a time; the others wait for it and use what it read.
+        let mut kept = self.kept.write().await;
+        if let Some(key) = fresh(&kept) {
+            return Ok(key);
+        }
+        let key = read_or_make(store).await?;
+        *kept = Some((key.clone(), Instant::now()));
+        Ok(key)
     }
 
     /// The text `scope` is stored under (before the layer's `http:` prefix): `user:` and the
@@ -79,7 +106,7 @@ impl Secret {
             Kind::Caller(id) => format!("user:{id}"),
             Kind::Credential(credential) => {
                 let key = self.key(store).await?;
-                let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key");
+                let mut mac = Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes any key");
                 mac.update(credential);
                 format!("key:{}", hex::encode(mac.finalize().into_bytes()))
             }
@@ -173,6 +200,94 @@ mod tests {
             .await
             .unwrap();
         assert_ne!(from_a, elsewhere, "each store makes a secret of its own");
+    }
+
+    /// Stands for a store whose kept secret was deleted and made anew by another server: it
+    /// answers from `before` until switched, then from `after`.
+    #[derive(Debug, Clone)]
+    struct Switched {
+        before: MemoryStore,
+        after: MemoryStore,
+        switched: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Switched {
+        fn now(&self) -> &MemoryStore {
+            if self.switched.load(std::sync::atomic::Ordering::SeqCst) {
+                &self.after
+            } else {
+                &self.before
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Switched {
+        async fn claim(
+            &self,
+            request: idem_core::ClaimRequest<'_>,
+        ) -> Result<idem_core::Claim, idem_core::StoreError> {
+            self.now().claim(request).await
+        }
+        async fn complete(
+            &self,
+            key: &Key,
+            fence: idem_core::Fence,
+            completion: idem_core::Completion<'_>,
+        ) -> Result<idem_core::Fenced, idem_core::StoreError> {
+            self.now().complete(key, fence, completion).await
+        }
+        async fn release(
+            &self,
+            key: &Key,
+            fence: idem_core::Fence,
+        ) -> Result<idem_core::Fenced, idem_core::StoreError> {
+            self.now().release(key, fence).await
+        }
+        async fn renew(
+            &self,
+            key: &Key,
+            fence: idem_core::Fence,
+            lease: Duration,
+        ) -> Result<idem_core::Fenced, idem_core::StoreError> {
+            self.now().renew(key, fence, lease).await
+        }
+        async fn get(&self, key: &Key) -> Result<Option<idem_core::Record>, idem_core::StoreError> {
+            self.now().get(key).await
+        }
+        fn shared(&self) -> Arc<dyn Store> {
+            Arc::new(self.clone())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_secret_made_anew_is_used_by_every_server_within_a_minute() {
+        let (before, after) = (MemoryStore::new(), MemoryStore::new());
+        let token = Scope::credential("tok");
+        let old = Secret::kept().scope_text(&before, &token).await.unwrap();
+        let new = Secret::kept().scope_text(&after, &token).await.unwrap();
+        assert_ne!(old, new);
+        let store = Switched {
+            before,
+            after,
+            switched: Arc::default(),
+        };
+        let running = Secret::kept();
+        assert_eq!(running.scope_text(&store, &token).await.unwrap(), old);
+        store
+            .switched
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            running.scope_text(&store, &token).await.unwrap(),
+            old,
+            "kept for a while"
+        );
+        tokio::time::advance(KEPT_FOR).await;
+        assert_eq!(
+            running.scope_text(&store, &token).await.unwrap(),
+            new,
+            "read again"
+        );
     }
 
     #[test]

@@ -92,7 +92,7 @@ where
                 Ok(p.to_response(config.problem_base.as_deref())
                     .map(Either::Left))
             };
-            let Some(caller) = (config.scope)(&parts) else {
+            let Some(caller) = (config.scope)(&parts).filter(|s| s.names_someone()) else {
                 return problem(Problem::UnknownCaller);
             };
             let client_key = match client_key(&parts.headers) {

@@ -361,11 +361,63 @@ async fn a_thousand_clients_that_leave_at_once_never_run_more_handlers_than_the_
         CAP,
         "more than the cap ran"
     );
-    // Let them finish: the ones cut while waiting never run.
-    while gauge.now.load(Ordering::SeqCst) > 0 {
+    // The runs whose clients left still hold their places: clients that come now and stay
+    // wait for them, and start none until they end.
+    const STAYING: usize = 4;
+    let staying: Vec<_> = (0..STAYING)
+        .map(|i| {
+            let url = format!("{base}/charges");
+            tokio::spawn(async move {
+                let key = format!("staying-{i}");
+                support::send("POST", &url, Some(&key), "").await
+            })
+        })
+        .collect();
+    gauge
+        .wait_for(|g| g.entered.load(Ordering::SeqCst) == CLIENTS + STAYING)
+        .await;
+    let started_more = tokio::time::timeout(
+        Duration::from_millis(500),
+        gauge.wait_for(|g| g.started.load(Ordering::SeqCst) > CAP),
+    )
+    .await;
+    assert!(
+        started_more.is_err(),
+        "a client that stayed ran beside the runs whose clients left"
+    );
+    // Let them finish: the ones cut while waiting never run; the staying ones run after.
+    while staying.iter().any(|answer| !answer.is_finished()) {
         gauge.open.notify_waiters();
         tokio::task::yield_now().await;
     }
+    for answer in staying {
+        assert_eq!(answer.await.unwrap().status, 201);
+    }
     assert_eq!(gauge.most.load(Ordering::SeqCst), CAP);
-    assert_eq!(gauge.started.load(Ordering::SeqCst), CAP);
+    assert_eq!(gauge.started.load(Ordering::SeqCst), CAP + STAYING);
+}
+
+/// An auth layer that names guests with an empty id (`unwrap_or_default()`, say) would put every
+/// guest in one scope: an empty caller names nobody, and is refused like no caller.
+#[tokio::test]
+async fn an_empty_caller_id_names_nobody() {
+    async fn guests_as_empty(mut request: Request, next: Next) -> Response {
+        request.extensions_mut().insert(Caller::new(""));
+        next.run(request).await
+    }
+    let runs = Arc::new(Runs::default());
+    let app = Router::new()
+        .route(
+            "/charges",
+            post(|State(runs): State<Arc<Runs>>| async move {
+                (StatusCode::CREATED, format!("charge {}", runs.next()))
+            }),
+        )
+        .layer(IdempotencyLayer::new(idem_core::MemoryStore::new()).scope(scope::caller))
+        .layer(from_fn(guests_as_empty))
+        .with_state(runs.clone());
+    let url = format!("{}/charges", serve(app).await);
+    let guest = post_as(&url, "order-1", "", "").await;
+    assert_eq!(guest.status, 401);
+    assert_eq!(runs.get(), 0);
 }
