@@ -43,10 +43,18 @@ pub(crate) struct Auth {
     pub https: bool,
     /// Failed logins per peer.
     pub login_limit: LoginLimit,
+    /// Served on a loopback address: every request must name a loopback `Host`.
+    pub loopback_bound: bool,
 }
 
 impl Auth {
-    pub fn new(token: String, view_needs_login: bool, read_only: bool, https: bool) -> Auth {
+    pub fn new(
+        token: String,
+        view_needs_login: bool,
+        read_only: bool,
+        https: bool,
+        loopback_bound: bool,
+    ) -> Auth {
         Auth {
             key: random_hex(32).into_bytes(),
             token: Sha256::digest(token.as_bytes()).into(),
@@ -55,6 +63,7 @@ impl Auth {
             read_only,
             https,
             login_limit: LoginLimit::default(),
+            loopback_bound,
         }
     }
 

@@ -8,7 +8,10 @@
 //! `Origin` on everything but simple GETs); those from another origin are refused on every
 //! route, in every mode. Without a token, the peer must be a loopback address, the `Host` a
 //! loopback name (a page that rebinds its own name to 127.0.0.1 names itself in `Host`), and
-//! the request must not have come through a proxy (which would make every peer loopback).
+//! the request must not have come through a proxy (which would make every peer loopback):
+//! proxies say so in their headers, or (nginx's default `proxy_pass`) speak HTTP/1.0, which no
+//! browser does. A bare TCP forwarder (socat, `ssh -R`) leaves no trace: a dashboard reached
+//! through one needs a token.
 
 use std::net::SocketAddr;
 
@@ -21,13 +24,25 @@ use axum::response::{IntoResponse, Response};
 use crate::source::Source;
 
 /// Headers a proxy adds: a request carrying one did not come straight from this machine.
-const FORWARDED: [&str; 5] = [
+const FORWARDED: [&str; 6] = [
     "forwarded",
     "x-forwarded-for",
     "x-forwarded-host",
     "x-forwarded-proto",
     "x-real-ip",
+    "via",
 ];
+
+/// Who the guard lets through.
+#[derive(Clone, Copy)]
+pub(crate) struct Rules {
+    /// The operator gave a token: pages need the login, so the peer may be anywhere.
+    pub needs_login: bool,
+    /// Served on a loopback address: requests must name a loopback `Host` even with a token
+    /// (a page that rebinds its name to 127.0.0.1 could otherwise spend the login limit of the
+    /// operator's own address).
+    pub loopback_bound: bool,
+}
 
 /// Refuses the request before it reaches a route, or passes it on.
 pub(crate) async fn guard(State(source): State<Source>, request: Request, next: Next) -> Response {
@@ -35,7 +50,12 @@ pub(crate) async fn guard(State(source): State<Source>, request: Request, next: 
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0);
-    match refusal(request.headers(), peer, source.auth.view_needs_login) {
+    let rules = Rules {
+        needs_login: source.auth.view_needs_login,
+        loopback_bound: source.auth.loopback_bound,
+    };
+    let http10 = request.version() < axum::http::Version::HTTP_11;
+    match refusal(request.headers(), http10, peer, rules) {
         Some((status, why)) => {
             tracing::warn!(
                 peer = ?peer,
@@ -48,21 +68,28 @@ pub(crate) async fn guard(State(source): State<Source>, request: Request, next: 
     }
 }
 
-/// Why a request is refused, if it is: `needs_login` says the operator gave a token.
+/// Why a request is refused, if it is. `http10`: it came over HTTP/1.0, which no browser
+/// speaks but nginx's `proxy_pass` does by default.
 fn refusal(
     headers: &HeaderMap,
+    http10: bool,
     peer: Option<SocketAddr>,
-    needs_login: bool,
+    rules: Rules,
 ) -> Option<(StatusCode, &'static str)> {
     if let Some(why) = cross_site(headers) {
         return Some((StatusCode::FORBIDDEN, why));
     }
-    if needs_login {
-        return None;
+    if rules.needs_login {
+        return (rules.loopback_bound && !loopback_host(headers)).then_some((
+            StatusCode::MISDIRECTED_REQUEST,
+            "refused: the dashboard listens on a loopback address and answers only requests \
+             addressed to localhost or a loopback address",
+        ));
     }
-    if FORWARDED
-        .iter()
-        .any(|name| headers.contains_key(HeaderName::from_static(name)))
+    if http10
+        || FORWARDED
+            .iter()
+            .any(|name| headers.contains_key(HeaderName::from_static(name)))
     {
         return Some((
             StatusCode::FORBIDDEN,
@@ -158,6 +185,13 @@ mod tests {
         map
     }
 
+    fn rules(needs_login: bool) -> Rules {
+        Rules {
+            needs_login,
+            loopback_bound: false,
+        }
+    }
+
     const LOCAL: Option<SocketAddr> = Some(SocketAddr::new(
         std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         50000,
@@ -168,39 +202,67 @@ mod tests {
         for needs_login in [false, true] {
             for site in ["cross-site", "same-site"] {
                 let h = headers(&[("host", "127.0.0.1:7780"), ("sec-fetch-site", site)]);
-                assert!(refusal(&h, LOCAL, needs_login).is_some(), "{site}");
+                assert!(
+                    refusal(&h, false, LOCAL, rules(needs_login)).is_some(),
+                    "{site}"
+                );
             }
             for origin in ["http://evil.example", "null", "http://127.0.0.1:9999"] {
                 let h = headers(&[("host", "127.0.0.1:7780"), ("origin", origin)]);
-                assert!(refusal(&h, LOCAL, needs_login).is_some(), "{origin}");
+                assert!(
+                    refusal(&h, false, LOCAL, rules(needs_login)).is_some(),
+                    "{origin}"
+                );
             }
             let own = headers(&[
                 ("host", "127.0.0.1:7780"),
                 ("origin", "http://127.0.0.1:7780"),
                 ("sec-fetch-site", "same-origin"),
             ]);
-            assert_eq!(refusal(&own, LOCAL, needs_login), None);
+            assert_eq!(refusal(&own, false, LOCAL, rules(needs_login)), None);
             let typed = headers(&[("host", "localhost:7780"), ("sec-fetch-site", "none")]);
-            assert_eq!(refusal(&typed, LOCAL, needs_login), None);
+            assert_eq!(refusal(&typed, false, LOCAL, rules(needs_login)), None);
         }
     }
 
     #[test]
     fn without_a_token_only_this_machine_asking_directly_is_answered() {
+        let open = rules(false);
         let h = headers(&[("host", "127.0.0.1:7780")]);
-        assert_eq!(refusal(&h, LOCAL, false), None);
+        assert_eq!(refusal(&h, false, LOCAL, open), None);
+        assert!(
+            refusal(&h, true, LOCAL, open).is_some(),
+            "HTTP/1.0: a proxy"
+        );
         let remote = Some("10.0.0.5:40000".parse().unwrap());
-        assert!(refusal(&h, remote, false).is_some());
-        assert!(refusal(&h, None, false).is_some());
-        assert_eq!(refusal(&h, remote, true), None, "a token guards it instead");
+        assert!(refusal(&h, false, remote, open).is_some());
+        assert!(refusal(&h, false, None, open).is_some());
+        assert_eq!(
+            refusal(&h, false, remote, rules(true)),
+            None,
+            "a token guards it instead"
+        );
         for proxy in FORWARDED {
             let h = headers(&[("host", "127.0.0.1:7780"), (proxy, "203.0.113.9")]);
-            assert!(refusal(&h, LOCAL, false).is_some(), "{proxy}");
+            assert!(refusal(&h, false, LOCAL, open).is_some(), "{proxy}");
         }
         let rebound = headers(&[("host", "attacker.example:7780")]);
         assert_eq!(
-            refusal(&rebound, LOCAL, false).map(|r| r.0),
+            refusal(&rebound, false, LOCAL, open).map(|r| r.0),
             Some(StatusCode::MISDIRECTED_REQUEST)
         );
+    }
+
+    #[test]
+    fn with_a_token_on_loopback_a_rebound_name_is_refused_too() {
+        let rebound = headers(&[("host", "attacker.example:7780")]);
+        let on_loopback = Rules {
+            needs_login: true,
+            loopback_bound: true,
+        };
+        assert!(refusal(&rebound, false, LOCAL, on_loopback).is_some());
+        assert_eq!(refusal(&rebound, false, LOCAL, rules(true)), None);
+        let own = headers(&[("host", "localhost:7780")]);
+        assert_eq!(refusal(&own, false, LOCAL, on_loopback), None);
     }
 }

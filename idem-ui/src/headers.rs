@@ -4,8 +4,8 @@
 //! no cache.
 
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
-    X_FRAME_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, STRICT_TRANSPORT_SECURITY,
+    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::http::HeaderValue;
 use axum::Router;
@@ -16,7 +16,16 @@ use tower_http::set_header::SetResponseHeaderLayer;
 pub(crate) const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; \
                               form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-pub(crate) fn secured(router: Router) -> Router {
+/// With `https`, browsers are also told to reach the dashboard over HTTPS only from now on.
+pub(crate) fn secured(router: Router, https: bool) -> Router {
+    let router = if https {
+        router.layer(SetResponseHeaderLayer::overriding(
+            STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        ))
+    } else {
+        router
+    };
     router
         .layer(SetResponseHeaderLayer::overriding(
             CONTENT_SECURITY_POLICY,

@@ -65,19 +65,26 @@
 //! - **Other hosts, without a token.** Without a token of the operator's, pages are open but
 //!   answer only requests from a loopback peer, addressed to `localhost` or a loopback address
 //!   (a page elsewhere cannot reach them through a name it rebinds to 127.0.0.1), that did not
-//!   come through a proxy (`Forwarded`, `X-Forwarded-*`, `X-Real-IP`: a proxy on the same
-//!   machine would make every visitor loopback). A token made at start is printed for the
-//!   login that actions need; it never travels in a URL. [`Dashboard::serve`] and the `idem
-//!   ui` command refuse an address other hosts reach without a token ([`check_bind`]);
+//!   come through a proxy: a proxy on the same machine would make every visitor loopback, so
+//!   requests with `Forwarded`, `X-Forwarded-*`, `X-Real-IP` or `Via`, and HTTP/1.0 requests
+//!   (nginx's default `proxy_pass` adds no header but speaks HTTP/1.0; no browser does), are
+//!   refused. A bare TCP forwarder (socat, `ssh -R`) leaves no trace: give the dashboard a
+//!   token before you forward anything to it. A token made at start is printed for the login
+//!   that actions need; it never travels in a URL. [`Dashboard::serve`] and the `idem ui`
+//!   command refuse an address other hosts reach without a token ([`check_bind`]), and on a
+//!   loopback address refuse any `Host` but a loopback one, token or not;
 //!   [`Dashboard::router`] served without the peers' addresses refuses every request.
-//! - **Guessing the token.** A token has at least [`MIN_TOKEN_LEN`] characters. Each peer may
-//!   fail five logins; then each further failure makes it wait twice as long as the last (from
-//!   one second to fifteen minutes), and while it waits every login from it is refused, the
-//!   right token too. A failure is logged when it opens a wait, not at every try.
+//! - **Guessing the token.** A token has at least [`MIN_TOKEN_LEN`] characters. Each peer (an
+//!   IPv4 address, an IPv6 /64) may fail five logins; then each further failure makes it wait
+//!   twice as long as the last (from one second to fifteen minutes), and while it waits every
+//!   login from it is refused, the right token too. Ten thousand peers are remembered, each
+//!   for an hour after its last failure; while all places are taken, new peers wait too. A
+//!   failure is logged when it opens a wait, not at every try.
 //! - **Sessions.** A login opens a session: a random id in a cookie (`HttpOnly`,
-//!   `SameSite=Strict`; with [`https`](Dashboard::https), `Secure` and named `__Host-`), kept
-//!   by the dashboard for twelve hours or until logout, which ends it for every copy of the
-//!   cookie. Each action is a POST carrying the session's form token (an HMAC of its id).
+//!   `SameSite=Strict`; with [`https`](Dashboard::https), `Secure` and named `__Host-`, and
+//!   pages carry `Strict-Transport-Security`), kept by the dashboard for twelve hours or until
+//!   logout, which ends it for every copy of the cookie. Each action is a POST carrying the
+//!   session's form token (an HMAC of its id).
 //! - **Actions.** `read_only` refuses every action (and shows none). Actions follow the `idem`
 //!   command's rules: a live claim is released only with "force", forgetting needs a "yes",
 //!   only dead jobs are retried.
@@ -244,12 +251,18 @@ impl Dashboard {
     /// addresses ([`serve`](Self::serve) does), or without a token it refuses every request:
     /// it cannot tell that they come from this machine.
     pub fn router(self) -> axum::Router {
+        self.routes(false)
+    }
+
+    fn routes(self, loopback_bound: bool) -> axum::Router {
         let auth = auth::Auth::new(
             self.token.clone().unwrap_or_else(|| self.generated.clone()),
             self.token.is_some(),
             self.read_only,
             self.https,
+            loopback_bound,
         );
+        let https = self.https;
         let state = source::Source {
             records: self.records,
             queue: self.queue,
@@ -262,12 +275,13 @@ impl Dashboard {
                 guard::guard,
             ))
             .with_state(state);
-        headers::secured(routes)
+        headers::secured(routes, https)
     }
 
     /// Serves the dashboard on `listener` until `shutdown` completes, with the `idem ui`
     /// command's rules: a listener on an address other hosts reach needs a token
-    /// ([`check_bind`]), and each request's peer address is known to the guard.
+    /// ([`check_bind`]), each request's peer address is known to the guard, and on a loopback
+    /// address every request must name a loopback `Host`, token or not.
     ///
     /// ```no_run
     /// # async fn run(store: idem_store_postgres::PgStore) -> std::io::Result<()> {
@@ -284,7 +298,7 @@ impl Dashboard {
         let addr = listener.local_addr()?;
         check_bind(addr, self.token.as_deref()).map_err(std::io::Error::other)?;
         let app = self
-            .router()
+            .routes(addr.ip().is_loopback())
             .into_make_service_with_connect_info::<std::net::SocketAddr>();
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)

@@ -3,6 +3,12 @@
 //! peer waits every login from it is refused, the right token too, so guessing cannot go on
 //! in the meantime. A failure is logged when it opens a wait, not at every try, so a guessing
 //! peer does not flood the log.
+//!
+//! A peer is an IPv4 address or an IPv6 /64 (what one host is usually given, so an attacker
+//! cannot take a fresh address per guess). The peers remembered are bounded; one is forgotten
+//! only an hour after its last failure. While every place holds a peer that failed within the
+//! hour, logins from peers not yet remembered wait too: the bound never lets guessing go on
+//! unlimited from ever new addresses.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -15,8 +21,12 @@ pub(crate) const FREE_FAILURES: u32 = 5;
 const FIRST_WAIT: Duration = Duration::from_secs(1);
 /// The longest wait.
 const LONGEST_WAIT: Duration = Duration::from_secs(15 * 60);
-/// Peers remembered at most: past it, those not waiting are forgotten first.
+/// Peers remembered at most.
 const PEERS: usize = 10_000;
+/// How long after its last failure (and the end of its wait) a peer is remembered.
+const REMEMBERED: Duration = Duration::from_secs(3600);
+/// The wait of a peer not yet remembered while every place is taken.
+const FULL_WAIT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Copy)]
 struct Failures {
@@ -26,6 +36,13 @@ struct Failures {
     last: Instant,
 }
 
+impl Failures {
+    fn remembered(&self, now: Instant) -> bool {
+        let since = self.until.map_or(self.last, |until| until.max(self.last));
+        since + REMEMBERED > now
+    }
+}
+
 /// The failures of each peer (`None`: a peer whose address the server was not given, counted
 /// as one).
 #[derive(Default)]
@@ -33,27 +50,38 @@ pub(crate) struct LoginLimit {
     peers: Mutex<HashMap<Option<IpAddr>, Failures>>,
 }
 
+/// The peer an address counts as: itself for IPv4 (and IPv4-mapped IPv6), its /64 for IPv6.
+fn peer_of(ip: Option<IpAddr>) -> Option<IpAddr> {
+    match ip? {
+        IpAddr::V6(v6) => Some(match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        }),
+        v4 => Some(v4),
+    }
+}
+
 impl LoginLimit {
-    /// How long `peer` must still wait before a login is tried, if it must.
-    pub fn wait(&self, peer: Option<IpAddr>, now: Instant) -> Option<Duration> {
-        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        let until = peers.get(&peer)?.until?;
-        (until > now).then(|| until - now)
+    /// How long `ip` must still wait before a login is tried, if it must.
+    pub fn wait(&self, ip: Option<IpAddr>, now: Instant) -> Option<Duration> {
+        let peer = peer_of(ip);
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        match peers.get(&peer) {
+            Some(failures) => {
+                let until = failures.until?;
+                (until > now).then(|| until - now)
+            }
+            None => full(&mut peers, now).then_some(FULL_WAIT),
+        }
     }
 
-    /// A failed login from `peer`: the wait it must now make, if any, and whether this failure
+    /// A failed login from `ip`: the wait it must now make, if any, and whether this failure
     /// is worth a line in the log (the first, and each that opens a wait).
-    pub fn failed(&self, peer: Option<IpAddr>, now: Instant) -> (Option<Duration>, bool) {
+    pub fn failed(&self, ip: Option<IpAddr>, now: Instant) -> (Option<Duration>, bool) {
+        let peer = peer_of(ip);
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        if peers.len() >= PEERS && !peers.contains_key(&peer) {
-            // Forget those not waiting (or done waiting for an hour) first.
-            peers.retain(|_, f| f.until.is_some_and(|until| until + LONGEST_WAIT > now));
-            if peers.len() >= PEERS {
-                // Still full: forget the peer that failed longest ago.
-                if let Some(oldest) = peers.iter().min_by_key(|(_, f)| f.last).map(|(p, _)| *p) {
-                    peers.remove(&oldest);
-                }
-            }
+        if !peers.contains_key(&peer) && full(&mut peers, now) {
+            return (Some(FULL_WAIT), true);
         }
         let entry = peers.entry(peer).or_insert(Failures {
             count: 0,
@@ -71,11 +99,20 @@ impl LoginLimit {
         (Some(wait), true)
     }
 
-    /// A successful login from `peer`: its failures are forgotten.
-    pub fn succeeded(&self, peer: Option<IpAddr>) {
+    /// A successful login from `ip`: its failures are forgotten.
+    pub fn succeeded(&self, ip: Option<IpAddr>) {
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        peers.remove(&peer);
+        peers.remove(&peer_of(ip));
     }
+}
+
+/// Whether every place holds a peer still remembered (after forgetting those that are not).
+fn full(peers: &mut HashMap<Option<IpAddr>, Failures>, now: Instant) -> bool {
+    if peers.len() < PEERS {
+        return false;
+    }
+    peers.retain(|_, failures| failures.remembered(now));
+    peers.len() >= PEERS
 }
 
 #[cfg(test)]
@@ -112,12 +149,38 @@ mod tests {
     }
 
     #[test]
-    fn the_peers_remembered_are_bounded() {
+    fn the_peers_remembered_are_bounded_and_new_ones_wait_while_all_are_recent() {
         let limit = LoginLimit::default();
-        let now = Instant::now();
-        for i in 0..(PEERS as u32 + 50) {
-            limit.failed(Some(IpAddr::from(i.to_be_bytes())), now);
+        let t0 = Instant::now();
+        for i in 0..PEERS as u32 {
+            limit.failed(Some(IpAddr::from(i.to_be_bytes())), t0);
         }
+        let newcomer = Some("203.0.113.9".parse().unwrap());
+        assert_eq!(limit.wait(newcomer, t0), Some(FULL_WAIT), "fail closed");
+        assert_eq!(limit.failed(newcomer, t0).0, Some(FULL_WAIT));
         assert!(limit.peers.lock().unwrap().len() <= PEERS);
+        let later = t0 + REMEMBERED;
+        assert_eq!(
+            limit.wait(newcomer, later),
+            None,
+            "the old ones are forgotten"
+        );
+        assert!(limit.peers.lock().unwrap().len() < PEERS);
+    }
+
+    #[test]
+    fn an_ipv6_host_counts_as_its_64() {
+        let limit = LoginLimit::default();
+        let t0 = Instant::now();
+        for i in 0..=FREE_FAILURES {
+            let ip: IpAddr = format!("2001:db8:1:2::{i:x}").parse().unwrap();
+            limit.failed(Some(ip), t0);
+        }
+        let same_64: IpAddr = "2001:db8:1:2:ffff::1".parse().unwrap();
+        assert!(limit.wait(Some(same_64), t0).is_some());
+        let other_64: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(limit.wait(Some(other_64), t0), None);
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        assert_eq!(peer_of(Some(mapped)), Some("192.0.2.1".parse().unwrap()));
     }
 }

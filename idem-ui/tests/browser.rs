@@ -127,8 +127,9 @@ async fn an_operator_finds_a_dead_job_retries_it_and_sees_it_run() {
     browser.client.clone().close().await.unwrap();
 }
 
-/// What reached a dashboard: each request's method, path and the status it was answered with.
-type Seen = Arc<std::sync::Mutex<Vec<(String, String, u16)>>>;
+/// What reached a dashboard: each request's method, path, the status it was answered with,
+/// and whether the guard answered (its refusals are plain text; the pages' are HTML).
+type Seen = Arc<std::sync::Mutex<Vec<(String, String, u16, bool)>>>;
 
 /// Serves `dashboard` as `Dashboard::serve` does, with the requests that reach it written down
 /// (outside its guard, so a refused request is seen too).
@@ -147,7 +148,11 @@ async fn serve_watched(dashboard: idem_ui::Dashboard) -> (String, Seen) {
                     request.uri().path().to_owned(),
                 );
                 let response = next.run(request).await;
-                let entry = (method, path, response.status().as_u16());
+                let by_guard = response
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|t| t.as_bytes().starts_with(b"text/plain"));
+                let entry = (method, path, response.status().as_u16(), by_guard);
                 log.lock().unwrap().push(entry);
                 response
             }
@@ -174,16 +179,17 @@ async fn serve_page(html: String) -> String {
     format!("http://localhost:{port}/")
 }
 
-/// Waits until `seen` holds a request to `path` with `method`; its status.
-async fn status_of(seen: &Seen, method: &str, path: &str) -> u16 {
+/// Waits until `seen` holds a request to `path` with `method`; its status, and whether the
+/// guard answered it.
+async fn status_of(seen: &Seen, method: &str, path: &str) -> (u16, bool) {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let found = seen
             .lock()
             .unwrap()
             .iter()
-            .find(|(m, p, _)| m == method && p == path)
-            .map(|(_, _, status)| *status);
+            .find(|(m, p, _, _)| m == method && p == path)
+            .map(|(_, _, status, by_guard)| (*status, *by_guard));
         if let Some(status) = found {
             return status;
         }
@@ -229,8 +235,10 @@ async fn requests_a_page_on_another_site_makes_the_browser_send_are_refused() {
         ))
         .await;
         client.goto(&reads).await.unwrap();
-        assert_eq!(status_of(&seen, "GET", "/records").await, 403, "the image");
-        assert_eq!(status_of(&seen, "GET", "/jobs").await, 403, "the fetch");
+        let image = status_of(&seen, "GET", "/records").await;
+        assert_eq!(image, (403, true), "the image");
+        let fetched = status_of(&seen, "GET", "/jobs").await;
+        assert_eq!(fetched, (403, true), "the fetch");
         let form = serve_page(format!(
             r#"<html><body>
                <form id="f" method="post" action="{base}/actions/pause">
@@ -243,13 +251,15 @@ async fn requests_a_page_on_another_site_makes_the_browser_send_are_refused() {
         client.goto(&form).await.unwrap();
         assert_eq!(
             status_of(&seen, "POST", "/actions/pause").await,
-            403,
-            "the form"
+            (403, true),
+            "the form, refused by the guard (not only for want of the login)"
         );
         assert!(!queue.schedules().await.unwrap()[0].paused);
         let refused = seen.lock().unwrap().clone();
         assert!(
-            refused.iter().all(|(_, _, status)| *status == 403),
+            refused
+                .iter()
+                .all(|(_, _, status, by_guard)| *status == 403 && *by_guard),
             "token {with_token}: every request from the other site was refused: {refused:?}"
         );
     }

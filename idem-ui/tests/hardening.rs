@@ -29,19 +29,30 @@ async fn log_in(base: &str, token: &str) -> reqwest::Response {
         .unwrap()
 }
 
+/// Everything the server answers `request` on a connection of its own.
+async fn exchange(addr: &str, request: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
 #[tokio::test]
 async fn without_a_token_requests_through_a_proxy_or_without_a_known_peer_are_refused() {
     let (test, _queue) = store_with_records("ui_proxy").await;
     let base = serve(idem_ui::Dashboard::new(Arc::new(test.store.clone()))).await;
     let ok = client().get(format!("{base}/")).send().await.unwrap();
     assert_eq!(ok.status(), StatusCode::OK);
-    // nginx's default proxy_pass keeps a loopback Host and peer: the forwarding headers it
-    // and others add give the proxy away.
+    // A proxy on this machine keeps a loopback peer (and, with nginx's default proxy_pass, a
+    // loopback Host): the forwarding headers most proxies add give it away...
     for header in [
         "x-forwarded-for",
         "forwarded",
         "x-real-ip",
         "x-forwarded-host",
+        "via",
     ] {
         let response = client()
             .get(format!("{base}/records"))
@@ -52,6 +63,21 @@ async fn without_a_token_requests_through_a_proxy_or_without_a_known_peer_are_re
         assert_eq!(response.status(), StatusCode::FORBIDDEN, "{header}");
         assert!(response.text().await.unwrap().contains("proxy"));
     }
+    // ... and nginx's default proxy_pass, which adds none, speaks HTTP/1.0 to the upstream,
+    // as no browser does.
+    let addr = base.trim_start_matches("http://").to_owned();
+    let as_nginx = exchange(
+        &addr,
+        &format!("GET /records HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert!(as_nginx.starts_with("HTTP/1.0 403"), "{as_nginx}");
+    let as_browser = exchange(
+        &addr,
+        &format!("GET /records HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert!(as_browser.starts_with("HTTP/1.1 200"), "{as_browser}");
     // Served by a library user without the peers' addresses: refused, not open.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let blind = format!("http://{}", listener.local_addr().unwrap());
@@ -97,6 +123,8 @@ async fn over_https_the_session_cookie_is_secure_and_host_bound() {
         .unwrap()
         .to_owned();
     assert!(!cookie.contains("Secure"), "{cookie}");
+    let page = client().get(format!("{plain}/login")).send().await.unwrap();
+    assert!(!page.headers().contains_key("strict-transport-security"));
     let https = serve(
         idem_ui::Dashboard::new(Arc::new(test.store.clone()))
             .token(TOKEN.into())
@@ -108,6 +136,8 @@ async fn over_https_the_session_cookie_is_secure_and_host_bound() {
         .unwrap()
         .to_owned();
     assert!(cookie.starts_with("__Host-idem_session="), "{cookie}");
+    let page = client().get(format!("{https}/login")).send().await.unwrap();
+    assert!(page.headers().contains_key("strict-transport-security"));
     for attribute in ["; Secure", "; HttpOnly", "; SameSite=Strict", "; Path=/"] {
         assert!(cookie.contains(attribute), "{attribute} missing: {cookie}");
     }
@@ -166,4 +196,22 @@ async fn a_store_error_is_shown_in_plain_words_without_its_internals() {
     ] {
         assert!(!page.contains(internal), "{internal} shown: {page}");
     }
+}
+
+/// With a token, on a loopback address, a page that rebinds its own name to 127.0.0.1 still
+/// cannot reach the dashboard (to spend the operator's login limit, say): its `Host` names it.
+#[tokio::test]
+async fn with_a_token_on_loopback_a_rebound_name_is_refused() {
+    let (test, _queue) = store_with_records("ui_rebind").await;
+    let base =
+        serve(idem_ui::Dashboard::new(Arc::new(test.store.clone())).token(TOKEN.into())).await;
+    let response = client()
+        .post(format!("{base}/login"))
+        .header("host", "attacker.example:7780")
+        .form(&[("token", "guess")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::MISDIRECTED_REQUEST);
+    assert_eq!(log_in(&base, TOKEN).await.status(), StatusCode::SEE_OTHER);
 }
