@@ -3,7 +3,7 @@
 //! connections), each page asked for `--rounds` times by a logged-in client.
 //!
 //! ```text
-//! ui-pages --database-url URL [--records 1000000] [--jobs 1000000] [--rounds 3]
+//! ui-pages [--database-url URL] [--records 1000000] [--jobs 1000000] [--rounds 3]
 //! ```
 //!
 //! Prints a row a page: the slowest and the median answer in milliseconds, and exits 1 if a
@@ -26,9 +26,9 @@ const TOKEN: &str = "ui-pages-benchmark-token";
 #[derive(Debug, clap::Parser)]
 #[command(about = "How long each dashboard page takes on a big store")]
 struct Args {
-    /// The server.
+    /// The database; a throwaway one is started without it.
     #[arg(long)]
-    database_url: String,
+    database_url: Option<String>,
     /// Records to fill the store with.
     #[arg(long, default_value_t = 1_000_000)]
     records: u64,
@@ -43,14 +43,10 @@ struct Args {
 #[tokio::main]
 async fn main() {
     let args = <Args as clap::Parser>::parse();
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&args.database_url)
-        .await
-        .expect("the server");
-    fill(&admin, &args).await;
+    let server = idem_bench::server(args.database_url.as_deref(), &[]).await;
+    fill(&server.pool, &args).await;
     // As `idem ui` connects: two connections, each statement stopped after 5 s.
-    let options: PgConnectOptions = args.database_url.parse().unwrap();
+    let options: PgConnectOptions = server.url.parse().unwrap();
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .connect_with(options.options([("statement_timeout", "5000")]))
