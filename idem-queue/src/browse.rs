@@ -30,6 +30,14 @@ pub struct JobsQuery {
     pub scan: usize,
 }
 
+impl JobsQuery {
+    /// Whether `after` can be where a page of this query ends (a [`JobPage::next`]): a key, or
+    /// for a finished state a finish time in epoch µs and a key (`micros:key`).
+    pub fn takes_cursor(&self, after: &str) -> bool {
+        !finished(self.state) || finished_cursor(after).is_ok()
+    }
+}
+
 impl Default for JobsQuery {
     fn default() -> Self {
         JobsQuery {
@@ -84,10 +92,14 @@ fn full_page_next(jobs: &[JobInfo], query: &JobsQuery, finished: bool) -> Option
     })
 }
 
+/// A page of finished jobs ends at a finish time (epoch µs) and a key; a time outside what a
+/// job can have finished at (before the epoch, past the double-precision range the statement
+/// converts it through) is no page's end.
 fn finished_cursor(after: &str) -> Result<(i64, &str), StoreError> {
     after
         .split_once(':')
         .and_then(|(micros, key)| Some((micros.parse().ok()?, key)))
+        .filter(|(micros, _)| (0..=1_i64 << 53).contains(micros))
         .ok_or_else(|| StoreError::msg(format!("{after:?} is not where a page of jobs ends")))
 }
 
@@ -97,7 +109,8 @@ impl Queue {
     /// range: the primary key in key order, or the finished jobs' index, newest first, for a
     /// finished state. A filter on another column (the queue, a key prefix, a state other than
     /// the order's) is checked row by row on that range, so a rare match among many jobs reads
-    /// further.
+    /// further, up to the query's [`scan`](JobsQuery::scan). The page and where its read
+    /// stopped are read in one snapshot.
     pub async fn jobs_page(
         &self,
         query: &JobsQuery,
@@ -106,7 +119,14 @@ impl Queue {
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let scan = i64::try_from(query.scan.max(1)).unwrap_or(i64::MAX);
         let state = query.state.map(JobFilter::as_str);
-        let pool = self.store.pool();
+        // One snapshot for the page and for where its read stopped: a job deleted between two
+        // would move the stop past jobs nobody read.
+        let mut tx = self
+            .store
+            .pool()
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(failed(Operation::Get))?;
         if finished(query.state) {
             let (micros, key) = match after {
                 Some(after) => finished_cursor(after)?,
@@ -122,7 +142,7 @@ impl Queue {
                 .bind(key)
                 .bind(limit)
                 .bind(scan)
-                .fetch_all(pool)
+                .fetch_all(&mut *tx)
                 .await
                 .map_err(failed(Operation::Get))?;
             let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
@@ -137,10 +157,11 @@ impl Queue {
                 .bind(micros)
                 .bind(key)
                 .bind(scan - 1)
-                .fetch_optional(pool)
+                .fetch_optional(&mut *tx)
                 .await
                 .map_err(failed(Operation::Get))?
                 .map(|row| format!("{}:{}", row.get::<i64, _>(0), row.get::<String, _>(1)));
+            tx.commit().await.map_err(failed(Operation::Get))?;
             return Ok(JobPage {
                 jobs,
                 next: last_read,
@@ -162,7 +183,7 @@ impl Queue {
             .bind(from)
             .bind(limit)
             .bind(scan)
-            .fetch_all(pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(failed(Operation::Get))?;
         let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
@@ -175,9 +196,10 @@ impl Queue {
         let last_read = sqlx::query_scalar::<_, String>(end)
             .bind(from)
             .bind(scan - 1)
-            .fetch_optional(pool)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(failed(Operation::Get))?;
+        tx.commit().await.map_err(failed(Operation::Get))?;
         Ok(JobPage {
             jobs,
             next: last_read,

@@ -102,6 +102,9 @@ impl Inspect for SqliteStore {
             ),
         };
         let scan = i64::try_from(filter.scan.max(1)).unwrap_or(i64::MAX);
+        // One snapshot for the page and for where its read stopped: a record deleted between
+        // two would move the stop past records nobody read.
+        let mut tx = self.pool().begin().await.map_err(failed(Operation::Get))?;
         let rows = sqlx::query(statement)
             .bind(filter.status.map(|status| status.as_str()))
             .bind(filter.scope.as_deref())
@@ -111,7 +114,7 @@ impl Inspect for SqliteStore {
             .bind(key)
             .bind(scope)
             .bind(scan)
-            .fetch_all(self.pool())
+            .fetch_all(&mut *tx)
             .await
             .map_err(failed(Operation::Get))?;
         let records = inspected_all(&rows)?;
@@ -124,13 +127,14 @@ impl Inspect for SqliteStore {
             .bind(key)
             .bind(scope)
             .bind(scan - 1)
-            .fetch_optional(self.pool())
+            .fetch_optional(&mut *tx)
             .await
             .map_err(failed(Operation::Get))?
             .map(|row| RecordCursor {
                 key: row.get(0),
                 scope: row.get(1),
             });
+        tx.commit().await.map_err(failed(Operation::Get))?;
         Ok(RecordPage::new(records, filter, last_read))
     }
 

@@ -38,9 +38,9 @@ const FORWARDED: [&str; 6] = [
 pub(crate) struct Rules {
     /// The operator gave a token: pages need the login, so the peer may be anywhere.
     pub needs_login: bool,
-    /// Served on a loopback address: requests must name a loopback `Host` even with a token
-    /// (a page that rebinds its name to 127.0.0.1 could otherwise spend the login limit of the
-    /// operator's own address).
+    /// Served on a loopback address with no TLS proxy in front: requests must name a loopback
+    /// `Host` even with a token (a page that rebinds its name to 127.0.0.1 could otherwise
+    /// spend the login limit of the operator's own address).
     pub loopback_bound: bool,
 }
 
@@ -55,6 +55,14 @@ pub(crate) async fn guard(State(source): State<Source>, request: Request, next: 
         loopback_bound: source.auth.loopback_bound,
     };
     let http10 = request.version() < axum::http::Version::HTTP_11;
+    if holds_nul(request.uri().query()) {
+        // PostgreSQL takes no NUL in text: refused here, not as a store error in the log.
+        return (
+            StatusCode::BAD_REQUEST,
+            "refused: a parameter holds a NUL character, which no key, scope or queue name has",
+        )
+            .into_response();
+    }
     match refusal(request.headers(), http10, peer, rules) {
         Some((status, why)) => {
             tracing::warn!(
@@ -122,6 +130,15 @@ fn refusal(
         ));
     }
     None
+}
+
+/// Whether a query string holds an encoded NUL (a raw one cannot be in a URI).
+fn holds_nul(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.as_bytes()
+            .windows(3)
+            .any(|w| w.eq_ignore_ascii_case(b"%00"))
+    })
 }
 
 /// Why a request that a page on another origin made the browser send is refused. Browsers
@@ -251,6 +268,15 @@ mod tests {
             refusal(&rebound, false, LOCAL, open).map(|r| r.0),
             Some(StatusCode::MISDIRECTED_REQUEST)
         );
+    }
+
+    #[test]
+    fn a_query_with_a_nul_is_refused() {
+        assert!(holds_nul(Some("after_key=a%00b")));
+        assert!(holds_nul(Some("prefix=%00")));
+        assert!(!holds_nul(Some("prefix=a%2500")));
+        assert!(!holds_nul(Some("after=100:job")));
+        assert!(!holds_nul(None));
     }
 
     #[test]

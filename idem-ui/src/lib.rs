@@ -68,8 +68,9 @@
 //!   come through a proxy: a proxy on the same machine would make every visitor loopback, so
 //!   requests with `Forwarded`, `X-Forwarded-*`, `X-Real-IP` or `Via`, and HTTP/1.0 requests
 //!   (nginx's default `proxy_pass` adds no header but speaks HTTP/1.0; no browser does), are
-//!   refused. A bare TCP forwarder (socat, `ssh -R`) leaves no trace: give the dashboard a
-//!   token before you forward anything to it. A token made at start is printed for the login
+//!   refused. A bare TCP forwarder (socat, `ssh -R`), or a proxy set to speak HTTP/1.1 and add
+//!   no header, leaves no trace: give the dashboard a token before you put anything in front
+//!   of it. A token made at start is printed for the login
 //!   that actions need; it never travels in a URL. [`Dashboard::serve`] and the `idem ui`
 //!   command refuse an address other hosts reach without a token ([`check_bind`]), and on a
 //!   loopback address refuse any `Host` but a loopback one, token or not;
@@ -79,7 +80,10 @@
 //!   twice as long as the last (from one second to fifteen minutes), and while it waits every
 //!   login from it is refused, the right token too. Ten thousand peers are remembered, each
 //!   for an hour after its last failure; while all places are taken, new peers wait too. A
-//!   failure is logged when it opens a wait, not at every try.
+//!   failure is logged when it opens a wait, not at every try. The limit prefers refusing
+//!   logins to letting guesses through: behind a proxy every login comes from its address, so
+//!   a guesser makes everyone wait, and one who fails from ten thousand addresses within the
+//!   hour makes new peers wait. Sessions already open are not affected.
 //! - **Sessions.** A login opens a session: a random id in a cookie (`HttpOnly`,
 //!   `SameSite=Strict`; with [`https`](Dashboard::https), `Secure` and named `__Host-`, and
 //!   pages carry `Strict-Transport-Security`), kept by the dashboard for twelve hours or until
@@ -140,7 +144,8 @@
 //!    ```
 //!
 //!    Behind a proxy every login comes from the proxy's address, so the login limit is shared
-//!    by everyone; a token of 32 random hex characters is out of reach of guessing anyway.
+//!    by everyone (a guesser makes everyone wait); a token of 32 random hex characters is out
+//!    of reach of guessing anyway.
 //!
 //! ## Costs
 //!
@@ -148,7 +153,8 @@
 //! finished jobs' index, newest first). A filter the index does not order by (a status, a
 //! scope, a queue, a key prefix, whose matches the database's collation need not keep
 //! together) is checked row by row along that range, so a page of rare matches reads further,
-//! up to the end of the range. The overview counts records by scope and status over at most
+//! up to [`PAGE_SCAN`](idem_core::PAGE_SCAN) rows; then it stops, says so, and its "Next
+//! page" searches on from there. The overview counts records by scope and status over at most
 //! [`SUMMARY_ROWS`](idem_core::SUMMARY_ROWS) records, and finished jobs over at most
 //! [`COUNTS_FINISHED`](idem_queue::COUNTS_FINISHED) (waiting and running jobs all, from their
 //! own indexes), saying so when there are more; its plot of completed calls reads the
@@ -247,9 +253,13 @@ impl Dashboard {
         self.token.is_none().then_some(self.generated.as_str())
     }
 
-    /// The dashboard's routes, with its guard and security headers. Serve it with the peers'
-    /// addresses ([`serve`](Self::serve) does), or without a token it refuses every request:
-    /// it cannot tell that they come from this machine.
+    /// The dashboard's routes, with its guard and security headers. Prefer
+    /// [`serve`](Self::serve). Served here without the peers' addresses
+    /// (`into_make_service_with_connect_info::<SocketAddr>()`), a dashboard without a token
+    /// refuses every request (it cannot tell that they come from this machine), and one with a
+    /// token counts every failed login as one peer's: a guesser then makes everyone wait. The
+    /// check that a loopback dashboard is addressed by a loopback name is `serve`'s (the
+    /// router does not know where it listens).
     pub fn router(self) -> axum::Router {
         self.routes(false)
     }
@@ -280,8 +290,9 @@ impl Dashboard {
 
     /// Serves the dashboard on `listener` until `shutdown` completes, with the `idem ui`
     /// command's rules: a listener on an address other hosts reach needs a token
-    /// ([`check_bind`]), each request's peer address is known to the guard, and on a loopback
-    /// address every request must name a loopback `Host`, token or not.
+    /// ([`check_bind`]), each request's peer address is known to the guard (and to the login
+    /// limit), and on a loopback address every request must name a loopback `Host`, token or
+    /// not, unless [`https`](Self::https) says a TLS proxy in front passes its public name on.
     ///
     /// ```no_run
     /// # async fn run(store: idem_store_postgres::PgStore) -> std::io::Result<()> {
@@ -297,8 +308,11 @@ impl Dashboard {
     ) -> std::io::Result<()> {
         let addr = listener.local_addr()?;
         check_bind(addr, self.token.as_deref()).map_err(std::io::Error::other)?;
+        // On loopback, only this machine's browser asks, by a loopback name; unless a TLS
+        // proxy is in front (`https`), which passes the public name on.
+        let loopback_bound = addr.ip().is_loopback() && !self.https;
         let app = self
-            .routes(addr.ip().is_loopback())
+            .routes(loopback_bound)
             .into_make_service_with_connect_info::<std::net::SocketAddr>();
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)

@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,8 @@ impl Failures {
 #[derive(Default)]
 pub(crate) struct LoginLimit {
     peers: Mutex<HashMap<Option<IpAddr>, Failures>>,
+    /// Every place is taken: said once in the log when it happens.
+    full: AtomicBool,
 }
 
 /// The peer an address counts as: itself for IPv4 (and IPv4-mapped IPv6), its /64 for IPv6.
@@ -71,7 +74,7 @@ impl LoginLimit {
                 let until = failures.until?;
                 (until > now).then(|| until - now)
             }
-            None => full(&mut peers, now).then_some(FULL_WAIT),
+            None => self.full(&mut peers, now).then_some(FULL_WAIT),
         }
     }
 
@@ -80,7 +83,7 @@ impl LoginLimit {
     pub fn failed(&self, ip: Option<IpAddr>, now: Instant) -> (Option<Duration>, bool) {
         let peer = peer_of(ip);
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
-        if !peers.contains_key(&peer) && full(&mut peers, now) {
+        if !peers.contains_key(&peer) && self.full(&mut peers, now) {
             return (Some(FULL_WAIT), true);
         }
         let entry = peers.entry(peer).or_insert(Failures {
@@ -106,13 +109,24 @@ impl LoginLimit {
     }
 }
 
-/// Whether every place holds a peer still remembered (after forgetting those that are not).
-fn full(peers: &mut HashMap<Option<IpAddr>, Failures>, now: Instant) -> bool {
-    if peers.len() < PEERS {
-        return false;
+impl LoginLimit {
+    /// Whether every place holds a peer still remembered (after forgetting those that are
+    /// not); logged when it starts.
+    fn full(&self, peers: &mut HashMap<Option<IpAddr>, Failures>, now: Instant) -> bool {
+        let full = peers.len() >= PEERS && {
+            peers.retain(|_, failures| failures.remembered(now));
+            peers.len() >= PEERS
+        };
+        if full && !self.full.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "idem-ui: {PEERS} addresses failed to log in within the hour: logins from other \
+                 addresses wait too until they are forgotten (sessions already open go on)"
+            );
+        } else if !full {
+            self.full.store(false, Ordering::Relaxed);
+        }
+        full
     }
-    peers.retain(|_, failures| failures.remembered(now));
-    peers.len() >= PEERS
 }
 
 #[cfg(test)]

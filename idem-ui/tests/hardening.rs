@@ -141,6 +141,15 @@ async fn over_https_the_session_cookie_is_secure_and_host_bound() {
     for attribute in ["; Secure", "; HttpOnly", "; SameSite=Strict", "; Path=/"] {
         assert!(cookie.contains(attribute), "{attribute} missing: {cookie}");
     }
+    // Behind the TLS proxy the docs show, requests name the public host: answered.
+    let proxied = client()
+        .post(format!("{https}/login"))
+        .header("host", "dashboard.example.com")
+        .form(&[("token", TOKEN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(proxied.status(), StatusCode::SEE_OTHER);
     // The session it names opens the pages.
     let session = cookie.split(';').next().unwrap();
     let page = client()

@@ -122,17 +122,11 @@ pub(crate) async fn list(
         limit: PAGE,
         ..JobsQuery::default()
     };
-    let finished = matches!(
-        state,
-        Some(JobFilter::Done | JobFilter::Dead | JobFilter::Cancelled)
-    );
-    let cursor_ok = |after: &str| {
-        !finished
-            || after
-                .split_once(':')
-                .is_some_and(|(micros, _)| micros.parse::<i64>().is_ok())
-    };
-    if let Some(after) = query.after.as_deref().filter(|after| !cursor_ok(after)) {
+    if let Some(after) = query
+        .after
+        .as_deref()
+        .filter(|after| !jobs_query.takes_cursor(after))
+    {
         return message(
             StatusCode::BAD_REQUEST,
             frame,

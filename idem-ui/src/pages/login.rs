@@ -64,7 +64,7 @@ pub(crate) async fn login(
         return refused(
             StatusCode::TOO_MANY_REQUESTS,
             format!(
-                "Too many wrong tokens from this address: try again in {} s.",
+                "Too many failed logins: try again in {} s.",
                 wait.as_secs().max(1)
             ),
             Some(wait),
