@@ -148,7 +148,8 @@ impl Queue {
     }
 
     /// Puts a dead-lettered job back in the queue with a fresh attempt count, to run now.
-    /// Returns whether the key named a dead job.
+    /// Returns whether the key named a dead job. The claims before keep their fences: a worker
+    /// that stalled on one of them and resumes cannot renew or settle the new run.
     pub async fn retry_dead(&self, key: &str) -> Result<bool, StoreError> {
         let revived = sqlx::query(&self.sql.retry_dead)
             .bind(key)

@@ -192,7 +192,8 @@ fn logged(attempt: &str, outcome: &str, error: &str) -> String {
 
 /// A job's attempts as counted (for its limit, its log, and operators): its claims, less those
 /// that ended no attempt (see migration 9): given back, snoozed, or lapsed before the job
-/// started. `attempts` itself only grows, so no two claims of a job share a fence.
+/// started; and less all of them when an operator retries a dead job. `attempts` itself only
+/// grows, so no two claims of a job share a fence, a retried job's included.
 const COUNTED: &str = "(attempts - unrun)";
 
 /// How many ended attempts a job's log keeps (the latest).
@@ -773,8 +774,11 @@ impl QueueSql {
                         (extract(epoch from finished_at) * 1000000)::bigint
                  FROM {q} WHERE state = 'dead' ORDER BY finished_at LIMIT $1"
             ),
+            // Counted attempts start again (`unrun` takes them all) while `attempts`, the fence
+            // of each claim, goes on growing: a worker that stalled on an earlier claim and
+            // resumes cannot renew or settle the retried run's.
             retry_dead: format!(
-                "UPDATE {q} SET state = 'queued', attempts = 0, unrun = 0, available_at = now(),
+                "UPDATE {q} SET state = 'queued', unrun = attempts, available_at = now(),
                      finished_at = NULL, cancel_requested_at = NULL
                  WHERE key = $1 AND {is_dead}"
             ),
