@@ -6,31 +6,14 @@
 mod support;
 
 use idem_queue::{Cancel, EnqueueError, Job, JobError, JobResult, JobState, NewJob, Queue};
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
-use idem_store_postgres::PgStore;
 use serde_json::json;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::TestStore;
+use support::{another, TestStore};
 
 fn job(key: &str) -> NewJob {
     NewJob::new(key, &json!({ "key": key })).unwrap()
-}
-
-/// A queue on the same tables as `test`'s, through a pool and store of its own: what another
-/// process sees.
-async fn another(test: &TestStore) -> Queue {
-    let pool = PgPoolOptions::new()
-        .max_connections(8)
-        .connect(&idem_store_postgres::testing::database_url())
-        .await
-        .unwrap();
-    let store = PgStore::builder(pool)
-        .schema(test.schema.clone())
-        .build()
-        .unwrap();
-    Queue::new(&store)
 }
 
 async fn state(queue: &Queue, key: &str) -> JobState {

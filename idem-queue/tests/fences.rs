@@ -5,27 +5,11 @@
 mod support;
 
 use idem_queue::{Job, JobError, JobResult, JobState, NewJob, Queue};
-use idem_store_postgres::sqlx::postgres::PgPoolOptions;
-use idem_store_postgres::PgStore;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use support::TestStore;
+use support::{another, TestStore};
 use tokio::sync::{mpsc, Notify};
-
-/// A queue on the same tables as `test`'s, through a pool and store of its own.
-async fn another(test: &TestStore) -> Queue {
-    let pool = PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&idem_store_postgres::testing::database_url())
-        .await
-        .unwrap();
-    let store = PgStore::builder(pool)
-        .schema(test.schema.clone())
-        .build()
-        .unwrap();
-    Queue::new(&store)
-}
 
 async fn state(queue: &Queue, key: &str) -> JobState {
     queue.status(key).await.unwrap().expect("the job").state

@@ -13,3 +13,18 @@ pub async fn queue(test: &TestStore) -> Queue {
     queue.migrate().await.expect("migrate the queue");
     queue
 }
+
+/// A queue on the same tables as `test`'s, through a pool and store of its own: what another
+/// process sees.
+pub async fn another(test: &TestStore) -> Queue {
+    let pool = idem_store_postgres::sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .connect(&idem_store_postgres::testing::database_url())
+        .await
+        .unwrap();
+    let store = idem_store_postgres::PgStore::builder(pool)
+        .schema(test.schema.clone())
+        .build()
+        .unwrap();
+    Queue::new(&store)
+}
