@@ -67,6 +67,11 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// The `Retry-After` of 409 and 503 answers, in whole seconds (rounded up).
+    pub fn retry_after_secs(&self) -> u64 {
+        self.retry_after.as_secs_f64().ceil() as u64
+    }
+
     /// Every option at its default, recording in `store`.
     pub fn new(store: Arc<dyn Store>) -> Config {
         Config {

@@ -108,12 +108,13 @@ where
                 Ok(body) => body,
                 Err(p) => return problem(p),
             };
-            let retry_after = config.retry_after.as_secs_f64().ceil() as u64;
             let caller = match config.secret.scope_text(&*config.store, &caller).await {
                 Ok(caller) => caller,
                 Err(e) => {
                     tracing::error!(error = %e, "the request's scope could not be keyed");
-                    return problem(Problem::StoreUnavailable { retry_after });
+                    return problem(Problem::StoreUnavailable {
+                        retry_after: config.retry_after_secs(),
+                    });
                 }
             };
             let key = record_key(&parts, &caller, &client_key);
@@ -187,7 +188,7 @@ where
     if let Some(wait) = config.wait {
         call = call.wait(wait);
     }
-    let retry_after = config.retry_after.as_secs_f64().ceil() as u64;
+    let retry_after = config.retry_after_secs();
     match call.run_with(ResponseCodec, work).await {
         Ok(Outcome::Executed(stored)) => {
             let response = live().unwrap_or_else(|| stored.to_response(false));
