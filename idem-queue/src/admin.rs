@@ -189,9 +189,10 @@ impl Queue {
             == 1)
     }
 
-    /// Deletes up to `limit` jobs that finished more than `older_than` ago, and returns how
-    /// many. Until then, enqueueing a finished job's key again is a duplicate. Dead jobs stay
-    /// until discarded. A job that finished less than a day ago (its call's keep) leaves its
+    /// Deletes up to `limit` jobs done and up to `limit` cancelled more than `older_than` ago,
+    /// and returns how many. Until then, enqueueing a finished job's key again is a duplicate.
+    /// Dead jobs stay until discarded; a cancelled job leaves no record (it never ran, and its
+    /// key may be enqueued again). A done job that finished less than a day ago (its call's keep) leaves its
     /// idempotency record, completed, for the rest of that day, so its key enqueued again is
     /// recognised as done and not run (the done row was the record until then: see the
     /// [module docs](super)).

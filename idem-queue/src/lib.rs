@@ -454,10 +454,12 @@
 //!   shorter), with every claim while looks keep finding them, and whenever they run out of
 //!   waiting jobs; so one waits at most about a second past its lease for a worker that is
 //!   busy, or until an idle worker's next poll. Recurring jobs are [schedules](Scheduler).
-//! - **Serial keys order jobs as they commit**: a job whose transaction began before a later
-//!   job of its key was enqueued, and committed after that one was claimed, runs after it, or
-//!   in a narrow race beside it. A key's first unfinished job holds the key in every named
-//!   queue, served or not.
+//! - **A serial key's jobs never run beside each other**, whatever order their enqueues
+//!   committed in and however long a claim takes: every claim of a key's job writes the key's
+//!   row in `<table>_queue_serial`, and two claims of one key meet on it. They run in the order
+//!   they were enqueued as they commit: a job whose transaction began before a later job of its
+//!   key was enqueued, and committed after that one was claimed, runs after it. A key's first
+//!   unfinished job holds the key in every named queue, served or not.
 //! - **Cancelling a running job is cooperative**: a handler that finishes before it hears
 //!   (up to a third of a lease) is done, and one that ignores it runs a lease longer.
 

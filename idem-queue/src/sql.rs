@@ -210,6 +210,7 @@ impl QueueSql {
         let (schema, table) = store.names();
         let records: &RecordsSql = store.records();
         let q = format!("\"{schema}\".\"{table}_queue\"");
+        let serial_table = format!("\"{schema}\".\"{table}_queue_serial\"");
         let micros = "* interval '1 microsecond'";
         let keep = duration_micros(JOB_KEEP);
         // Keyset paging: `key > ..` is a range of the primary key, so the plan walks the index
@@ -334,12 +335,10 @@ impl QueueSql {
         // first, then waiting ones by priority, then by when they became available; of a
         // serial key's jobs, only its first unfinished one in enqueue order
         // (`created_at`, each row's insertion time), and only while no other job of the
-        // key runs on a live lease. Read on this statement's snapshot, that is safe: a job is
-        // seen unfinished or running too long, never too short, so a claim can only wait when
-        // it need not; two claims of the one eligible job meet on its row lock. The exception
-        // is a job committed late (by a transaction that began before a later job of its key
-        // was enqueued and claimed): it waits for that job, unless a claim whose snapshot
-        // missed that job's claim takes it in the moment between.
+        // key runs on a live lease. This orders a key's jobs; what keeps two of them from
+        // running at once is the key's row (`serial_held` below): the snapshot misses a job of
+        // the key that committed late (its transaction began before a later job of the key was
+        // enqueued) or a claim of the key that committed while this statement ran.
         let now = unseen("now()", "timestamptz");
         let serial = format!(
             "(j.serial_key IS NULL OR NOT EXISTS (
@@ -358,9 +357,9 @@ impl QueueSql {
         // lapsed jobs once in a while instead (`held::Rescue`).
         let pick = |queue: &str, limit: &str, also: &str, rescue: &str| {
             format!(
-                "SELECT p.key, p.lapsed FROM (
-                     SELECT l.key, true AS lapsed FROM (
-                         SELECT j.key FROM {q} AS j
+                "SELECT p.key, p.lapsed, p.serial_key FROM (
+                     SELECT l.key, true AS lapsed, l.serial_key FROM (
+                         SELECT j.key, j.serial_key FROM {q} AS j
                          WHERE {rescue} AND j.state = 'running' AND j.available_at <= now()
                            AND j.queue = {queue} {also} AND {serial}
                          ORDER BY j.available_at
@@ -368,8 +367,8 @@ impl QueueSql {
                          FOR UPDATE SKIP LOCKED
                      ) AS l
                      UNION ALL
-                     SELECT w.key, false FROM (
-                         SELECT j.key FROM {q} AS j
+                     SELECT w.key, false, w.serial_key FROM (
+                         SELECT j.key, j.serial_key FROM {q} AS j
                          WHERE j.state = 'queued' AND j.available_at <= now()
                            AND j.queue = {queue} {also} AND {serial}
                          ORDER BY j.priority DESC, j.available_at
@@ -395,11 +394,39 @@ impl QueueSql {
         // started; a prefetched job's is noted when it starts (`mark_started`). A lapsed job
         // taken over that never started ended no attempt: its claim is counted in `unrun`
         // (see migration 9), not logged. Each claimed job comes with its attempt as counted.
+        // Each picked job of a serial key takes its key's row (see migration 10) and is claimed
+        // only if the row names it already, or if the claim that wrote the row is on this
+        // statement's snapshot and the job it names no longer runs on a live lease. The row is
+        // written with `ON CONFLICT DO UPDATE`, which waits for a claim of the key in progress
+        // and reads the row's newest version: a claim whose snapshot missed the key's latest
+        // claim (its job committed late, or the claim slow) then finds a holder it cannot see
+        // and takes nothing, and `serial` above keeps later snapshots right. Keys are written
+        // in one order, so two claims never wait on each other's rows. The holder's job is read
+        // on the snapshot, which only ever shows it running longer than it does: a claim waits
+        // when it need not, never the other way.
+        let serial_hold = format!(
+            "serial_held AS (
+                 INSERT INTO {serial_table} AS s (serial_key, holder, xact)
+                 SELECT DISTINCT ON (p.serial_key) p.serial_key, p.key, pg_current_xact_id()
+                 FROM picked AS p WHERE p.serial_key IS NOT NULL
+                 ORDER BY p.serial_key, p.key
+                 ON CONFLICT (serial_key) DO UPDATE SET holder = excluded.holder, xact = excluded.xact
+                 WHERE s.holder = excluded.holder
+                    OR (pg_visible_in_snapshot(s.xact, pg_current_snapshot())
+                        AND NOT EXISTS (
+                            SELECT 1 FROM {q} AS h
+                            WHERE h.key = s.holder AND {h_is_running}
+                              AND h.available_at > now() OFFSET 0))
+                 RETURNING serial_key, holder
+             )",
+            h_is_running = in_state("h.state", "running"),
+        );
         let claim_picked = |picked: &str, lease: &str, worker: &str, started: &str| {
             // Unseen, so that a custom plan's width for it cannot price it below the generic.
             let worker_unseen = unseen(worker, "text");
             format!(
                 "picked AS MATERIALIZED ({picked}),
+                 {serial_hold},
                  claimed AS (
                      UPDATE {q}
                      SET state = 'running', attempts = attempts + 1,
@@ -411,6 +438,8 @@ impl QueueSql {
                          attempt_log = CASE WHEN state = 'running' AND attempted_at IS NOT NULL
                                             THEN {lapsed} ELSE attempt_log END
                      WHERE key = ANY(ARRAY(SELECT key FROM picked))
+                       AND (serial_key IS NULL
+                            OR (serial_key, key) IN (SELECT serial_key, holder FROM serial_held))
                      RETURNING key, payload, attempts, max_attempts, available_at,
                                cancel_requested_at IS NOT NULL AS cancel_requested, traceparent,
                                queue, key IN (SELECT key FROM picked WHERE lapsed) AS lapsed,
@@ -439,7 +468,7 @@ impl QueueSql {
             |limits: &str, lease: &str, worker: &str, queues: &str, also: &str, rescue: &str| {
                 claim_picked(
                     &format!(
-                        "SELECT p.key, p.lapsed FROM unnest({}, {}) AS w(queue, n),
+                        "SELECT p.key, p.lapsed, p.serial_key FROM unnest({}, {}) AS w(queue, n),
                          LATERAL ({}) AS p",
                         unseen(queues, "text[]"),
                         unseen(limits, "bigint[]"),
@@ -789,7 +818,10 @@ impl QueueSql {
             // In `finished_at` order from where the drain's previous batch ended ($3), as the
             // records' purge does: the index entries of the jobs a drain deleted stay until
             // VACUUM, and a batch that started at the start of the done jobs would read past
-            // them all.
+            // them all. Cancelled jobs go too, without a record (they never ran, so their key
+            // may be enqueued again), and so do the serial keys' rows that name a purged job:
+            // a job done or cancelled holds no key, and a claim of the key since (a newer
+            // holder) is read by the delete as it is now.
             purge_done: format!(
                 "WITH due AS (
                      SELECT key, finished_at FROM {q}
@@ -797,11 +829,28 @@ impl QueueSql {
                        AND finished_at >= {}
                      ORDER BY finished_at LIMIT $2
                      FOR UPDATE SKIP LOCKED
+                 ), cancelled AS (
+                     SELECT key FROM {q}
+                     WHERE state = 'cancelled' AND finished_at < now() - $1::bigint {micros}
+                     ORDER BY finished_at LIMIT $2
+                     FOR UPDATE SKIP LOCKED
                  ), purged AS (
                      DELETE FROM {q} WHERE key = ANY(ARRAY(SELECT key FROM due))
-                     RETURNING key, finished_at
+                     RETURNING key, finished_at, serial_key
+                 ), purged_cancelled AS (
+                     DELETE FROM {q} WHERE key = ANY(ARRAY(SELECT key FROM cancelled))
+                     RETURNING key, serial_key
+                 ), gone AS (
+                     SELECT key, serial_key FROM purged WHERE serial_key IS NOT NULL
+                     UNION ALL
+                     SELECT key, serial_key FROM purged_cancelled WHERE serial_key IS NOT NULL
+                 ), unheld_keys AS (
+                     DELETE FROM {serial_table}
+                     WHERE serial_key = ANY(ARRAY(SELECT serial_key FROM gone))
+                       AND holder = ANY(ARRAY(SELECT key FROM gone))
                  ), kept AS ({})
-                 SELECT (SELECT count(*) FROM purged), (SELECT {} FROM due)",
+                 SELECT (SELECT count(*) FROM purged) + (SELECT count(*) FROM purged_cancelled),
+                        (SELECT {} FROM due)",
                 batch_start_sql(3),
                 records.insert_completed(
                     QUEUE_SCOPE,

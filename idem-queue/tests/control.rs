@@ -739,3 +739,144 @@ async fn a_job_found_done_keeps_the_result_its_earlier_run_recorded() {
     assert!(log.started().is_empty(), "not run again");
     workers.shutdown(Duration::from_secs(5)).await;
 }
+
+/// Polls the server until `condition` (an SQL boolean) holds: a statement's wait seen from
+/// outside it.
+async fn until_server(test: &TestStore, what: &str, condition: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !idem_store_postgres::sqlx::query_scalar::<_, bool>(&format!("SELECT {condition}"))
+        .bind(&test.schema)
+        .fetch_one(test.store.pool())
+        .await
+        .unwrap()
+    {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A serial key's job whose enqueue committed late (its transaction began before a later job of
+/// the key was enqueued) never runs beside that job, even when the claim that takes it read
+/// the queue before the later job's claim committed. The later job's claim is held inside its
+/// statement by a trigger gate (an advisory lock the test holds), after it locked the job; the
+/// late job then commits and another worker, serving another named queue, claims: on its
+/// snapshot the later job still waits and the late one is the key's first. It must take
+/// nothing while the key's row is held, and nothing once the later job runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_committed_serial_job_never_runs_beside_the_claimed_one() {
+    use idem_store_postgres::sqlx;
+    let test = TestStore::new("qc_serial_late", 20).await;
+    let queue = support::queue(&test).await;
+    let (schema, pool) = (&test.schema, test.store.pool());
+    const GATE: i64 = 73_310_001;
+    sqlx::raw_sql(&format!(
+        r#"CREATE FUNCTION "{schema}".gate() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+               IF NEW.key = 'acct:later' AND NEW.state = 'running' AND OLD.state = 'queued' THEN
+                   PERFORM pg_advisory_xact_lock_shared({GATE});
+               END IF;
+               RETURN NEW;
+           END $$;
+           CREATE TRIGGER gate BEFORE UPDATE ON "{schema}".idem_records_queue
+               FOR EACH ROW EXECUTE FUNCTION "{schema}".gate();"#
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut gate = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(GATE)
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+
+    let mut late = pool.begin().await.unwrap();
+    let _ = queue
+        .enqueue_in(
+            &mut *late,
+            job("acct:late").serial_key("acct").queue("first"),
+        )
+        .await
+        .unwrap();
+    let _ = queue
+        .enqueue(job("acct:later").serial_key("acct").queue("second"))
+        .await
+        .unwrap();
+
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (release_tx, release) = tokio::sync::watch::channel(false);
+    let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let handler = {
+        let (running, most) = (running.clone(), most.clone());
+        move |job: Job| {
+            let (started, mut release) = (started_tx.clone(), release.clone());
+            let (running, most) = (running.clone(), most.clone());
+            async move {
+                most.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                let _ = started.send(job.key().to_owned());
+                let _ = release.wait_for(|go| *go).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(())
+            }
+        }
+    };
+    let second = another(&test)
+        .await
+        .worker(handler.clone())
+        .queue("second", 1)
+        .start();
+    until_server(
+        &test,
+        "the later job's claim reaches the gate",
+        &format!(
+            "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 0
+                     AND objid = {GATE} AND objsubid = 1 AND NOT granted) AND $1 IS NOT NULL"
+        ),
+    )
+    .await;
+    late.commit().await.unwrap();
+
+    let first = another(&test)
+        .await
+        .worker(handler)
+        .queue("first", 1)
+        .start();
+    // The late job's claim either waits on the key's row (held by the later job's claim), or
+    // (without that row) takes the job. A claim waits on no other lock: it skips locked jobs.
+    // (The server shows a statement's first kilobyte only: the schema is in it.)
+    let claim_waits = until_server(
+        &test,
+        "the late job's claim waits on its key",
+        "EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'
+                 AND wait_event <> 'advisory' AND query LIKE '%' || $1 || '%')",
+    );
+    tokio::select! {
+        () = claim_waits => {}
+        key = started.recv() => panic!("{key:?} started while acct:later's claim was under way"),
+    }
+    gate.commit().await.unwrap();
+    assert_eq!(started.recv().await.unwrap(), "acct:later");
+    tokio::select! {
+        () = first.wait_idle() => {}
+        key = started.recv() => panic!("{key:?} started beside acct:later"),
+    }
+    assert_eq!(
+        state(&queue, "acct:late").await,
+        JobState::Queued,
+        "the late job waits while the key's later job runs"
+    );
+    let _ = release_tx.send(true);
+    assert_eq!(started.recv().await.unwrap(), "acct:late", "then it runs");
+    let done = queue
+        .wait_result("acct:late", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(done, Some(JobResult::Done(None)));
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "one of the key's jobs at a time"
+    );
+    first.shutdown(Duration::from_secs(5)).await;
+    second.shutdown(Duration::from_secs(5)).await;
+}

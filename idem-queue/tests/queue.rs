@@ -791,6 +791,54 @@ async fn a_purged_job_leaves_its_record_for_the_rest_of_its_keep() {
     assert_eq!(runs.count("ancient"), 2, "new work");
 }
 
+/// Purging deletes cancelled jobs too, and leaves no record for them: they never ran, and
+/// their key enqueued again is new work. A serial key's row naming a purged job goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_deletes_cancelled_jobs_and_their_keys_are_new_work() {
+    let test = TestStore::new("q_purge_cancelled", 20).await;
+    let queue = support::queue(&test).await;
+    let _ = queue
+        .enqueue(job("called-off", json!({})).serial_key("acct"))
+        .await
+        .unwrap();
+    let _ = queue.cancel("called-off", "not needed").await.unwrap();
+    let _ = queue
+        .enqueue(job("finished", json!({})).serial_key("acct"))
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    let workers = recording(&queue, &runs, Duration::ZERO)
+        .poll_interval(Duration::from_millis(10))
+        .start();
+    eventually("the job is done", Duration::from_secs(20), || async {
+        queue.stats().await.unwrap().done == 1
+    })
+    .await;
+    workers.shutdown(Duration::from_secs(5)).await;
+    let serial_rows = || async {
+        sqlx::query_scalar::<_, i64>(&format!(
+            "SELECT count(*) FROM \"{}\".idem_records_queue_serial",
+            test.schema
+        ))
+        .fetch_one(test.store.pool())
+        .await
+        .unwrap()
+    };
+    assert_eq!(serial_rows().await, 1, "the claim took the key's row");
+    assert_eq!(queue.purge_done(Duration::ZERO, 10).await.unwrap(), 2);
+    assert_eq!(
+        state(&queue, "called-off").await,
+        None,
+        "the cancelled job is gone"
+    );
+    assert_eq!(serial_rows().await, 0, "the key's row went with its holder");
+    assert_eq!(
+        queue.enqueue(job("called-off", json!({}))).await.unwrap(),
+        Enqueued::Queued,
+        "a purged cancelled key is new work"
+    );
+}
+
 /// Inserts `n` done jobs (`done:1` ..), three to each microsecond of `finished_at`, an hour
 /// ago and in random order, so batches end in the middle of a microsecond.
 async fn done_jobs(test: &TestStore, n: u32) -> String {
