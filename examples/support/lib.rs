@@ -107,7 +107,8 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets the requests in flight
-/// finish (for up to `drain`). Unlike `axum::serve`, slow or idle clients are cut off: a client
+/// finish and idem's background work settle (for up to `drain` in all): a request whose
+/// client left runs on, and its completion is written before this returns. Unlike `axum::serve`, slow or idle clients are cut off: a client
 /// that has not sent its headers within [`HEADER_READ_TIMEOUT`] is disconnected, and a body
 /// not sent within [`BODY_READ_TIMEOUT`] fails the request, so half-open connections are not
 /// held.
@@ -150,7 +151,12 @@ pub async fn serve(
         });
     }
     drop(listener);
-    let _ = tokio::time::timeout(drain, graceful.shutdown()).await;
+    let deadline = tokio::time::Instant::now() + drain;
+    let _ = tokio::time::timeout_at(deadline, graceful.shutdown()).await;
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if let Err(unfinished) = idem_core::pending::drain(left).await {
+        eprintln!("{unfinished}");
+    }
     Ok(())
 }
 

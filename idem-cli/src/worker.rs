@@ -102,12 +102,14 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32
     let report = workers.shutdown(DRAIN).await;
     out.message(
         &format!(
-            "stopped: {} running jobs finished, {} given back to the queue",
-            report.finished, report.released
+            "stopped: {} running jobs finished, {} given back to the queue, {} background \
+             settlements unfinished",
+            report.finished, report.released, report.unsettled
         ),
         Map::from_iter([
             ("finished".into(), json!(report.finished)),
             ("released".into(), json!(report.released)),
+            ("unsettled".into(), json!(report.unsettled)),
         ]),
     );
     Ok(OK)

@@ -237,7 +237,10 @@ impl<'s, S: Store + ?Sized> Call<'s, S> {
         let spec = self.spec;
         async move {
             let call = async move { execute(&*store, spec, codec, work).await };
-            let task = tokio::spawn(tracing::Instrument::in_current_span(call));
+            let task = crate::pending::spawn(
+                &tokio::runtime::Handle::current(),
+                tracing::Instrument::in_current_span(call),
+            );
             match task.await {
                 Ok(settled) => settled,
                 Err(e) => match e.try_into_panic() {

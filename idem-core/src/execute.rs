@@ -643,9 +643,13 @@ impl Drop for Settling {
         let stopped = self.take_stop();
         match tokio::runtime::Handle::try_current() {
             // A runtime that is shutting down drops the task unrun: the claim then lapses with
-            // its lease (the finished body's completion is lost, and it runs again).
+            // its lease (the finished body's completion is lost, and it runs again), unless
+            // the process drains its background work first (`pending::drain`).
             Ok(runtime) => {
-                runtime.spawn(complete_in_background(context, output, keep, stopped));
+                crate::pending::spawn(
+                    &runtime,
+                    complete_in_background(context, output, keep, stopped),
+                );
             }
             Err(_) => {
                 // No runtime to wait or write on: free the key as well as can be done without

@@ -433,8 +433,10 @@
 //!   the body again, from the start, redoing what it had done, except effects keyed by the
 //!   call or recorded in the [`journal`].
 //! - **After the body returned `Ok`**, the completion is recorded anyway, in the background:
-//!   done work is never undone, nor run again. (A runtime that is shutting down drops that
-//!   task: the claim then lapses with its lease and the work runs again.)
+//!   done work is never undone, nor run again. A runtime that is shutting down drops that
+//!   task, so a process that stops on purpose calls [`pending::drain`] before `main` returns
+//!   (`idem-queue`'s `Workers::shutdown` does): cut there instead, the claim lapses with its
+//!   lease and the work runs again.
 //! - **In transactional mode** the transaction rolls back, the claim and the body's writes
 //!   with it.
 //!
@@ -567,6 +569,7 @@ pub mod lease;
 mod memory;
 pub mod metrics;
 mod outcome;
+pub mod pending;
 pub mod period;
 pub mod purge;
 mod store;

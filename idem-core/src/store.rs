@@ -335,7 +335,7 @@ pub fn release_in_background(store: Arc<dyn Store>, key: &Key, fence: Fence) {
         return;
     };
     let key = key.clone();
-    runtime.spawn(async move {
+    crate::pending::spawn(&runtime, async move {
         if let Err(e) = store.release(&key, fence).await {
             tracing::warn!(%key, error = %e, "releasing an abandoned claim failed; it lapses with its lease");
         }
@@ -353,7 +353,7 @@ pub fn reclaim_and_release_in_background(store: Arc<dyn Store>, request: ClaimRe
     let key = request.key.clone();
     let fingerprint = request.fingerprint.cloned();
     let (lease, token) = (request.lease, request.token);
-    runtime.spawn(async move {
+    crate::pending::spawn(&runtime, async move {
         let request = ClaimRequest {
             key: &key,
             fingerprint: fingerprint.as_ref(),

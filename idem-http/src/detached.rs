@@ -16,7 +16,7 @@ where
 {
     match tokio::runtime::Handle::try_current() {
         // The request's span (a trace layer's, say) follows it onto the task.
-        Ok(runtime) => joined(runtime.spawn(work.in_current_span())).await,
+        Ok(runtime) => joined(idem_core::pending::spawn(&runtime, work.in_current_span())).await,
         Err(_) => Some(work.await),
     }
 }

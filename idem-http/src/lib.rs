@@ -108,6 +108,21 @@
 //! client left and the key is freed at once: the retry runs it again, and whatever it did
 //! before the cut is done again.
 //!
+//! **Stopping the server.** A request whose client left, and a recorded answer still on its
+//! way to the store, run on tasks that a runtime shutting down drops. After the server's
+//! graceful shutdown, drain them before `main` returns, so that finished work is recorded and
+//! not done again by the retry:
+//!
+//! ```no_run
+//! # async fn run(app: axum::Router, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+//! # let signal = async {};
+//! axum::serve(listener, app).with_graceful_shutdown(signal).await?;
+//! if let Err(unfinished) = idem_core::pending::drain(std::time::Duration::from_secs(10)).await {
+//!     eprintln!("{unfinished}");
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! **Leases.** The claim's lease (default 30 s) is renewed while the inner service runs. If the
 //! service panics, the key is freed at once (and the panic goes on to the server, as without
 //! the layer); if the server dies, a retry runs again once the lease lapses. Recorded answers

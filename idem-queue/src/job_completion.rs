@@ -224,7 +224,7 @@ fn give_back(holder: Arc<Holder>, job: Claimed, queue: &str) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return; // it returns when its lease lapses
     };
-    runtime.spawn(async move {
+    idem_core::pending::spawn(&runtime, async move {
         settle(
             &holder,
             &job,
@@ -274,7 +274,7 @@ impl Op for JobCompleteOp {
             return; // no runtime to send it on: the job returns when its lease lapses
         };
         tracing::info!(key = %job.key, "the job claimed for a slot whose task went away goes back to the queue");
-        runtime.spawn(async move {
+        idem_core::pending::spawn(&runtime, async move {
             settle(
                 &workers,
                 &job,

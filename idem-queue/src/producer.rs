@@ -25,7 +25,7 @@ use idem_store_postgres::extend::duration_micros;
 use idem_store_postgres::extend::Resend;
 
 /// How long calls cut at the shutdown's deadline get to settle before their tasks are aborted.
-const SETTLE_AFTER_CUT: Duration = Duration::from_secs(5);
+pub(crate) const SETTLE_AFTER_CUT: Duration = Duration::from_secs(5);
 
 /// How the producer fills this process's slots.
 pub(crate) struct ProducerConfig {
@@ -46,6 +46,10 @@ pub struct ShutdownReport {
     /// (their handlers were cut off mid-run, so they run again from the start), and those
     /// prefetched and never started.
     pub released: usize,
+    /// Tasks of background work (a call's completion recorded after its caller went away, a
+    /// key freed) still pending when the shutdown gave up waiting for them
+    /// ([`idem_core::pending::drain`]); 0 when everything settled.
+    pub unsettled: usize,
 }
 
 /// Runs the workers until `stopping` names a deadline. `idle` says whether they are idle: no job
@@ -369,7 +373,11 @@ async fn stop(
     while tasks.join_next().await.is_some() {}
     let released = release_held(&shared.holder).await + shared.cut_released.load(Ordering::SeqCst);
     tracing::info!(finished, released, "idem queue workers stopped");
-    ShutdownReport { finished, released }
+    ShutdownReport {
+        finished,
+        released,
+        unsettled: 0,
+    }
 }
 
 /// A background task that stops when this is dropped.

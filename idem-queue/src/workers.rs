@@ -71,8 +71,13 @@ impl Workers {
     /// cutting their handlers, never their calls: a job whose handler finished just before is
     /// recorded as done, not given back (its calls get a few seconds more to settle; one that
     /// cannot, its store unreachable, is dropped, and its job returns when its lease lapses).
+    ///
+    /// Last, it drains the process's background work ([`idem_core::pending::drain`]): a
+    /// completion a handler's own call left to record after its caller went away is written
+    /// before this returns, within the same few seconds.
     pub async fn shutdown(mut self, deadline: Duration) -> ShutdownReport {
-        let _ = self.stop.send(Some(Instant::now() + deadline));
+        let cut = Instant::now() + deadline;
+        let _ = self.stop.send(Some(cut));
         let mut report = ShutdownReport::default();
         for producer in std::mem::take(&mut self.producers) {
             let one = producer.await.unwrap_or_else(|e| {
@@ -81,6 +86,13 @@ impl Workers {
             });
             report.finished += one.finished;
             report.released += one.released;
+        }
+        let settle_by = cut.max(Instant::now()) + crate::producer::SETTLE_AFTER_CUT;
+        if let Err(unfinished) =
+            idem_core::pending::drain(settle_by.saturating_duration_since(Instant::now())).await
+        {
+            tracing::warn!(left = unfinished.left, "{unfinished}");
+            report.unsettled = unfinished.left;
         }
         report
     }

@@ -577,7 +577,8 @@ async fn shutdown_lets_running_jobs_finish_and_claims_no_more() {
         report,
         ShutdownReport {
             finished: 4,
-            released: 0
+            released: 0,
+            unsettled: 0
         }
     );
     let stats = queue.stats().await.unwrap();
@@ -593,7 +594,8 @@ async fn shutdown_past_its_deadline_gives_jobs_back_and_loses_none() {
         report,
         ShutdownReport {
             finished: 0,
-            released: 4
+            released: 4,
+            unsettled: 0
         }
     );
     let stats = queue.stats().await.unwrap();

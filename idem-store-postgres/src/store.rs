@@ -523,9 +523,8 @@ impl Store for PgStore {
         };
         let store = self.clone();
         let key = key.as_str().to_owned();
-        runtime.spawn(async move {
-            let released =
-                on_conn!(indexed store, conn => records::release_on(store.records(), conn, &key, fence));
+        idem_core::pending::spawn(&runtime, async move {
+            let released = on_conn!(indexed store, conn => records::release_on(store.records(), conn, &key, fence));
             if let Err(e) = released {
                 tracing::warn!(
                     key,

@@ -11,6 +11,7 @@
 //! idem-pg-worker storm --redis URL[,URL..] --log BASE --schema PREFIX ..   (on Redis; several
 //!     URLs: a Redis Cluster)
 //! idem-pg-worker hold-lock --sqlite PATH --schema S --work-ms W
+//! DATABASE_URL=.. idem-pg-worker drop-after-ok --schema S --keys N [--no-drain]
 //! ```
 //!
 //! Keys are `first..first + keys` (`--first`, default 0).
@@ -35,7 +36,7 @@ use idem_store_redis::RedisStore;
 use idem_store_sqlite::SqliteStore;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -165,6 +166,9 @@ enum Mode {
     TxCrash,
     /// SQLite only: hold the database's write lock for `--work-ms`.
     HoldLock,
+    /// Every key's call dropped right after its body returned `Ok`, then stopped by SIGTERM:
+    /// the completions left to the background must be recorded before the process exits.
+    DropAfterOk,
 }
 
 #[derive(Debug, Parser)]
@@ -193,6 +197,10 @@ struct Args {
     /// The first key.
     #[arg(long, default_value_t = 0)]
     first: u32,
+    /// `drop-after-ok`: exit on SIGTERM without draining idem's background work (the broken
+    /// variant its test is checked against).
+    #[arg(long)]
+    no_drain: bool,
     /// How many times each key is delivered.
     #[arg(long, default_value_t = 1)]
     rounds: u32,
@@ -266,6 +274,9 @@ async fn main() {
         work_ms: args.worker.work_ms,
         seed: Random::for_process(args.worker.seed),
     });
+    if mode == Mode::DropAfterOk {
+        return drop_after_ok(ctx, first..first + keys, !args.no_drain).await;
+    }
     let tally = Arc::new(Tally::default());
 
     // The deliveries: every key, `rounds` times, shuffled; shared by the tasks.
@@ -321,7 +332,7 @@ async fn deliver(ctx: &Ctx, tally: &Tally, mode: Mode, k: u32, queue: &Mutex<Vec
                 let pg = ctx.pg.as_ref().expect("tx-crash runs on PostgreSQL");
                 tx_crash_job(pg, ctx, k).await
             }
-            Mode::HoldLock => unreachable!("hold-lock runs no deliveries"),
+            Mode::HoldLock | Mode::DropAfterOk => unreachable!("{mode:?} runs no deliveries"),
         };
         match result {
             Ok(Outcome::Executed(())) => {
@@ -370,4 +381,82 @@ async fn hold_lock(store: &SqliteStore, ms: u64) {
         .await
         .expect("let the lock go");
     println!("RELEASED");
+}
+
+#[idempotent(key = "drop:{k}", store = ctx.store)]
+async fn drop_job(ctx: &Ctx, k: u32, go: Go, returned: Arc<AtomicBool>) -> Result<(), sqlx::Error> {
+    let _ = ctx;
+    if go.started.fetch_add(1, Ordering::SeqCst) + 1 == go.of {
+        println!("STARTED");
+    }
+    let _ = go.gate.clone().wait_for(|go| *go).await;
+    returned.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The bodies of `drop-after-ok`: they start, and return once SIGUSR1 comes.
+#[derive(Clone)]
+struct Go {
+    gate: tokio::sync::watch::Receiver<bool>,
+    started: Arc<AtomicUsize>,
+    of: usize,
+}
+
+/// Runs a call for each key and drops it as soon as its body has returned `Ok` (its completion
+/// then goes on in the background), prints `DROPPED`, and on SIGTERM prints `STOPPING` and
+/// drains idem's background work (unless `drain` is false) before returning, as a server's main
+/// does. Prints `drained=BOOL left=N`.
+async fn drop_after_ok(ctx: Arc<Ctx>, keys: std::ops::Range<u32>, drain: bool) {
+    use std::future::Future;
+    use std::task::Poll;
+    use tokio::signal::unix::{signal, SignalKind};
+
+    let (mut go_signal, mut term) = (
+        signal(SignalKind::user_defined1()).expect("SIGUSR1 handler"),
+        signal(SignalKind::terminate()).expect("SIGTERM handler"),
+    );
+    let (open, gate) = tokio::sync::watch::channel(false);
+    let go = Go {
+        gate,
+        started: Arc::new(AtomicUsize::new(0)),
+        of: keys.len(),
+    };
+    let calls: Vec<_> = keys
+        .map(|k| {
+            let (ctx, go) = (ctx.clone(), go.clone());
+            tokio::spawn(async move {
+                let returned = Arc::new(AtomicBool::new(false));
+                let mut call = Box::pin(drop_job(&ctx, k, go, returned.clone()));
+                // Polled until the body has returned: the call is then writing its completion,
+                // and is dropped there.
+                let settled_inline = std::future::poll_fn(|cx| match call.as_mut().poll(cx) {
+                    Poll::Ready(_) => Poll::Ready(true),
+                    Poll::Pending if returned.load(Ordering::SeqCst) => Poll::Ready(false),
+                    Poll::Pending => Poll::Pending,
+                })
+                .await;
+                drop(call);
+                settled_inline
+            })
+        })
+        .collect();
+    let _ = go_signal.recv().await;
+    let _ = open.send(true);
+    let mut inline = 0;
+    for call in calls {
+        inline += usize::from(call.await.expect("call task"));
+    }
+    println!("DROPPED inline={inline}");
+    let _ = term.recv().await;
+    println!("STOPPING");
+    let outcome = if drain {
+        idem_core::pending::drain(Duration::from_secs(30)).await
+    } else {
+        Ok(())
+    };
+    println!(
+        "drained={} left={}",
+        drain,
+        outcome.err().map_or(0, |unfinished| unfinished.left)
+    );
 }
