@@ -12,7 +12,8 @@
 //! that runs twice shows up twice), then sleeps up to `--work-ms` (exactly, with
 //! `--fixed-work`; until cancelled, when the job is), then notes its end (`ended_at`). The process exits once
 //! `TOTAL` jobs are done or dead, or on SIGTERM, shutting its workers down with a
-//! `--shutdown-ms` deadline. It prints `runs=N finished=N released=N`.
+//! `--shutdown-ms` deadline. It prints `runs=N finished=N released=N`, and idem's warnings (a
+//! claim lost to a newer run, say) to stderr.
 
 use clap::Parser;
 use idem_process_tests::{Random, WorkerFlags};
@@ -107,6 +108,10 @@ struct Args {
 
 #[tokio::main]
 async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_writer(std::io::stderr)
+        .init();
     let args = Args::parse();
     let (concurrency, until_done) = (args.concurrency, args.until_done);
     let store = args.worker.store(concurrency as u32 + 4).await;
