@@ -162,6 +162,10 @@ pub enum Operation {
     Discard,
     /// Waking a queue's idle workers.
     Notify,
+    /// Cancelling a queued job, or asking a running one to stop.
+    Cancel,
+    /// Pausing or resuming a schedule.
+    Schedule,
 }
 
 impl Operation {
@@ -187,6 +191,8 @@ impl Operation {
             Operation::Notify => {
                 "waking the queue's workers failed; they find the work at their next poll"
             }
+            Operation::Cancel => "cancelling the job failed; it goes on as it was, cancel again",
+            Operation::Schedule => "changing the schedule failed; it is as it was, try again",
         }
     }
 }

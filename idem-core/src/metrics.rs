@@ -176,6 +176,8 @@ fn operation_name(operation: Option<Operation>) -> &'static str {
         Some(Operation::Renew) => "renew",
         Some(Operation::JournalRead) => "journal_read",
         Some(Operation::JournalWrite) => "journal_write",
+        Some(Operation::Cancel) => "cancel",
+        Some(Operation::Schedule) => "schedule",
         Some(_) | None => "other",
     }
 }

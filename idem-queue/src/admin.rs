@@ -82,6 +82,9 @@ impl Queue {
 
     /// One job's state, or `None` if no job has this key (never enqueued, discarded or purged).
     pub async fn status(&self, key: &str) -> Result<Option<JobStatus>, StoreError> {
+        if unstorable(key) {
+            return Ok(None);
+        }
         let row = sqlx::query(&self.sql.status)
             .bind(key)
             .fetch_optional(self.store.pool())
@@ -104,6 +107,9 @@ impl Queue {
 
     /// The job `key` as operators see it (what `idem jobs show` prints), or `None`.
     pub async fn job(&self, key: &str) -> Result<Option<JobInfo>, StoreError> {
+        if unstorable(key) {
+            return Ok(None);
+        }
         let row = sqlx::query(&self.sql.job)
             .bind(key)
             .fetch_optional(self.store.pool())
@@ -151,6 +157,9 @@ impl Queue {
     /// Returns whether the key named a dead job. The claims before keep their fences: a worker
     /// that stalled on one of them and resumes cannot renew or settle the new run.
     pub async fn retry_dead(&self, key: &str) -> Result<bool, StoreError> {
+        if unstorable(key) {
+            return Ok(false);
+        }
         let revived = sqlx::query(&self.sql.retry_dead)
             .bind(key)
             .execute(self.store.pool())
@@ -180,6 +189,9 @@ impl Queue {
     /// Deletes a dead-lettered job; its key can then be enqueued again. Returns whether the key
     /// named a dead job.
     pub async fn discard(&self, key: &str) -> Result<bool, StoreError> {
+        if unstorable(key) {
+            return Ok(false);
+        }
         Ok(sqlx::query(&self.sql.discard)
             .bind(key)
             .execute(self.store.pool())
@@ -319,13 +331,23 @@ impl Queue {
     /// renewal, and it ends `cancelled` unless it finishes first: finished work stays done).
     /// `reason` is kept as the job's last error. What `idem jobs cancel` does.
     pub async fn cancel(&self, key: &str, reason: &str) -> Result<Cancel, StoreError> {
+        if unstorable(reason) {
+            return Err(StoreError::msg(
+                "the reason holds a NUL character, which PostgreSQL cannot store; nothing was \
+                 cancelled",
+            )
+            .during(Operation::Cancel));
+        }
+        if unstorable(key) {
+            return Ok(Cancel::NotFound);
+        }
         loop {
             let row = sqlx::query(&self.sql.cancel)
                 .bind(key)
                 .bind(reason)
                 .fetch_one(self.store.pool())
                 .await
-                .map_err(failed(Operation::Release))?;
+                .map_err(failed(Operation::Cancel))?;
             let (seen, now, asked): (Option<String>, bool, bool) =
                 (row.get(0), row.get(1), row.get(2));
             return Ok(match (seen, now, asked) {
@@ -345,6 +367,9 @@ impl Queue {
     /// How the job `key` ended, or [`JobResult::Pending`]; `None` if no job has this key
     /// (never enqueued, discarded or purged). A done job's result is its handler's `Ok` value.
     pub async fn result(&self, key: &str) -> Result<Option<JobResult>, StoreError> {
+        if unstorable(key) {
+            return Ok(None);
+        }
         let row = sqlx::query(&self.sql.result)
             .bind(key)
             .fetch_optional(self.store.pool())
@@ -389,4 +414,11 @@ impl Queue {
             pause = (pause * 2).min(std::time::Duration::from_millis(250));
         }
     }
+}
+
+/// Whether PostgreSQL cannot store `text`: it holds a NUL character. No job has such a key
+/// (enqueue refuses one), so a lookup of one finds nothing without asking the server, which
+/// would refuse the statement.
+pub(crate) fn unstorable(text: &str) -> bool {
+    text.contains('\0')
 }

@@ -212,6 +212,10 @@ impl Queue {
         &self,
         keys: &[String],
     ) -> Result<std::collections::HashMap<String, JobFilter>, StoreError> {
+        let keys: Vec<&String> = keys
+            .iter()
+            .filter(|key| !crate::admin::unstorable(key))
+            .collect();
         let rows = sqlx::query(&self.sql.states_of)
             .bind(keys)
             .fetch_all(self.store.pool())

@@ -610,12 +610,19 @@ impl QueueSql {
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
                 logged(COUNTED, "'snoozed'", "$4::text")
             ),
+            // An operator's reason (`cancel_reason`), when one asked, is the job's last error;
+            // the attempt log adds how the handler ended.
             cancelled: format!(
-                "UPDATE {q} SET state = 'cancelled', finished_at = now(), last_error = $3,
+                "UPDATE {q} SET state = 'cancelled', finished_at = now(),
+                     last_error = coalesce(cancel_reason, $3),
                      worker = NULL, attempted_at = coalesce(attempted_at, now()),
                      attempt_log = {}
                  WHERE key = $1 AND attempts = $2 AND {is_running}",
-                logged(COUNTED, "'cancelled'", "$3::text")
+                logged(
+                    COUNTED,
+                    "'cancelled'",
+                    "coalesce(cancel_reason || ' (' || $3::text || ')', $3::text)"
+                )
             ),
             cancel: format!(
                 "WITH now_cancelled AS (
@@ -625,7 +632,8 @@ impl QueueSql {
                      RETURNING 1
                  ),
                  asked AS (
-                     UPDATE {q} SET cancel_requested_at = coalesce(cancel_requested_at, now())
+                     UPDATE {q} SET cancel_requested_at = coalesce(cancel_requested_at, now()),
+                         cancel_reason = coalesce(cancel_reason, $2)
                      WHERE key = $1 AND {is_running}
                      RETURNING 1
                  )
@@ -808,7 +816,7 @@ impl QueueSql {
             // resumes cannot renew or settle the retried run's.
             retry_dead: format!(
                 "UPDATE {q} SET state = 'queued', unrun = attempts, available_at = now(),
-                     finished_at = NULL, cancel_requested_at = NULL
+                     finished_at = NULL, cancel_requested_at = NULL, cancel_reason = NULL
                  WHERE key = $1 AND {is_dead}"
             ),
             discard: format!(

@@ -356,8 +356,10 @@ async fn a_queued_job_cancelled_never_runs() {
     workers.shutdown(Duration::from_secs(5)).await;
 }
 
-/// A running job is told of its cancellation at a lease renewal: one that listens stops and
-/// ends cancelled; one that ignores it is cut a lease later and ends cancelled too.
+/// A running job is told of its cancellation at a lease renewal: one that listens hears it,
+/// stops and ends cancelled; one that ignores it is cut a lease later and ends cancelled too.
+/// Either way the operator's reason is the job's result, and the attempt log says how the
+/// handler ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_job_cancelled_is_told_and_one_that_ignores_it_is_cut() {
     let test = TestStore::new("qc_cancel_running", 20).await;
@@ -365,13 +367,16 @@ async fn a_running_job_cancelled_is_told_and_one_that_ignores_it_is_cut() {
     let _ = queue.enqueue(job("listens")).await.unwrap();
     let _ = queue.enqueue(job("ignores")).await.unwrap();
     let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let heard = Arc::new(AtomicUsize::new(0));
+    let heard_by_handler = heard.clone();
     let workers = queue
         .worker(move |job: Job| {
-            let started = started_tx.clone();
+            let (started, heard) = (started_tx.clone(), heard_by_handler.clone());
             async move {
                 let _ = started.send(job.key().to_owned());
                 if job.key() == "listens" {
                     job.cancelled().await;
+                    heard.fetch_add(1, Ordering::SeqCst);
                     return Err(JobError::retry("stopped as asked"));
                 }
                 std::future::pending::<Result<(), JobError>>().await
@@ -383,7 +388,10 @@ async fn a_running_job_cancelled_is_told_and_one_that_ignores_it_is_cut() {
         started.recv().await.unwrap();
     }
     for key in ["listens", "ignores"] {
-        assert_eq!(queue.cancel(key, "stop").await.unwrap(), Cancel::Requested);
+        assert_eq!(
+            queue.cancel(key, "the customer asked").await.unwrap(),
+            Cancel::Requested
+        );
         let info = queue.job(key).await.unwrap().unwrap();
         assert!(info.cancel_requested_at.is_some());
     }
@@ -392,13 +400,42 @@ async fn a_running_job_cancelled_is_told_and_one_that_ignores_it_is_cut() {
             .wait_result(key, Duration::from_secs(20))
             .await
             .unwrap();
-        assert!(
-            matches!(ended, Some(JobResult::Cancelled(_))),
-            "{key}: {ended:?}"
+        assert_eq!(
+            ended,
+            Some(JobResult::Cancelled(Some("the customer asked".into()))),
+            "{key}: the operator's reason"
         );
     }
+    assert_eq!(
+        heard.load(Ordering::SeqCst),
+        1,
+        "the listening handler heard"
+    );
     let listened = queue.status("listens").await.unwrap().unwrap();
-    assert_eq!(listened.attempt_log.last().unwrap().outcome, "cancelled");
+    let last = listened.attempt_log.last().unwrap();
+    assert_eq!(last.outcome, "cancelled");
+    assert_eq!(
+        last.error.as_deref(),
+        Some(
+            "the customer asked (cancelled while running; the handler ended with: stopped as \
+             asked)"
+        ),
+        "how the handler ended"
+    );
+    let ignored = queue.status("ignores").await.unwrap().unwrap();
+    assert!(
+        ignored
+            .attempt_log
+            .last()
+            .unwrap()
+            .error
+            .as_deref()
+            .is_some_and(|e| e.starts_with(
+                "the customer asked (cancelled while running; the handler did not stop"
+            )),
+        "{:?}",
+        ignored.attempt_log
+    );
     workers.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -879,4 +916,30 @@ async fn a_late_committed_serial_job_never_runs_beside_the_claimed_one() {
     );
     first.shutdown(Duration::from_secs(5)).await;
     second.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A key with a NUL character cannot be stored (enqueue refuses it), so looking one up finds
+/// nothing without a round trip PostgreSQL would refuse; a cancel reason with one is refused
+/// with a clear error, and cancels nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_in_a_key_finds_nothing_and_in_a_reason_is_refused() {
+    let test = TestStore::new("qc_nul", 4).await;
+    let queue = support::queue(&test).await;
+    let key = "acct\0:1";
+    assert!(queue.status(key).await.unwrap().is_none());
+    assert!(queue.job(key).await.unwrap().is_none());
+    assert!(queue.result(key).await.unwrap().is_none());
+    assert!(!queue.retry_dead(key).await.unwrap());
+    assert!(!queue.discard(key).await.unwrap());
+    assert_eq!(queue.cancel(key, "why").await.unwrap(), Cancel::NotFound);
+    assert!(queue.states_of(&[key.to_owned()]).await.unwrap().is_empty());
+
+    let _ = queue.enqueue(job("acct:1")).await.unwrap();
+    let refused = queue.cancel("acct:1", "bad\0reason").await.unwrap_err();
+    assert!(refused.to_string().contains("NUL"), "{refused}");
+    assert_eq!(
+        state(&queue, "acct:1").await,
+        JobState::Queued,
+        "not cancelled"
+    );
 }

@@ -21,7 +21,8 @@ pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
 pub fn store_error(error: sqlx::Error) -> StoreError {
     let message = match sqlstate(&error).as_deref() {
         Some(UNDEFINED_TABLE) | Some(INVALID_SCHEMA_NAME) => {
-            "the idem table does not exist; run `PgStore::migrate()` once at start-up"
+            "the idem tables do not exist or are out of date; migrate once at start-up \
+             (`PgStore::migrate()` or `Queue::migrate()` in code, `idem migrate` from a shell)"
         }
         Some(LOCK_NOT_AVAILABLE) => {
             "the record is locked by another transaction that holds the same key (a \

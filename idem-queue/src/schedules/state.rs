@@ -98,7 +98,7 @@ impl Queue {
             .bind(name)
             .execute(self.store.pool())
             .await
-            .map_err(failed(Operation::Release))?;
+            .map_err(failed(Operation::Schedule))?;
         Ok(done.rows_affected() > 0)
     }
 
