@@ -57,6 +57,15 @@
 //! `<table>_queue_migrations`. It is safe to call from many processes at once and on every
 //! start-up (they take turns on an advisory lock).
 //!
+//! **Upgrading a running queue.** Migrations never stop the queue: columns are added without
+//! rewriting the table, and indexes on a queue that holds jobs are built concurrently, while
+//! jobs are enqueued, claimed and settled (such a build waits for transactions already
+//! running to end, so a long transaction of yours delays the migration, not the queue).
+//! Workers of the version before keep working beside upgraded ones until they are replaced;
+//! two things they do not know of: the serial keys' rows (while one runs, a key's jobs are
+//! kept apart by the enqueue-order rule only) and a cancel's reason (their cancelled jobs
+//! keep the handler's account).
+//!
 //! ## Enqueue
 //!
 //! A [`NewJob`] is a key (an idem [`Key`](idem_core::Key): non-empty, at most 512 bytes, no

@@ -7,7 +7,7 @@
 
 use idem_core::{Operation, StoreError};
 use sqlx::migrate::Migrator;
-use sqlx::{Executor, PgPool, Row};
+use sqlx::{Connection, Executor, PgConnection, PgPool, Row};
 use std::collections::HashMap;
 
 use crate::error::store_error;
@@ -32,23 +32,37 @@ pub(crate) const RECORDS: Migrations = Migrations {
     history: "migrations",
     migrator: &MIGRATOR,
     retired: &[3, 8],
+    rewritten: &[],
 };
 
 /// A crate's versioned migrations of tables that sit beside a [`PgStore`]'s records.
 ///
 /// Each migration is a SQL file embedded with [`sqlx::migrate!`], in which `__IDEM_SCHEMA__` and
 /// `__IDEM_TABLE__` stand for the store's schema and records table (name new tables
-/// `__IDEM_TABLE___<suffix>`). [`apply`](Migrations::apply) runs those not yet applied, in one
-/// transaction, under the advisory lock every idem migration takes, and keeps their history in
-/// `<schema>.<table>_<history>`: concurrent start-ups apply each migration once, a changed
-/// migration or a history from a newer version is refused, and sqlx's own
+/// `__IDEM_TABLE___<suffix>`). [`apply`](Migrations::apply) runs those not yet applied, each in
+/// a transaction of its own, under the advisory lock every idem migration takes, and keeps
+/// their history in `<schema>.<table>_<history>`: concurrent start-ups apply each migration
+/// once, a changed migration or a history from a newer version is refused, and sqlx's own
 /// `_sqlx_migrations` (the application's) is never touched.
+///
+/// A migration whose file starts with `-- no-transaction` runs outside any transaction, one
+/// statement at a time (statements end with `;` at the end of a line): what
+/// `CREATE INDEX CONCURRENTLY` needs, which builds an index while the table takes writes. Write
+/// such a migration so that running it again after it stopped midway is safe (drop an index
+/// a failed build left invalid before building it again). A line
+/// `-- online unless empty: "__IDEM_SCHEMA__"."__IDEM_TABLE___t"` names the table it builds on:
+/// when that table has no rows (a new deployment), the migration runs in one transaction with
+/// `CONCURRENTLY` taken out, which spares it the concurrent build's waits for every
+/// transaction running.
 #[derive(Debug, Clone, Copy)]
 pub struct Migrations {
     owner: &'static str,
     history: &'static str,
     migrator: &'static Migrator,
     retired: &'static [i64],
+    /// Migrations rewritten after they shipped, with the checksum of each earlier text: a
+    /// history that applied the earlier text is one this version knows.
+    rewritten: &'static [(i64, &'static str)],
 }
 
 impl Migrations {
@@ -65,7 +79,16 @@ impl Migrations {
             history,
             migrator,
             retired: &[],
+            rewritten: &[],
         }
+    }
+
+    /// These migrations, knowing that each `(version, sha384)` of `rewritten` (the SHA-384 of
+    /// its earlier text, in hex) was shipped before with that earlier text: a migration made
+    /// online after the fact (its indexes built concurrently), whose earlier text some
+    /// databases applied.
+    pub const fn rewritten(self, rewritten: &'static [(i64, &'static str)]) -> Migrations {
+        Migrations { rewritten, ..self }
     }
 
     /// Applies the migrations not yet applied to `store`'s schema and table. Safe to call from
@@ -81,37 +104,46 @@ impl Migrations {
         schema: &str,
         table: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = pool.begin().await.map_err(setup)?;
-        match self.apply_in(&mut tx, schema, table).await {
-            Ok(()) => tx.commit().await.map_err(setup),
-            Err(e) => {
-                // Roll back now rather than when the connection is next used, so the advisory
-                // lock is released for the next migrator at once.
-                let _ = tx.rollback().await;
-                Err(e)
-            }
+        // A connection of its own, closed when dropped (a cancelled `migrate` included): the
+        // session's advisory lock then goes with it, never back to the pool.
+        let mut conn = pool.acquire().await.map_err(setup)?.detach();
+        // Tried, not waited for: `CREATE INDEX CONCURRENTLY` waits for every transaction
+        // running, and a statement waiting for the lock is one, held by the migrator it waits
+        // for (a deadlock).
+        let mut pause = std::time::Duration::from_millis(5);
+        while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .fetch_one(&mut conn)
+            .await
+            .map_err(setup)?
+        {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(200));
         }
+        let applied = self.apply_locked(&mut conn, schema, table).await;
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut conn)
+            .await;
+        let _ = conn.close().await;
+        applied?;
+        unlocked.map(|_| ()).map_err(setup)
     }
 
-    async fn apply_in(
+    async fn apply_locked(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        conn: &mut PgConnection,
         schema: &str,
         table: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(MIGRATION_LOCK)
-            .execute(&mut **tx)
-            .await
-            .map_err(setup)?;
         let schema_exists = sqlx::query("SELECT 1 FROM pg_namespace WHERE nspname = $1")
             .bind(schema)
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(setup)?
             .is_some();
         if !schema_exists {
-            tx.execute(format!("CREATE SCHEMA \"{schema}\"").as_str())
+            conn.execute(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"").as_str())
                 .await
                 .map_err(setup)?;
         }
@@ -124,10 +156,10 @@ impl Migrations {
                 applied_at  timestamptz NOT NULL DEFAULT now()
             )"
         );
-        tx.execute(create_history.as_str()).await.map_err(setup)?;
+        conn.execute(create_history.as_str()).await.map_err(setup)?;
         let applied: HashMap<i64, Vec<u8>> =
             sqlx::query(&format!("SELECT version, checksum FROM {history}"))
-                .fetch_all(&mut **tx)
+                .fetch_all(&mut *conn)
                 .await
                 .map_err(setup)?
                 .into_iter()
@@ -149,7 +181,9 @@ impl Migrations {
                 continue;
             }
             match applied.get(&migration.version) {
-                Some(checksum) if *checksum == *migration.checksum => {}
+                Some(checksum)
+                    if *checksum == *migration.checksum
+                        || self.was_shipped(migration.version, checksum) => {}
                 Some(_) => {
                     return Err(StoreError::msg(format!(
                         "migration {} ({}) differs from the one applied to {history}; shipped \
@@ -163,16 +197,34 @@ impl Migrations {
                         .sql
                         .replace("__IDEM_SCHEMA__", schema)
                         .replace("__IDEM_TABLE__", table);
-                    tx.execute(sql.as_str()).await.map_err(setup)?;
-                    sqlx::query(&format!(
+                    let record = format!(
                         "INSERT INTO {history} (version, description, checksum) VALUES ($1, $2, $3)"
-                    ))
-                    .bind(migration.version)
-                    .bind(&*migration.description)
-                    .bind(&*migration.checksum)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(setup)?;
+                    );
+                    let record = sqlx::query(&record)
+                        .bind(migration.version)
+                        .bind(&*migration.description)
+                        .bind(&*migration.checksum);
+                    if migration.no_tx && !empty(conn, &sql).await? {
+                        for statement in statements(&sql) {
+                            conn.execute(statement).await.map_err(setup)?;
+                        }
+                        record.execute(&mut *conn).await.map_err(setup)?;
+                    } else if migration.no_tx {
+                        // Nothing to build on an empty table, and no write to hold up: one
+                        // transaction, with none of the waits of a concurrent build.
+                        let mut tx = conn.begin().await.map_err(setup)?;
+                        for statement in statements(&sql) {
+                            let statement = statement.replace(" CONCURRENTLY", "");
+                            tx.execute(statement.as_str()).await.map_err(setup)?;
+                        }
+                        record.execute(&mut *tx).await.map_err(setup)?;
+                        tx.commit().await.map_err(setup)?;
+                    } else {
+                        let mut tx = conn.begin().await.map_err(setup)?;
+                        tx.execute(sql.as_str()).await.map_err(setup)?;
+                        record.execute(&mut *tx).await.map_err(setup)?;
+                        tx.commit().await.map_err(setup)?;
+                    }
                     tracing::info!(
                         version = migration.version,
                         description = %migration.description,
@@ -183,6 +235,56 @@ impl Migrations {
         }
         Ok(())
     }
+
+    /// Whether `checksum` is that of an earlier text of migration `version`.
+    fn was_shipped(&self, version: i64, checksum: &[u8]) -> bool {
+        let hex: String = checksum.iter().map(|b| format!("{b:02x}")).collect();
+        self.rewritten
+            .iter()
+            .any(|(v, earlier)| *v == version && earlier.eq_ignore_ascii_case(&hex))
+    }
+}
+
+/// Whether the table a no-transaction migration names on a line `-- online unless empty: T`
+/// has no rows. A migration that names none is run outside a transaction always.
+async fn empty(conn: &mut PgConnection, sql: &str) -> Result<bool, StoreError> {
+    let Some(table) = sql
+        .lines()
+        .find_map(|line| line.strip_prefix("-- online unless empty: "))
+    else {
+        return Ok(false);
+    };
+    let exists = format!("SELECT NOT EXISTS (SELECT 1 FROM {} LIMIT 1)", table.trim());
+    sqlx::query_scalar(&exists)
+        .fetch_one(conn)
+        .await
+        .map_err(setup)
+}
+
+/// The statements of a migration run outside a transaction: each ends with `;` at the end of a
+/// line. Comment-only pieces are skipped.
+fn statements(sql: &str) -> impl Iterator<Item = &str> {
+    let mut rest = sql;
+    std::iter::from_fn(move || loop {
+        let end = match rest.find(";\n") {
+            Some(at) => at + 1,
+            None if rest.trim().is_empty() => return None,
+            None => rest.len(),
+        };
+        let (statement, after) = rest.split_at(end);
+        rest = after;
+        let code: String = statement
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if !code.trim().trim_end_matches(';').trim().is_empty() {
+            return Some(statement);
+        }
+        if rest.is_empty() {
+            return None;
+        }
+    })
 }
 
 impl PgStore {
