@@ -151,8 +151,10 @@ impl Store for GatedRenewals {
 
 /// A renewal on the wire when the body ends is answered before the claim is completed: one
 /// that reached a store after the completion could write to a settled key (a queue job's
-/// renewal writes the call's record when it has none).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// renewal writes the call's record when it has none). On one thread the test lets the call
+/// run as far as it can once its body returned (every task yields until none can go on), and
+/// only then opens the renewal's gate: a call that did not wait has completed by then.
+#[tokio::test(flavor = "current_thread")]
 async fn a_renewal_on_the_wire_is_answered_before_the_completion() {
     let store = GatedRenewals {
         inner: Arc::new(MemoryStore::new()),
@@ -160,6 +162,7 @@ async fn a_renewal_on_the_wire_is_answered_before_the_completion() {
         entered: Arc::default(),
         open: Arc::new(Semaphore::new(0)),
     };
+    let (returned, body_returned) = tokio::sync::oneshot::channel();
     let call = {
         let (store, entered) = (store.clone(), store.entered.clone());
         tokio::spawn(async move {
@@ -167,24 +170,25 @@ async fn a_renewal_on_the_wire_is_answered_before_the_completion() {
                 .lease(Duration::from_secs(3)) // renewed every second
                 .run(async move {
                     entered.notified().await; // a renewal is on the wire
+                    let _ = returned.send(());
                     Ok::<_, std::io::Error>(())
                 })
                 .await
         })
     };
-    // The body returns once the renewal is on the wire; give the call time to (wrongly)
-    // complete before the renewal is answered (well within the lease the wait is bounded by).
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    body_returned.await.unwrap();
+    for _ in 0..200 {
+        tokio::task::yield_now().await;
     }
+    assert_eq!(
+        store.log.lock().unwrap().clone(),
+        ["renewal sent"],
+        "the completion waits for the renewal on the wire"
+    );
     store.open.add_permits(Semaphore::MAX_PERMITS / 2);
     assert_eq!(call.await.unwrap().unwrap(), Outcome::Executed(()));
     let log = store.log.lock().unwrap().clone();
-    assert_eq!(
-        &log[..3],
-        ["renewal sent", "renewal answered", "complete"],
-        "the completion waits for the renewal on the wire"
-    );
+    assert_eq!(&log[..3], ["renewal sent", "renewal answered", "complete"]);
 }
 
 /// A renewal that never comes back does not hold the completion up for longer than a lease:
@@ -192,6 +196,7 @@ async fn a_renewal_on_the_wire_is_answered_before_the_completion() {
 /// the key over while the finished work goes unrecorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_never_returns_holds_the_completion_for_a_lease_at_most() {
+    const LEASE: Duration = Duration::from_millis(300);
     let store = GatedRenewals {
         inner: Arc::new(MemoryStore::new()),
         log: Arc::default(),
@@ -199,15 +204,33 @@ async fn a_renewal_that_never_returns_holds_the_completion_for_a_lease_at_most()
         open: Arc::new(Semaphore::new(0)), // never opened
     };
     let entered = store.entered.clone();
-    let outcome = Call::new(&store, "stuck-renewal")
-        .lease(Duration::from_millis(300))
+    let returned_at = Arc::new(Mutex::new(None));
+    let body_returned_at = returned_at.clone();
+    let call = Call::new(&store, "stuck-renewal")
+        .lease(LEASE)
         .run(async move {
             entered.notified().await; // a renewal is on the wire, and stays there
+            *body_returned_at.lock().unwrap() = Some(std::time::Instant::now());
             Ok::<_, std::io::Error>(())
-        })
+        });
+    let outcome = tokio::time::timeout(Duration::from_secs(30), call)
         .await
+        .expect("the completion is not held up for ever")
         .unwrap();
+    let waited = returned_at
+        .lock()
+        .unwrap()
+        .expect("the body returned")
+        .elapsed();
     assert_eq!(outcome, Outcome::Executed(()));
     let log = store.log.lock().unwrap().clone();
     assert_eq!(log, ["renewal sent", "complete"]);
+    assert!(
+        waited >= LEASE / 2,
+        "the completion waited for the renewal on the wire ({waited:?})"
+    );
+    assert!(
+        waited < LEASE * 10,
+        "but not much past a lease ({waited:?}; the bound is {LEASE:?})"
+    );
 }
