@@ -11,7 +11,7 @@
 //!
 //! Flags: `--schedule EXPR` (a 5- or 6-field cron expression, default every second),
 //! `--name NAME` (default `tick`), `--catch-up DUR` (`30s`, `5m`; default 1 h), `--work-ms N`
-//! (each run's simulated work), `--lease DUR` (default 30 s), `--schema S`. SIGTERM or Ctrl-C stops the scheduler and gives
+//! (each run's simulated work, announced by a `start` line), `--lease DUR` (default 30 s), `--schema S`. SIGTERM or Ctrl-C stops the scheduler and gives
 //! running jobs 10 s to finish.
 
 use std::io::Write;
@@ -81,8 +81,11 @@ async fn main() {
             let Some(tick) = job.tick() else {
                 return Ok(()); // not a tick: another program's job on the same queue
             };
-            tokio::time::sleep(work).await;
             let time = &job.key()["schedule:".len() + tick.schedule.len() + 1..];
+            if !work.is_zero() {
+                println!("start {} {time} pid={}", tick.schedule, std::process::id());
+                tokio::time::sleep(work).await;
+            }
             let mut out = std::io::stdout().lock();
             writeln!(
                 out,

@@ -19,10 +19,12 @@ struct Replica {
     ran: Arc<Ran>,
 }
 
-/// The tick times a replica printed, and a gate to wait for them.
+/// The tick times a replica printed as run, those it printed as started (with `--work-ms`),
+/// and a gate to wait for them.
 #[derive(Default)]
 struct Ran {
     times: Mutex<Vec<String>>,
+    started: Mutex<Vec<String>>,
     grew: Condvar,
 }
 
@@ -30,6 +32,36 @@ impl Ran {
     fn push(&self, time: String) {
         self.times.lock().unwrap().push(time);
         self.grew.notify_all();
+    }
+
+    fn push_started(&self, time: String) {
+        // Under the lock `grew` waits with, so a waiter never misses it.
+        let _times = self.times.lock().unwrap();
+        self.started.lock().unwrap().push(time);
+        self.grew.notify_all();
+    }
+
+    /// Waits until a tick it started has not run yet: a job in flight; panics after `most`.
+    fn wait_in_flight(&self, most: Duration) {
+        let (_times, timeout) = self
+            .grew
+            .wait_timeout_while(self.lock(), most, |times| {
+                let started = self.started.lock().unwrap();
+                started.iter().all(|t| times.contains(t))
+            })
+            .unwrap();
+        assert!(!timeout.timed_out(), "no tick in flight within {most:?}");
+    }
+
+    /// The ticks it started and never printed as run.
+    fn unfinished(&self) -> Vec<String> {
+        let times = self.lock();
+        let started = self.started.lock().unwrap();
+        started
+            .iter()
+            .filter(|t| !times.contains(t))
+            .cloned()
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
@@ -47,6 +79,11 @@ impl Ran {
 }
 
 fn replica(schema: &str, catch_up: &str) -> Replica {
+    replica_working(schema, catch_up, 0)
+}
+
+/// A replica whose runs each take `work_ms`.
+fn replica_working(schema: &str, catch_up: &str, work_ms: u64) -> Replica {
     let mut child = Command::new(example_binary("cron"))
         .args([
             "--database-url",
@@ -54,7 +91,7 @@ fn replica(schema: &str, catch_up: &str) -> Replica {
         ])
         .args(["--schema", schema, "--name", "tick", "--catch-up", catch_up])
         // A job the killed replica held comes back to the others within the test.
-        .args(["--lease", "2s"])
+        .args(["--lease", "2s", "--work-ms", &work_ms.to_string()])
         .stdout(Stdio::piped())
         .spawn()
         .expect("run the cron example");
@@ -63,13 +100,16 @@ fn replica(schema: &str, catch_up: &str) -> Replica {
     let lines = ran.clone();
     std::thread::spawn(move || {
         for line in out.lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("ran tick ") {
-                let time = rest
-                    .split_whitespace()
+            let time = |rest: &str| {
+                rest.split_whitespace()
                     .next()
                     .unwrap_or_default()
-                    .to_owned();
-                lines.push(time);
+                    .to_owned()
+            };
+            if let Some(rest) = line.strip_prefix("ran tick ") {
+                lines.push(time(rest));
+            } else if let Some(rest) = line.strip_prefix("start tick ") {
+                lines.push_started(time(rest));
             }
         }
     });
@@ -138,34 +178,45 @@ fn runs(replicas: &[Replica]) -> HashMap<i64, usize> {
 #[tokio::test]
 async fn three_replicas_one_killed_run_every_tick_once() {
     let schema = fresh_schema("cron3").await;
-    let mut replicas: Vec<Replica> = (0..3).map(|_| replica(&schema, "1h")).collect();
-    std::thread::sleep(Duration::from_secs(7));
-    // Killed once it has run a tick (which replica wins a tick is the replicas' race, so
-    // seven seconds alone may leave it none), so that its runs are part of what is counted.
+    // Each run takes 1.5 s, so that jobs are in flight when the kill comes.
+    let mut replicas: Vec<Replica> = (0..3)
+        .map(|_| replica_working(&schema, "1h", 1_500))
+        .collect();
+    // Killed once it has run a tick (which replica wins a tick is the replicas' race), so that
+    // its runs are part of what is counted, and while it runs another: the kill lands mid-job.
     replicas[0].ran.wait_for(
         1,
         Duration::from_secs(30),
-        "the first replica ran no tick in 37 s",
+        "the first replica ran no tick in 30 s",
     );
-    // Half a second on, between two ticks of the one-second schedule: killed right at a
-    // tick's line, it would die in the moment between running that tick and recording it
-    // done, and the tick's job would rightly run again after its lease (at least once).
-    std::thread::sleep(Duration::from_millis(500));
+    replicas[0].ran.wait_in_flight(Duration::from_secs(30));
     kill(&mut replicas[0]);
     let killed_ran = replicas[0].ran.lock().len();
-    std::thread::sleep(Duration::from_secs(8));
+    let in_flight = replicas[0].ran.unfinished();
+    assert!(!in_flight.is_empty(), "the kill landed mid-job");
+    // The killed replica's jobs come back after their lease, and another replica runs them.
+    let others_ran = |replicas: &[Replica], tick: &String| {
+        replicas[1..].iter().any(|r| r.ran.lock().contains(tick))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !in_flight.iter().all(|tick| others_ran(&replicas, tick)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ticks the killed replica had in flight never ran again: {in_flight:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20)); // polls the replicas' lines
+    }
     for replica in &mut replicas[1..] {
         stop(replica);
     }
     let runs = runs(&replicas);
     let (first, last) = (*runs.keys().min().unwrap(), *runs.keys().max().unwrap());
-    assert!(last - first >= 10, "about 15 s of ticks: {runs:?}");
+    assert!(last - first >= 5, "several seconds of ticks: {runs:?}");
     // Every tick from the first to the last ran: none skipped, the kill included.
     let skipped: Vec<i64> = (first..=last).filter(|t| !runs.contains_key(t)).collect();
     assert!(skipped.is_empty(), "ticks that never ran: {skipped:?}");
-    // Each once. A tick runs twice only if the killed replica had printed it and not yet
-    // recorded it done when it died (its job comes back after the lease): a window of
-    // microseconds with no work to do.
+    // Each once: a tick in flight in the killed replica had not printed its line, and ran
+    // again elsewhere after its lease.
     let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "ticks run twice: {twice:?}");
     assert!(
