@@ -59,13 +59,16 @@ async fn three_replicas_enqueue_every_tick_once_and_skip_none() {
     for replica in &replicas {
         replica.declare_at(t0).await.unwrap();
     }
+    let mut stored = 0;
     for n in 1..=10 {
         let now = t0 + secs(n);
         let passes = futures_util::future::join_all(replicas.iter().map(|r| r.pass_at(now))).await;
         for pass in passes {
-            pass.unwrap();
+            stored += pass.unwrap().iter().map(|p| p.stored).sum::<usize>();
         }
     }
+    // The replicas raced for every tick: each was stored by one of them, the others found it.
+    assert_eq!(stored, 10, "each tick stored once across the replicas");
     let keys = tick_keys(&queue, "tick").await;
     let expected: Vec<String> = (1..=10)
         .map(|n| {
@@ -311,6 +314,16 @@ async fn started_schedulers_enqueue_ticks_as_they_fall_due() {
     a.shutdown().await;
     b.shutdown().await;
     let keys = tick_keys(&queue, "loop").await;
+    // Stopped: once the database's clock is two ticks on, nothing more was enqueued.
+    let stopped_at = database_now(&queue).await;
+    while database_now(&queue).await < stopped_at + secs(2) {
+        tokio::time::sleep(Duration::from_millis(50)).await; // polls the database's clock
+    }
+    assert_eq!(
+        tick_keys(&queue, "loop").await,
+        keys,
+        "no tick enqueued after shutdown"
+    );
     let distinct: HashSet<_> = keys.iter().collect();
     assert_eq!(distinct.len(), keys.len());
     assert!(

@@ -92,6 +92,9 @@ pub struct PassReport {
     pub schedule: String,
     /// Ticks enqueued by this pass (or found already enqueued by another replica).
     pub enqueued: usize,
+    /// Of those, the ticks this pass stored (the rest another replica had stored first):
+    /// across replicas, each tick is stored by one pass.
+    pub stored: usize,
     /// Ticks counted as missed: older than the catch-up window.
     pub not_enqueued: u64,
     /// Ticks counted as missed: their job had not completed within the grace period.
@@ -252,8 +255,11 @@ impl Scheduler {
                 pass.enqueued += 1;
             } else {
                 match self.enqueue_tick(schedule, at).await {
-                    Ok(true) => pass.enqueued += 1,
-                    Ok(false) => pass.not_enqueued += 1,
+                    Ok(Some(stored)) => {
+                        pass.enqueued += 1;
+                        pass.stored += usize::from(stored);
+                    }
+                    Ok(None) => pass.not_enqueued += 1,
                     Err(e) => {
                         failure = Some(e);
                         break;
@@ -271,7 +277,7 @@ impl Scheduler {
             .bind(next.map(to_micros))
             .execute(pool)
             .await
-            .map_err(failed(Operation::Complete))?
+            .map_err(failed(Operation::Schedule))?
             .rows_affected()
             > 0;
         if !advanced {
@@ -327,13 +333,18 @@ impl Scheduler {
             .bind(to_micros(now))
             .execute(self.queue.store.pool())
             .await
-            .map_err(failed(Operation::Claim))?;
+            .map_err(failed(Operation::Schedule))?;
         Ok(())
     }
 
-    /// Enqueues the tick at `at`: `true` when it is in the queue (now or before), `false` when
-    /// it can never be (its job refused: counted as missed), or the store's error.
-    async fn enqueue_tick(&self, schedule: &Schedule, at: SystemTime) -> Result<bool, StoreError> {
+    /// Enqueues the tick at `at`: `Some(stored now)` when it is in the queue (stored by this
+    /// call, or before), `None` when it can never be (its job refused: counted as missed), or
+    /// the store's error.
+    async fn enqueue_tick(
+        &self,
+        schedule: &Schedule,
+        at: SystemTime,
+    ) -> Result<Option<bool>, StoreError> {
         let key = tick_key(schedule.name(), at);
         let job = match NewJob::new(key.as_str(), schedule.payload_value()) {
             Ok(job) => job
@@ -342,21 +353,21 @@ impl Scheduler {
                 .queue(schedule.queue_name()),
             Err(e) => {
                 tracing::warn!(%key, error = %e, "the tick's job cannot be enqueued: counted as missed");
-                return Ok(false);
+                return Ok(None);
             }
         };
         match self.queue.enqueue(job).await {
-            Ok(_) => Ok(true),
+            Ok(enqueued) => Ok(Some(enqueued == crate::Enqueued::Queued)),
             // The tick is there with another payload (a deploy changed it meanwhile): it runs
             // as first enqueued.
             Err(EnqueueError::KeyReused { .. }) => {
                 tracing::warn!(%key, "the tick was enqueued with another payload; it runs with that one");
-                Ok(true)
+                Ok(Some(false))
             }
             Err(EnqueueError::Store(e)) => Err(e),
             Err(e) => {
                 tracing::warn!(%key, error = %e, "the tick's job was refused: counted as missed");
-                Ok(false)
+                Ok(None)
             }
         }
     }
@@ -406,7 +417,7 @@ impl Scheduler {
             .bind(success)
             .execute(pool)
             .await
-            .map_err(failed(Operation::Complete))?
+            .map_err(failed(Operation::Schedule))?
             .rows_affected()
             > 0;
         if !verified {

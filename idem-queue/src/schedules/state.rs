@@ -108,14 +108,14 @@ impl Queue {
     pub async fn store_schedule(&self, schedule: &Schedule) -> Result<(), StoreError> {
         schedule
             .check()
-            .map_err(|e| StoreError::msg(e.to_string()).during(Operation::Claim))?;
+            .map_err(|e| StoreError::msg(e.to_string()).during(Operation::Schedule))?;
         sqlx::query(&self.schedule_sql.store)
             .bind(schedule.name())
             .bind(schedule.spec())
             .bind(schedule.to_stored().to_string())
             .execute(self.store.pool())
             .await
-            .map_err(failed(Operation::Claim))?;
+            .map_err(failed(Operation::Schedule))?;
         Ok(())
     }
 
