@@ -21,7 +21,8 @@ async fn enqueue(queue: &Queue, keys: impl Iterator<Item = String>) {
 }
 
 /// Workers that prefetch far past their slots run each job exactly once, and call themselves
-/// idle only once every job is done.
+/// idle only once every job is done. While the first jobs hold every slot (at a gate), the
+/// workers hold claims on more jobs than they have slots: they prefetched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefetching_workers_run_every_job_once() {
     const JOBS: usize = 300;
@@ -30,6 +31,7 @@ async fn prefetching_workers_run_every_job_once() {
     enqueue(&queue, (0..JOBS).map(|i| format!("job:{i}"))).await;
     let runs: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let counted = runs.clone();
+    let (open, gate) = tokio::sync::watch::channel(false);
     let workers = queue
         .worker(move |job: Job| {
             *counted
@@ -37,11 +39,33 @@ async fn prefetching_workers_run_every_job_once() {
                 .unwrap()
                 .entry(job.key().to_owned())
                 .or_default() += 1;
-            async { Ok::<_, std::io::Error>(()) }
+            let mut gate = gate.clone();
+            async move {
+                let _ = gate.wait_for(|open| *open).await;
+                Ok::<_, std::io::Error>(())
+            }
         })
         .concurrency(4)
         .prefetch(64)
         .start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let claimed = queue.stats().await.unwrap().running;
+        if claimed > 4 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the workers never held more claims than slots: {claimed}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await; // polls the queue's counts
+    }
+    assert_eq!(
+        runs.lock().unwrap().len(),
+        4,
+        "the prefetched jobs wait for a slot"
+    );
+    open.send_replace(true);
     workers.wait_idle().await;
     let runs = runs.lock().unwrap().clone();
     assert_eq!(runs.len(), JOBS, "every job ran");
