@@ -535,13 +535,14 @@ impl Store for PgStore {
         });
     }
 
-    /// With batching, nothing to do here: the batch skips a claim whose caller left before it
-    /// was sent and releases one acquired for a caller that left (`batch.rs`,
-    /// `Op::orphaned`). Without it, the claim is sent again with its token and released.
+    /// The claim is sent again with its token and released. With batching, the batch also
+    /// skips a claim whose caller left before it was sent and releases one acquired for a
+    /// caller that left while it waited (`batch.rs`, `Op::orphaned`); but a caller can leave
+    /// after its answer was taken (a wrapper store of the application's that awaits after
+    /// the claim, say), which only this catches. Sent again after either, the claim finds the
+    /// key free (and releases what it takes) or held by its own token (and releases it).
     fn abandon_claim(&self, request: ClaimRequest<'_>) {
-        if self.batches().is_none() {
-            idem_core::reclaim_and_release_in_background(self.shared(), request);
-        }
+        idem_core::reclaim_and_release_in_background(self.shared(), request);
     }
 }
 
