@@ -1115,10 +1115,4 @@ impl Store for Gated {
     fn abandon(&self, key: &Key, fence: Fence) {
         self.inner.abandon(key, fence)
     }
-
-    // Forwarded, so that a call dropped at the claim's gate is undone the way the store under
-    // test undoes one (the default would claim again through this wrapper instead).
-    fn abandon_claim(&self, request: ClaimRequest<'_>) {
-        self.inner.abandon_claim(request)
-    }
 }

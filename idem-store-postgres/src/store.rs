@@ -535,14 +535,13 @@ impl Store for PgStore {
         });
     }
 
-    /// The claim is sent again with its token and released. With batching, the batch also
-    /// skips a claim whose caller left before it was sent and releases one acquired for a
-    /// caller that left while it waited (`batch.rs`, `Op::orphaned`); but a caller can leave
-    /// after its answer was taken (a wrapper store of the application's that awaits after
-    /// the claim, say), which only this catches. Sent again after either, the claim finds the
-    /// key free (and releases what it takes) or held by its own token (and releases it).
+    /// With batching, nothing to do here: the batch skips a claim whose caller left before it
+    /// was sent and releases one acquired for a caller that left (`batch.rs`,
+    /// `Op::orphaned`). Without it, the claim is sent again with its token and released.
     fn abandon_claim(&self, request: ClaimRequest<'_>) {
-        idem_core::reclaim_and_release_in_background(self.shared(), request);
+        if self.batches().is_none() {
+            idem_core::reclaim_and_release_in_background(self.shared(), request);
+        }
     }
 }
 
