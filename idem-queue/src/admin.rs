@@ -201,10 +201,12 @@ impl Queue {
             == 1)
     }
 
-    /// Deletes up to `limit` jobs done and up to `limit` cancelled more than `older_than` ago,
-    /// and returns how many. Until then, enqueueing a finished job's key again is a duplicate.
-    /// Dead jobs stay until discarded; a cancelled job leaves no record (it never ran, and its
-    /// key may be enqueued again). A done job that finished less than a day ago (its call's keep) leaves its
+    /// Deletes up to `limit` jobs done, and up to `limit` cancelled before they ever started,
+    /// more than `older_than` ago, and returns how many. Until then, enqueueing a finished
+    /// job's key again is a duplicate. Dead jobs stay until discarded, and so do jobs cancelled
+    /// while or after they ran (their key enqueued again must not run them again); a purged
+    /// cancelled job leaves no record (it never ran, and its key may be enqueued again). A done
+    /// job that finished less than a day ago (its call's keep) leaves its
     /// idempotency record, completed, for the rest of that day, so its key enqueued again is
     /// recognised as done and not run (the done row was the record until then: see the
     /// [module docs](super)).

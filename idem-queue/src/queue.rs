@@ -12,15 +12,21 @@ use crate::schedules::sql::ScheduleSql;
 use crate::sql::QueueSql;
 
 /// The queue's migrations: its table, `<table>_queue`, beside the store's records, with its
-/// history in `<table>_queue_migrations`. Migration 8 first shipped building its indexes in a
-/// transaction, which held writes to the queue until it committed; it now builds them
-/// concurrently, and a database that applied the first text is up to date.
+/// history in `<table>_queue_migrations`. Migration 8 first shipped (in two texts) building its
+/// indexes in a transaction, which held writes to the queue until it committed; it now builds
+/// them concurrently, and a database that applied an earlier text is up to date.
 static MIGRATIONS: idem_store_postgres::extend::Migrations =
     idem_store_postgres::extend::Migrations::new("idem-queue", "queue_migrations", &MIGRATOR)
-        .rewritten(&[(
-            8,
-            "6d3f168ef9f8be046f863570f2c3e68ff1e0a42a150c98cda15d6cd02094616385d32d7bcb8ee23228f2c4825b734d8e",
-        )]);
+        .rewritten(&[
+            (
+                8,
+                "e21d037b6607a29b64ff834658577d1a38cec45660c7ef8d4fed6d6c12b8d812dadf81a7c9c9c51d2decf629843e26b2",
+            ),
+            (
+                8,
+                "6d3f168ef9f8be046f863570f2c3e68ff1e0a42a150c98cda15d6cd02094616385d32d7bcb8ee23228f2c4825b734d8e",
+            ),
+        ]);
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// The work queue of a [`PgStore`]: table `<table>_queue` next to its records, created by

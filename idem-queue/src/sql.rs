@@ -826,10 +826,12 @@ impl QueueSql {
             // In `finished_at` order from where the drain's previous batch ended ($3), as the
             // records' purge does: the index entries of the jobs a drain deleted stay until
             // VACUUM, and a batch that started at the start of the done jobs would read past
-            // them all. Cancelled jobs go too, without a record (they never ran, so their key
-            // may be enqueued again), and so do the serial keys' rows that name a purged job:
-            // a job done or cancelled holds no key, and a claim of the key since (a newer
-            // holder) is read by the delete as it is now.
+            // them all. Cancelled jobs that never started go too, without a record (their key
+            // may be enqueued again; one cancelled while or after it ran stays, as its key
+            // enqueued again must not run it again), and so do the serial keys' rows that name
+            // a purged job: a job done or cancelled holds no key, and a claim of the key since
+            // (a newer holder) is read by the delete as it is now. Those rows are locked in
+            // key order, the order claims lock them in, so the two never wait on each other.
             purge_done: format!(
                 "WITH due AS (
                      SELECT key, finished_at FROM {q}
@@ -840,6 +842,7 @@ impl QueueSql {
                  ), cancelled AS (
                      SELECT key FROM {q}
                      WHERE state = 'cancelled' AND finished_at < now() - $1::bigint {micros}
+                       AND attempts = unrun AND attempted_at IS NULL
                      ORDER BY finished_at LIMIT $2
                      FOR UPDATE SKIP LOCKED
                  ), purged AS (
@@ -852,9 +855,15 @@ impl QueueSql {
                      SELECT key, serial_key FROM purged WHERE serial_key IS NOT NULL
                      UNION ALL
                      SELECT key, serial_key FROM purged_cancelled WHERE serial_key IS NOT NULL
+                 ), unheld AS (
+                     SELECT serial_key FROM {serial_table}
+                     WHERE serial_key = ANY(ARRAY(SELECT serial_key FROM gone))
+                       AND holder = ANY(ARRAY(SELECT key FROM gone))
+                     ORDER BY serial_key
+                     FOR UPDATE
                  ), unheld_keys AS (
                      DELETE FROM {serial_table}
-                     WHERE serial_key = ANY(ARRAY(SELECT serial_key FROM gone))
+                     WHERE serial_key = ANY(ARRAY(SELECT serial_key FROM unheld))
                        AND holder = ANY(ARRAY(SELECT key FROM gone))
                  ), kept AS ({})
                  SELECT (SELECT count(*) FROM purged) + (SELECT count(*) FROM purged_cancelled),

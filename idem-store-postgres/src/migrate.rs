@@ -195,6 +195,7 @@ impl Migrations {
                 None => {
                     let sql = migration
                         .sql
+                        .replace("\r\n", "\n")
                         .replace("__IDEM_SCHEMA__", schema)
                         .replace("__IDEM_TABLE__", table);
                     let record = format!(
@@ -204,21 +205,23 @@ impl Migrations {
                         .bind(migration.version)
                         .bind(&*migration.description)
                         .bind(&*migration.checksum);
-                    if migration.no_tx && !empty(conn, &sql).await? {
-                        for statement in statements(&sql) {
-                            conn.execute(statement).await.map_err(setup)?;
+                    if migration.no_tx {
+                        if !in_one_transaction(conn, &sql, record).await? {
+                            for statement in statements(&sql) {
+                                conn.execute(statement).await.map_err(setup)?;
+                            }
+                            let record = format!(
+                                "INSERT INTO {history} (version, description, checksum)
+                                 VALUES ($1, $2, $3)"
+                            );
+                            sqlx::query(&record)
+                                .bind(migration.version)
+                                .bind(&*migration.description)
+                                .bind(&*migration.checksum)
+                                .execute(&mut *conn)
+                                .await
+                                .map_err(setup)?;
                         }
-                        record.execute(&mut *conn).await.map_err(setup)?;
-                    } else if migration.no_tx {
-                        // Nothing to build on an empty table, and no write to hold up: one
-                        // transaction, with none of the waits of a concurrent build.
-                        let mut tx = conn.begin().await.map_err(setup)?;
-                        for statement in statements(&sql) {
-                            let statement = statement.replace(" CONCURRENTLY", "");
-                            tx.execute(statement.as_str()).await.map_err(setup)?;
-                        }
-                        record.execute(&mut *tx).await.map_err(setup)?;
-                        tx.commit().await.map_err(setup)?;
                     } else {
                         let mut tx = conn.begin().await.map_err(setup)?;
                         tx.execute(sql.as_str()).await.map_err(setup)?;
@@ -245,20 +248,46 @@ impl Migrations {
     }
 }
 
-/// Whether the table a no-transaction migration names on a line `-- online unless empty: T`
-/// has no rows. A migration that names none is run outside a transaction always.
-async fn empty(conn: &mut PgConnection, sql: &str) -> Result<bool, StoreError> {
+/// Runs a no-transaction migration in one transaction, `CONCURRENTLY` taken out, with
+/// `record` (its history row), when the table it names on a line `-- online unless empty: T`
+/// has no rows: nothing to build, and none of a concurrent build's waits for every transaction
+/// running. The table is locked first without waiting (an application's transaction may
+/// hold it, with rows not yet visible), and its rows counted under that lock. Returns false,
+/// having changed nothing, when the migration names no table, the table has rows, or its lock
+/// was not free: then the migration runs outside a transaction.
+async fn in_one_transaction(
+    conn: &mut PgConnection,
+    sql: &str,
+    record: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> Result<bool, StoreError> {
     let Some(table) = sql
         .lines()
         .find_map(|line| line.strip_prefix("-- online unless empty: "))
+        .map(str::trim)
     else {
         return Ok(false);
     };
-    let exists = format!("SELECT NOT EXISTS (SELECT 1 FROM {} LIMIT 1)", table.trim());
-    sqlx::query_scalar(&exists)
-        .fetch_one(conn)
+    let mut tx = conn.begin().await.map_err(setup)?;
+    let locked = tx
+        .execute(format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE NOWAIT").as_str())
+        .await;
+    if locked.is_err() {
+        return Ok(false); // dropped: rolled back
+    }
+    let empty: bool = sqlx::query_scalar(&format!("SELECT NOT EXISTS (SELECT 1 FROM {table})"))
+        .fetch_one(&mut *tx)
         .await
-        .map_err(setup)
+        .map_err(setup)?;
+    if !empty {
+        return Ok(false);
+    }
+    for statement in statements(sql) {
+        let statement = statement.replace(" CONCURRENTLY", "");
+        tx.execute(statement.as_str()).await.map_err(setup)?;
+    }
+    record.execute(&mut *tx).await.map_err(setup)?;
+    tx.commit().await.map_err(setup)?;
+    Ok(true)
 }
 
 /// The statements of a migration run outside a transaction: each ends with `;` at the end of a
