@@ -2,7 +2,7 @@
 //! exits.
 //!
 //! A call whose caller goes away after its body returned `Ok` records its completion on a task
-//! of its own; a call dropped mid-run frees its key on one; a [detached](crate::Call::detached)
+//! of its own; a call dropped mid-run frees its key on one; a [detached](crate::Call::run_detached)
 //! call and a request the HTTP layer runs go on after their callers leave. Those tasks live on
 //! the Tokio runtime, and a runtime that shuts down (`#[tokio::main]` returning, a server
 //! stopping) drops them unrun: a completion dropped so is lost, and the next delivery runs the
