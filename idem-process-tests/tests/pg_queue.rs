@@ -167,10 +167,11 @@ async fn workers_killed_or_stalled_mid_batch_lose_nothing() {
 }
 
 /// Workers that prefetch (claim past their free slots) and are killed mid-batch lose nothing:
-/// the jobs they held, started or not, return when their lease lapses. Only jobs that had
-/// started run again (running, or writing their outcome: at most the concurrency and the
-/// prefetch per kill), and a job a killed worker held but never started is not counted as an
-/// attempt: no job's attempts exceed its runs.
+/// the jobs they held, started or not, return when their lease lapses. Each kill lands while
+/// its victim holds jobs it claimed and never started (read from the queue and the ledger of
+/// runs, not timed), and every such job is taken over with its lost claim counted in `unrun`,
+/// not as an attempt. Only jobs the victim had started run again: no more repeats than jobs it
+/// had started and not settled when it died, and no job's attempts exceed its runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefetching_workers_killed_mid_batch_lose_nothing_and_count_only_started_jobs() {
     let _turn = TURN.lock().await;
@@ -189,12 +190,57 @@ async fn prefetching_workers_killed_mid_batch_lose_nothing_and_count_only_starte
         .map(|_| worker(&schema, JOBS, &prefetching))
         .collect();
     let mut killed: HashSet<i32> = HashSet::new();
+    // Per kill, the jobs its victim held unstarted, and how many it had started and not
+    // settled (the most that can run again).
+    let mut held_unstarted: Vec<String> = Vec::new();
+    let mut cut = 0;
+    let held_by = |pid: u32, started: bool| {
+        format!(
+            "FROM {{schema}}.idem_records_queue q
+             WHERE q.worker LIKE '{pid}:%' AND q.state = 'running'
+               AND {} EXISTS (SELECT 1 FROM {{schema}}.executions e
+                              WHERE e.key = q.key AND e.pid = {pid})",
+            if started {
+                ""
+            } else {
+                "q.attempted_at IS NULL AND NOT"
+            }
+        )
+    };
     for round in 0..KILLS {
-        tokio::time::sleep(Duration::from_millis(300 + 100 * round as u64)).await;
+        let pid = live[round % live.len()].id();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        // Killed once it holds jobs it has not started, beside the ones it runs.
+        while schema
+            .scalar(&format!("SELECT count(*) {}", held_by(pid, false)))
+            .await
+            == 0
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "worker {pid} never prefetched"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await; // polls the queue
+        }
         let mut victim = live.remove(round % live.len());
         signal(&victim, "KILL");
         let _ = victim.wait();
-        killed.insert(victim.id() as i32);
+        killed.insert(pid as i32);
+        let held: Vec<String> = idem_store_postgres::sqlx::query_scalar(&format!(
+            "SELECT q.key {}",
+            held_by(pid, false).replace("{schema}", &format!("\"{}\"", schema.name))
+        ))
+        .fetch_all(&schema.pool)
+        .await
+        .unwrap();
+        assert!(
+            !held.is_empty(),
+            "the kill of {pid} hit jobs it held unstarted"
+        );
+        held_unstarted.extend(held);
+        cut += schema
+            .scalar(&format!("SELECT count(*) {}", held_by(pid, true)))
+            .await;
         live.push(worker(&schema, JOBS, &prefetching));
     }
     for child in live {
@@ -202,10 +248,21 @@ async fn prefetching_workers_killed_mid_batch_lose_nothing_and_count_only_starte
     }
     let (runs, distinct) = all_done(&schema, &queue, JOBS).await;
     let repeats = runs - distinct;
-    let bound = KILLS as i64 * (CONCURRENCY + PREFETCH);
     assert!(
-        repeats <= bound,
-        "{repeats} repeats, bound {bound}: only started jobs run again"
+        repeats <= cut,
+        "{repeats} repeats, but the kills cut {cut} started jobs: only those run again"
+    );
+    // Every job a victim held unstarted came back with that claim counted as never run.
+    let uncounted = schema
+        .scalar(&format!(
+            "SELECT count(*) FROM {{schema}}.idem_records_queue
+             WHERE key = ANY('{{{}}}'::text[]) AND unrun = 0",
+            held_unstarted.join(",")
+        ))
+        .await;
+    assert_eq!(
+        uncounted, 0,
+        "a held job's lost claim was counted as an attempt: {held_unstarted:?}"
     );
     let repeated_elsewhere = schema
         .scalar(&format!(
