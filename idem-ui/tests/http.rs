@@ -537,6 +537,8 @@ async fn pages_follow_each_other_without_a_gap_or_a_repeat() {
                 .and_then(|head| head.rsplit("href=\"").next())
                 .map(|href| href.split('"').next().unwrap().to_owned());
         }
+        // Pages of 50: the walk crossed two page boundaries, by the links the pages carry.
+        assert_eq!(pages, 3, "{first}: three pages of 120 rows");
         let expected = 120;
         let mut unique = seen.clone();
         unique.sort();
