@@ -468,7 +468,8 @@
 //!   row in `<table>_queue_serial`, and two claims of one key meet on it. They run in the order
 //!   they were enqueued as they commit: a job whose transaction began before a later job of its
 //!   key was enqueued, and committed after that one was claimed, runs after it. A key's first
-//!   unfinished job holds the key in every named queue, served or not.
+//!   unfinished job holds the key in every named queue, served or not, and a job whose worker
+//!   stalled or died holds it until a claim takes that job over (it runs first).
 //! - **Cancelling a running job is cooperative**: a handler that finishes before it hears
 //!   (up to a third of a lease) is done, and one that ignores it runs a lease longer.
 

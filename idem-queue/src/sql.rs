@@ -348,6 +348,18 @@ impl QueueSql {
                    AND ((s.created_at, s.key) < (j.created_at, j.key)
                         OR (s.state = 'running' AND s.available_at > {now}))))"
         );
+        // A serial job whose worker stopped (its lease lapsed) still holds its key (below) until
+        // a claim takes it over, which it may whatever the key's order: it was started first,
+        // and its stalled worker may yet resume. Only another of the key's jobs running on a
+        // live lease holds it back.
+        let serial_lapsed = format!(
+            "(j.serial_key IS NULL OR NOT EXISTS (
+                 SELECT 1 FROM {q} AS s
+                 WHERE s.serial_key = j.serial_key AND s.key <> j.key
+                   AND s.state IN ('queued', 'running') AND {s_is_running}
+                   AND s.available_at > {now}))",
+            s_is_running = in_state("s.state", "running"),
+        );
         // Running jobs whose lease lapsed come first (from `q_leases`, by lease end), then
         // waiting ones (from `q_waiting`, by priority). The limit above the two reads the
         // second (and locks its rows) only for the slots the first left. The first is read
@@ -361,7 +373,7 @@ impl QueueSql {
                      SELECT l.key, true AS lapsed, l.serial_key FROM (
                          SELECT j.key, j.serial_key FROM {q} AS j
                          WHERE {rescue} AND j.state = 'running' AND j.available_at <= now()
-                           AND j.queue = {queue} {also} AND {serial}
+                           AND j.queue = {queue} {also} AND {serial_lapsed}
                          ORDER BY j.available_at
                          LIMIT {limit}
                          FOR UPDATE SKIP LOCKED
@@ -396,12 +408,16 @@ impl QueueSql {
         // (see migration 9), not logged. Each claimed job comes with its attempt as counted.
         // Each picked job of a serial key takes its key's row (see migration 10) and is claimed
         // only if the row names it already, or if the claim that wrote the row is on this
-        // statement's snapshot and the job it names no longer runs on a live lease. The row is
+        // statement's snapshot and the job it names no longer runs. A holder whose lease
+        // lapsed still runs: its worker may only have stalled, and would resume beside the
+        // next job; the key is free once a claim took the holder over (and ran it) instead. The row is
         // written with `ON CONFLICT DO UPDATE`, which waits for a claim of the key in progress
         // and reads the row's newest version: a claim whose snapshot missed the key's latest
         // claim (its job committed late, or the claim slow) then finds a holder it cannot see
         // and takes nothing, and `serial` above keeps later snapshots right. Keys are written
-        // in one order, so two claims never wait on each other's rows. The holder's job is read
+        // in one order, so two claims never wait on each other's rows. Of a key's jobs picked
+        // together (a lapsed one taken over, and the key's first waiting one), the lapsed one
+        // is taken. The holder's job is read
         // on the snapshot, which only ever shows it running longer than it does: a claim waits
         // when it need not, never the other way.
         let serial_hold = format!(
@@ -409,14 +425,13 @@ impl QueueSql {
                  INSERT INTO {serial_table} AS s (serial_key, holder, xact)
                  SELECT DISTINCT ON (p.serial_key) p.serial_key, p.key, pg_current_xact_id()
                  FROM picked AS p WHERE p.serial_key IS NOT NULL
-                 ORDER BY p.serial_key, p.key
+                 ORDER BY p.serial_key, p.lapsed DESC, p.key
                  ON CONFLICT (serial_key) DO UPDATE SET holder = excluded.holder, xact = excluded.xact
                  WHERE s.holder = excluded.holder
                     OR (pg_visible_in_snapshot(s.xact, pg_current_snapshot())
                         AND NOT EXISTS (
                             SELECT 1 FROM {q} AS h
-                            WHERE h.key = s.holder AND {h_is_running}
-                              AND h.available_at > now() OFFSET 0))
+                            WHERE h.key = s.holder AND {h_is_running} OFFSET 0))
                  RETURNING serial_key, holder
              )",
             h_is_running = in_state("h.state", "running"),

@@ -943,3 +943,91 @@ async fn a_nul_in_a_key_finds_nothing_and_in_a_reason_is_refused() {
         "not cancelled"
     );
 }
+
+/// A serial key's job whose worker stalled (its lease lapsed, the worker still alive) keeps
+/// the key until a claim takes it over: a job of the key ordered before it (its enqueue
+/// committed late) does not run beside the stalled run. The takeover runs first, then the
+/// other job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_serial_job_keeps_its_key_until_taken_over() {
+    use idem_store_postgres::sqlx;
+    let test = TestStore::new("qc_serial_stalled", 20).await;
+    let queue = support::queue(&test).await;
+    let pool = test.store.pool();
+    let mut early = pool.begin().await.unwrap();
+    let _ = queue
+        .enqueue_in(&mut *early, job("acct:0-early").serial_key("acct"))
+        .await
+        .unwrap();
+    let _ = queue
+        .enqueue(job("acct:1-later").serial_key("acct"))
+        .await
+        .unwrap();
+
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<(&str, String)>();
+    let (release_tx, release) = tokio::sync::watch::channel(false);
+    let gated = |name: &'static str| {
+        let (started, release) = (started_tx.clone(), release.clone());
+        move |job: Job| {
+            let (started, mut release) = (started.clone(), release.clone());
+            async move {
+                let _ = started.send((name, job.key().to_owned()));
+                let _ = release.wait_for(|go| *go).await;
+                Ok::<_, std::io::Error>(())
+            }
+        }
+    };
+    let stalled = another(&test)
+        .await
+        .worker(gated("stalled"))
+        .lease(Duration::from_secs(60))
+        .concurrency(1)
+        .start();
+    assert_eq!(
+        started.recv().await.unwrap(),
+        ("stalled", "acct:1-later".into())
+    );
+    // The worker stalls: its lease lapses, and it renews nothing.
+    sqlx::query(&format!(
+        "UPDATE {}.idem_records_queue SET available_at = now() - interval '1 second'
+         WHERE key = 'acct:1-later'",
+        test.schema
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    early.commit().await.unwrap();
+
+    let other = another(&test)
+        .await
+        .worker(gated("other"))
+        .lease(Duration::from_secs(60))
+        .start();
+    assert_eq!(
+        started.recv().await.unwrap(),
+        ("other", "acct:1-later".into()),
+        "the stalled job is taken over before the key's other job runs"
+    );
+    let looker = another(&test)
+        .await
+        .worker(gated("looker"))
+        .concurrency(1)
+        .start();
+    looker.wait_idle().await;
+    assert_eq!(
+        state(&queue, "acct:0-early").await,
+        JobState::Queued,
+        "it waits"
+    );
+    let _ = release_tx.send(true);
+    let (_, next) = started.recv().await.unwrap();
+    assert_eq!(next, "acct:0-early", "then the other job runs");
+    let done = queue
+        .wait_result("acct:0-early", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(done, Some(JobResult::Done(None)));
+    for workers in [looker, other, stalled] {
+        workers.shutdown(Duration::from_secs(5)).await;
+    }
+}
