@@ -215,10 +215,23 @@ async fn three_replicas_one_killed_run_every_tick_once() {
     // Every tick from the first to the last ran: none skipped, the kill included.
     let skipped: Vec<i64> = (first..=last).filter(|t| !runs.contains_key(t)).collect();
     assert!(skipped.is_empty(), "ticks that never ran: {skipped:?}");
-    // Each once: a tick in flight in the killed replica had not printed its line, and ran
-    // again elsewhere after its lease.
+    // Each once, but for what the kill cut between a run and its record: a tick in flight in
+    // the killed replica had not printed its line and ran once elsewhere after its lease; one
+    // whose line it had printed, and not yet recorded done, runs again (at least once). Only
+    // ticks the killed replica ran repeat, at most once each, and no more than it ran at once.
+    let killed_times: std::collections::HashSet<i64> =
+        replicas[0].ran.lock().iter().map(|t| seconds(t)).collect();
     let twice: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "ticks run twice: {twice:?}");
+    assert!(
+        twice
+            .iter()
+            .all(|(t, n)| **n == 2 && killed_times.contains(*t)),
+        "ticks run twice that the kill did not cut: {twice:?}"
+    );
+    assert!(
+        twice.len() <= 4,
+        "more repeats than the killed replica's slots: {twice:?}"
+    );
     assert!(
         killed_ran > 0,
         "the killed replica ran ticks before it died"
