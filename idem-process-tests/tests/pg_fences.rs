@@ -7,9 +7,8 @@
 mod pg_support;
 
 use idem_queue::{Job, JobError, JobResult, JobState, NewJob, Queue};
-use pg_support::{database_url, signal, Schema};
+use pg_support::{database_url, lines, signal, Schema};
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -42,17 +41,8 @@ fn stalling_worker(schema: &str) -> (Child, mpsc::Receiver<String>) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn idem-queue-worker");
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("stalled worker: {line}");
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (child, rx)
+    let stderr = lines(child.stderr.take().unwrap());
+    (child, stderr)
 }
 
 /// Waits until the server says `condition` (an SQL boolean over `{schema}`).

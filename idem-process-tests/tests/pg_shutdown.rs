@@ -4,26 +4,11 @@
 
 mod pg_support;
 
-use pg_support::{signal, spawn_worker, Schema};
-use std::io::{BufRead, BufReader};
+use pg_support::{lines, signal, spawn_worker, Schema};
 use std::sync::mpsc;
 use std::time::Duration;
 
 const KEYS: u32 = 40;
-
-/// The worker's stdout, a line at a time.
-fn lines(child: &mut std::process::Child) -> mpsc::Receiver<String> {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
 
 fn next_line(lines: &mpsc::Receiver<String>, starting: &str) -> String {
     let line = lines
@@ -41,7 +26,7 @@ async fn a_process_stopped_after_its_callers_left_records_every_completion() {
     use idem_store_postgres::sqlx;
     let schema = Schema::new("drop_ok").await;
     let mut child = spawn_worker("drop-after-ok", &schema.name, &[("keys", KEYS.to_string())]);
-    let lines = lines(&mut child);
+    let lines = lines(child.stdout.take().expect("piped stdout"));
     next_line(&lines, "STARTED");
     // Every body runs, so every key is claimed. Their records locked here, each completion
     // waits on its row until after the process was told to stop.

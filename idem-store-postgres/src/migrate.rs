@@ -198,35 +198,25 @@ impl Migrations {
                         .replace("\r\n", "\n")
                         .replace("__IDEM_SCHEMA__", schema)
                         .replace("__IDEM_TABLE__", table);
-                    let record = format!(
+                    let insert = format!(
                         "INSERT INTO {history} (version, description, checksum) VALUES ($1, $2, $3)"
                     );
-                    let record = sqlx::query(&record)
-                        .bind(migration.version)
-                        .bind(&*migration.description)
-                        .bind(&*migration.checksum);
-                    if migration.no_tx {
-                        if !in_one_transaction(conn, &sql, record).await? {
-                            for statement in statements(&sql) {
-                                conn.execute(statement).await.map_err(setup)?;
-                            }
-                            let record = format!(
-                                "INSERT INTO {history} (version, description, checksum)
-                                 VALUES ($1, $2, $3)"
-                            );
-                            sqlx::query(&record)
-                                .bind(migration.version)
-                                .bind(&*migration.description)
-                                .bind(&*migration.checksum)
-                                .execute(&mut *conn)
-                                .await
-                                .map_err(setup)?;
-                        }
-                    } else {
+                    let record = || {
+                        sqlx::query(&insert)
+                            .bind(migration.version)
+                            .bind(&*migration.description)
+                            .bind(&*migration.checksum)
+                    };
+                    if !migration.no_tx {
                         let mut tx = conn.begin().await.map_err(setup)?;
                         tx.execute(sql.as_str()).await.map_err(setup)?;
-                        record.execute(&mut *tx).await.map_err(setup)?;
+                        record().execute(&mut *tx).await.map_err(setup)?;
                         tx.commit().await.map_err(setup)?;
+                    } else if !in_one_transaction(conn, &sql, record()).await? {
+                        for statement in statements(&sql) {
+                            conn.execute(statement).await.map_err(setup)?;
+                        }
+                        record().execute(&mut *conn).await.map_err(setup)?;
                     }
                     tracing::info!(
                         version = migration.version,

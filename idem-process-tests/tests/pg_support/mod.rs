@@ -80,6 +80,24 @@ pub fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
     }
 }
 
+/// The lines `output` (a child's piped stdout or stderr) prints, as they come, read on a thread
+/// of their own.
+pub fn lines(output: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(output)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// Sends `signal` (`KILL`, `TERM`, `STOP`, `CONT`) to `child`.
 pub fn signal(child: &Child, signal: &str) {
     let status = Command::new("kill")
