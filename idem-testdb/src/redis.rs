@@ -37,14 +37,15 @@ fn find(binary: &str) -> Result<PathBuf, ClusterError> {
         .ok_or_else(|| fail(REDIS_INSTALL_HINT))
 }
 
-/// A throwaway `redis-server` (no persistence) in a directory of its own, on a free port;
-/// stopped when dropped if this value started it.
+/// A throwaway `redis-server` (no persistence, unless [`durable`](RedisServer::start_durable))
+/// in a directory of its own, on a free port; stopped when dropped if this value started it.
 #[derive(Debug)]
 pub struct RedisServer {
     dir: PathBuf,
     port: u16,
     cluster: bool,
     owned: bool,
+    durable: bool,
 }
 
 impl RedisServer {
@@ -60,6 +61,29 @@ impl RedisServer {
         Ok(server)
     }
 
+    /// [`start`](Self::start), with an append-only file synced at every write
+    /// (`appendfsync always`): what idem's Redis store needs for an acknowledged claim or
+    /// completion to survive a crash of the server, so a [`kill`](Self::kill) and
+    /// [`start_again`](Self::start_again) loses nothing acknowledged.
+    pub fn start_durable() -> Result<RedisServer, ClusterError> {
+        let dir = std::env::temp_dir().join(format!(
+            "idem-redis-durable-{}-{}",
+            std::process::id(),
+            free_port()?
+        ));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| fail(format!("create {}: {e}", dir.display())))?;
+        let server = RedisServer {
+            dir: dir.clone(),
+            port: free_port()?,
+            cluster: false,
+            owned: true,
+            durable: true,
+        };
+        server.start_again()?;
+        Ok(server)
+    }
+
     /// Starts a server in `dir` (created), detached: it outlives this process until
     /// [`stop`](Self::stop) (as `idem-testdb redis-stop DIR` does).
     pub fn start_in(dir: &Path, cluster: bool) -> Result<RedisServer, ClusterError> {
@@ -69,6 +93,7 @@ impl RedisServer {
             port: free_port()?,
             cluster,
             owned: false,
+            durable: false,
         };
         std::fs::write(dir.join("port"), server.port.to_string())
             .map_err(|e| fail(format!("write the port file: {e}")))?;
@@ -87,6 +112,7 @@ impl RedisServer {
             port,
             cluster: false,
             owned: false,
+            durable: false,
         })
     }
 
@@ -97,7 +123,12 @@ impl RedisServer {
         command
             .arg("--port")
             .arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--bind", "127.0.0.1", "--save", ""])
+            .args(if self.durable {
+                ["--appendonly", "yes", "--appendfsync", "always"].as_slice()
+            } else {
+                ["--appendonly", "no"].as_slice()
+            })
             .args(["--daemonize", "yes", "--protected-mode", "no"])
             .arg("--dir")
             .arg(&self.dir)
@@ -147,6 +178,32 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
+    }
+
+    /// Kills the server with SIGKILL (as a crash of its host would end it, with no chance to
+    /// save), and waits until it is gone.
+    pub fn kill(&self) -> Result<(), ClusterError> {
+        let pid = std::fs::read_to_string(self.dir.join("redis.pid"))
+            .map_err(|e| fail(format!("read the pid file: {e}")))?;
+        let status = Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .map_err(|e| fail(format!("run kill: {e}")))?;
+        if !status.success() {
+            return Err(fail(format!("kill -KILL {} failed", pid.trim())));
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if Instant::now() > deadline {
+                return Err(fail(format!(
+                    "redis-server on port {} did not die",
+                    self.port
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(self.dir.join("redis.pid"));
         Ok(())
     }
 
