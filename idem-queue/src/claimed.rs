@@ -1,5 +1,9 @@
 //! A job claimed from the queue's table: what every role passes along.
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
@@ -24,14 +28,23 @@ pub(crate) struct Claimed {
     /// Its attempt as counted: `attempt` (the claim's fence) less the claims that lapsed before
     /// the job started.
     pub counted: i32,
+    /// The job starts before this, or not at all: half its lease after its claim was sent.
+    /// An answer that comes later (the database slow to answer, this worker stalled, jobs
+    /// held past their time) may name a claim that has lapsed and been taken over, even
+    /// completed: starting the job then would run it again after it was done.
+    pub start_by: Instant,
+}
+
+/// When a job claimed by a statement sent at `sent`, on `lease`, must start by.
+pub(crate) fn start_by(sent: Instant, lease: Duration) -> Instant {
+    sent + lease / 2
 }
 
 impl Claimed {
     /// Decodes a claimed job from the columns of `claim` (key, payload, attempts, max
     /// attempts, record fence, record lease end, cancel requested, traceparent, lapsed, counted
-    /// attempt)
-    /// starting at column `first`.
-    pub(crate) fn decode(row: &PgRow, first: usize) -> Claimed {
+    /// attempt) starting at column `first`, to start by `start_by`.
+    pub(crate) fn decode(row: &PgRow, first: usize, start_by: Instant) -> Claimed {
         Claimed {
             key: row.get(first),
             payload: row.get(first + 1),
@@ -44,6 +57,7 @@ impl Claimed {
             traceparent: row.get(first + 7),
             lapsed: row.get::<Option<bool>, _>(first + 8).unwrap_or(false),
             counted: row.get(first + 9),
+            start_by,
         }
     }
 }

@@ -105,6 +105,14 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed, slot: Option<Slot>) -> Opti
     );
     let settled = match rescue(&job) {
         Some(settle) => Some(settle),
+        None if tokio::time::Instant::now() >= job.start_by => {
+            // The claim's answer came too late to start on its lease: the job may have been
+            // taken over, even finished, meanwhile. It goes back if it is still ours.
+            tracing::warn!("the job's claim came back too late to start on its lease (the database was slow to answer, or this worker stalled); it goes back to the queue");
+            crate::completer::release_jobs(&shared.holder, std::slice::from_ref(&job)).await;
+            metrics::counter!(crate::metrics::JOBS, "outcome" => "released").increment(1);
+            return None;
+        }
         None => match note_start(shared, &job).await {
             Ok(true) => execute(shared, &job, &store, cancelled, slot).await,
             Ok(false) => {

@@ -66,6 +66,7 @@ impl JobCompleteOp {
             return Ok((row.try_get(0)?, row.try_get(1)?, None));
         };
         let looked = workers.rescue.due();
+        let start_by = crate::claimed::start_by(tokio::time::Instant::now(), workers.lease);
         let rows = completion(&c.sql.complete_and_claim_one)
             .bind(1i64)
             .bind(duration_micros(workers.lease))
@@ -74,7 +75,7 @@ impl JobCompleteOp {
             .bind(looked)
             .fetch_all(&mut *conn)
             .await?;
-        let mut answers = Self::settle(&rows, 1, vec![(0, workers)], looked)?;
+        let mut answers = Self::settle(&rows, 1, vec![(0, workers)], looked, start_by)?;
         Ok(answers.pop().expect("one answer per completion"))
     }
 
@@ -133,6 +134,7 @@ impl JobCompleteOp {
                 .map(|row| (row.get(0), row.get(1), None))
                 .collect());
         };
+        let start_by = crate::claimed::start_by(tokio::time::Instant::now(), workers.lease);
         let rows = sqlx::query(&sql.complete_and_claim_many)
             .bind(&keys)
             .bind(&fences)
@@ -146,7 +148,7 @@ impl JobCompleteOp {
             .bind(rescue)
             .fetch_all(&mut *conn)
             .await?;
-        JobCompleteOp::settle(&rows, batch.len(), slots, rescue)
+        JobCompleteOp::settle(&rows, batch.len(), slots, rescue, start_by)
     }
 
     /// The answers of `count` completions from the rows of a completion-and-claim statement (a
@@ -154,12 +156,13 @@ impl JobCompleteOp {
     /// last), each claimed job given to a slot of `slots` of its queue (the position of the
     /// completion that freed it, and its workers) and held there before any slot hears of it
     /// (it is given back at shutdown). Each queue's workers hear what it took, and whether
-    /// the statement `looked` for lapsed jobs (`Rescue::took`).
+    /// the statement `looked` for lapsed jobs (`Rescue::took`). The jobs start by `start_by`.
     fn settle(
         rows: &[PgRow],
         count: usize,
         slots: Vec<(usize, &Arc<Holder>)>,
         looked: bool,
+        start_by: tokio::time::Instant,
     ) -> Result<Vec<<Self as Op>::Answer>, sqlx::Error> {
         let mut answers: Vec<<Self as Op>::Answer> =
             (0..count).map(|_| (false, false, None)).collect();
@@ -173,7 +176,10 @@ impl JobCompleteOp {
                         .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {i}")))?;
                     (answer.0, answer.1) = (row.try_get(1)?, row.try_get(2)?);
                 }
-                None => claimed.push((Claimed::decode(row, 3), row.try_get::<String, _>(13)?)),
+                None => claimed.push((
+                    Claimed::decode(row, 3, start_by),
+                    row.try_get::<String, _>(13)?,
+                )),
             }
         }
         // Each claimed job to a free slot of its named queue. The statement claims no more of a
@@ -750,7 +756,7 @@ mod tests {
         let mut claimed: Vec<(String, i64)> = rows
             .iter()
             .map(|row| {
-                let job = Claimed::decode(row, 0);
+                let job = Claimed::decode(row, 0, tokio::time::Instant::now());
                 let (fence, _) = job.record.expect("a fresh key's fence is reserved");
                 (job.key, fence)
             })

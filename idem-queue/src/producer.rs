@@ -192,21 +192,16 @@ async fn claiming_for_slots(
     }
 }
 
-/// What a claim sent by [`prefetching`] answers: the claim's result, when it was sent, how
-/// many jobs it asked for, and whether work enqueued after it was sent is announced.
-type Sent = (
-    Result<(Vec<Claimed>, bool, bool), sqlx::Error>,
-    Instant,
-    usize,
-    bool,
-);
+/// What a claim sent by [`prefetching`] answers: the claim's result, how many jobs it asked
+/// for, and whether work enqueued after it was sent is announced.
+type Sent = (Result<(Vec<Claimed>, bool, bool), sqlx::Error>, usize, bool);
 
 /// Claims for the free slots and up to `prefetch` more, holds the claimed jobs on their lease,
 /// and starts each as a slot frees up (a slot frees when its handler ends: the outcome is
 /// written behind it). A claim is sent while jobs run, once the held jobs fall to half the
 /// prefetch. A job not started within half its lease (the slots are slower than the claims
 /// thought) goes back to the queue, its attempt not counted, rather than start on a lease
-/// about to lapse. Returns when `stopping` names a deadline, once the claim on the wire, if
+/// about to lapse (`Claimed::start_by`, which every claimed job keeps). Returns when `stopping` names a deadline, once the claim on the wire, if
 /// any, is answered, having given back the jobs it held and did not start; returns how many
 /// it gave back.
 async fn prefetching(
@@ -226,7 +221,7 @@ async fn prefetching(
     // jobs back). Fewer (as many as slots, say) would leave one worker waiting for each
     // outcome's statement.
     let most_tasks = capacity;
-    let mut held: VecDeque<(Claimed, Instant)> = VecDeque::new();
+    let mut held: VecDeque<Claimed> = VecDeque::new();
     let mut sent: Option<Pin<Box<dyn Future<Output = Sent> + Send>>> = None;
     // Whether the claim in `sent` was polled: one never polled was never sent.
     let on_wire = Arc::new(AtomicBool::new(false));
@@ -256,8 +251,8 @@ async fn prefetching(
         // back, whether or not a slot is free.
         let now = Instant::now();
         let mut expired = Vec::new();
-        while held.front().is_some_and(|(_, start_by)| now >= *start_by) {
-            expired.extend(held.pop_front().map(|(job, _)| job));
+        while held.front().is_some_and(|job| now >= job.start_by) {
+            expired.extend(held.pop_front());
         }
         if !expired.is_empty() {
             release_jobs(&shared.holder, &expired).await;
@@ -266,7 +261,7 @@ async fn prefetching(
             let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
                 break;
             };
-            let Some((job, _)) = held.pop_front() else {
+            let Some(job) = held.pop_front() else {
                 break;
             };
             tasks.spawn(run(shared.clone(), job, Some(slot)).in_current_span());
@@ -282,14 +277,13 @@ async fn prefetching(
             let on_wire = Arc::clone(&on_wire);
             sent = Some(Box::pin(async move {
                 on_wire.store(true, Ordering::SeqCst);
-                let at = Instant::now();
-                (claim(&holder, want).await, at, want, announced)
+                (claim(&holder, want).await, want, announced)
             }));
         }
         idle.send_replace(drained && held.is_empty() && tasks.is_empty() && sent.is_none());
-        let next_expiry = held.front().map(|(_, start_by)| *start_by);
+        let next_expiry = held.front().map(|job| job.start_by);
         tokio::select! {
-            (answer, at, want, announced) = async { sent.as_mut().expect("a claim on the wire").await }, if sent.is_some() => {
+            (answer, want, announced) = async { sent.as_mut().expect("a claim on the wire").await }, if sent.is_some() => {
                 sent = None;
                 on_wire.store(false, Ordering::SeqCst);
                 match answer {
@@ -297,8 +291,7 @@ async fn prefetching(
                         let got = jobs.len();
                         drained = got < want && announced && looked;
                         starved = got < want && looked;
-                        let start_by = at + shared.holder.lease / 2;
-                        held.extend(jobs.into_iter().map(|job| (job, start_by)));
+                        held.extend(jobs);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "claiming queued jobs failed; trying again after the poll interval");
@@ -326,7 +319,7 @@ async fn prefetching(
     }
     // The jobs held and not started go back now, not after the running ones finish: with those
     // of the claim on the wire, once it is answered (a claim never polled was never sent).
-    let mut unstarted: Vec<Claimed> = held.into_iter().map(|(job, _)| job).collect();
+    let mut unstarted: Vec<Claimed> = held.into_iter().collect();
     if let Some(sent) = sent {
         if on_wire.load(Ordering::SeqCst) {
             if let (Ok((jobs, ..)), ..) = sent.await {
@@ -408,6 +401,7 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let lease = duration_micros(holder.lease);
     let looked = holder.rescue.due();
+    let start_by = crate::claimed::start_by(Instant::now(), holder.lease);
     // Never sent again: a claim applied but unanswered would leave its jobs claimed while a
     // second claim took others; unanswered, they return to the queue when their lease lapses.
     let (rows, blocked) = match holder.global_limit {
@@ -456,7 +450,10 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
             })?
         }
     };
-    let claimed: Vec<Claimed> = rows.iter().map(|row| Claimed::decode(row, 0)).collect();
+    let claimed: Vec<Claimed> = rows
+        .iter()
+        .map(|row| Claimed::decode(row, 0, start_by))
+        .collect();
     for job in &claimed {
         holder.held.hold(job);
     }

@@ -1058,7 +1058,8 @@ mod tests {
                     .unwrap();
                 rows.iter()
                     .map(|row| {
-                        let job = crate::claimed::Claimed::decode(row, 0);
+                        let job =
+                            crate::claimed::Claimed::decode(row, 0, tokio::time::Instant::now());
                         (job.key, job.lapsed)
                     })
                     .collect::<Vec<_>>()
@@ -1098,7 +1099,7 @@ mod tests {
                     .fetch_all(pool)
                     .await
                     .unwrap();
-                let job = crate::claimed::Claimed::decode(&rows[0], 0);
+                let job = crate::claimed::Claimed::decode(&rows[0], 0, tokio::time::Instant::now());
                 (job.attempt, job.counted, job.lapsed)
             }
         };

@@ -1031,3 +1031,86 @@ async fn a_stalled_serial_job_keeps_its_key_until_taken_over() {
         workers.shutdown(Duration::from_secs(5)).await;
     }
 }
+
+/// A claim whose answer comes back after half the job's lease does not start the job: by then
+/// the claim may have lapsed and the job been taken over, even finished, by another worker
+/// (the fault campaign saw a job run again after it was done this way, its claim's answer held
+/// up by a slow network). The job goes back to the queue without its attempt counted, and runs
+/// once, from a later claim. Here a trigger gate (an advisory lock the test holds) keeps the
+/// claim inside its statement past half the lease. Without the check, the handler ran on the
+/// late answer and no claim was given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_answered_after_half_its_lease_does_not_start_its_job() {
+    use idem_store_postgres::sqlx;
+    use idem_store_postgres::testing::until_lock_waits;
+    let test = TestStore::new("qc_late_answer", 8).await;
+    let queue = support::queue(&test).await;
+    let (schema, pool) = (&test.schema, test.store.pool());
+    const GATE: i64 = 73_310_002;
+    sqlx::raw_sql(&format!(
+        r#"CREATE FUNCTION "{schema}".gate() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+               IF NEW.key = 'slow:1' AND NEW.state = 'running' AND OLD.state = 'queued' THEN
+                   PERFORM pg_advisory_xact_lock_shared({GATE});
+               END IF;
+               RETURN NEW;
+           END $$;
+           CREATE TRIGGER gate BEFORE UPDATE ON "{schema}".idem_records_queue
+               FOR EACH ROW EXECUTE FUNCTION "{schema}".gate();"#
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut gate = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(GATE)
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    let _ = queue.enqueue(job("slow:1")).await.unwrap();
+
+    let lease = Duration::from_secs(1);
+    let (ran_tx, mut ran) = tokio::sync::mpsc::unbounded_channel::<u32>();
+    let workers = queue
+        .worker(move |job: Job| {
+            let ran = ran_tx.clone();
+            async move {
+                let _ = ran.send(job.attempt());
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .lease(lease)
+        .concurrency(1)
+        .start();
+    // The claim waits at the gate, inside its statement.
+    until_lock_waits(&test, 1).await;
+    // The fault itself: the answer is held past half the lease.
+    tokio::time::sleep(lease / 2 + Duration::from_millis(200)).await;
+    gate.rollback().await.unwrap();
+
+    let attempt = tokio::time::timeout(Duration::from_secs(20), ran.recv())
+        .await
+        .expect("the job ran from a later claim")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while queue.result("slow:1").await.unwrap().is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the job is done");
+    workers.shutdown(Duration::from_secs(5)).await;
+    assert!(ran.try_recv().is_err(), "the job ran once");
+    assert_eq!(attempt, 1, "the claim given back is not counted");
+    let (attempts, unrun): (i32, i32) = sqlx::query_as(&format!(
+        "SELECT attempts, unrun FROM \"{schema}\".idem_records_queue WHERE key = 'slow:1'"
+    ))
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (attempts, unrun),
+        (2, 1),
+        "the late claim was given back, and a second claim ran the job"
+    );
+}
