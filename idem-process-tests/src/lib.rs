@@ -3,6 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+pub mod faults;
+
 use idem_store_postgres::PgStore;
 
 /// A seeded xorshift, so worker processes vary their timing without a dependency.
@@ -13,6 +15,11 @@ impl Random {
     /// A generator seeded with `seed` mixed with this process's id, so processes differ.
     pub fn for_process(seed: u64) -> Random {
         Random(AtomicU64::new(seed ^ u64::from(std::process::id())))
+    }
+
+    /// A generator seeded with `seed` alone: the same numbers in every process.
+    pub fn seeded(seed: u64) -> Random {
+        Random(AtomicU64::new(seed))
     }
 
     /// A number in `0..below` (0 when `below` is 0).
