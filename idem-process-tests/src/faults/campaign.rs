@@ -62,6 +62,8 @@ struct Slot {
     workload: Workload,
     child: Child,
     started: u64,
+    /// The port an HTTP server listens on (0 for other workloads).
+    port: u16,
 }
 
 struct Campaign {
@@ -140,6 +142,13 @@ pub async fn run(args: RunArgs) -> bool {
     campaign.start_processes();
     let epoch = Instant::now();
     let enqueuer = tokio::spawn(enqueue_until(Queue::new(&store), epoch + faults_end));
+    let http_clients = tokio::spawn(super::http::run(
+        campaign.http_ports(),
+        Ledger::open(&campaign.dir.join(Workload::Http.ledger())).expect("open the ledger"),
+        campaign.args.tasks,
+        epoch + faults_end,
+        epoch + seconds + Duration::from_secs(30),
+    ));
     let injections: Vec<_> = schedule
         .into_iter()
         .map(|planned| {
@@ -161,12 +170,13 @@ pub async fn run(args: RunArgs) -> bool {
     while Instant::now() < queue_deadline && unfinished_jobs(&direct).await != Some(0) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let http_held = http_clients.await.expect("the HTTP clients");
     tokio::time::sleep_until((epoch + seconds).into()).await;
     let unstopped = campaign.stop_processes();
 
     let mut report = Vec::new();
     for workload in Workload::ALL {
-        let mut tally = campaign.settle(workload, &direct).await;
+        let mut tally = campaign.settle(workload, &direct, http_held).await;
         tally.bound = injected
             .iter()
             .filter(|i| i.hit > 0)
@@ -213,16 +223,28 @@ impl Campaign {
         for workload in Workload::ALL {
             for _ in 0..self.args.processes {
                 let started = slots.len() as u64;
+                let port = if workload == Workload::Http {
+                    free_port()
+                } else {
+                    0
+                };
                 slots.push(Slot {
                     workload,
-                    child: self.spawn(workload, started),
+                    child: self.spawn(workload, started, port),
                     started,
+                    port,
                 });
             }
         }
     }
 
-    fn spawn(&self, workload: Workload, nth: u64) -> Child {
+    /// The HTTP servers' ports.
+    fn http_ports(&self) -> Vec<u16> {
+        let slots = self.slots.lock().unwrap();
+        slots.iter().map(|s| s.port).filter(|p| *p != 0).collect()
+    }
+
+    fn spawn(&self, workload: Workload, nth: u64, port: u16) -> Child {
         let url = match workload.server() {
             Some(Target::Redis) => format!("redis://127.0.0.1:{}", self.redis_proxy.port()),
             Some(_) => format!(
@@ -248,6 +270,7 @@ impl Campaign {
             .arg(self.dir.join(workload.ledger()))
             .args(["--tasks", &self.args.tasks.to_string()])
             .args(["--seed", &(self.args.seed * 1_000 + nth).to_string()])
+            .args(["--port", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -342,10 +365,10 @@ impl Campaign {
     /// SIGKILLs (and replaces) or SIGSTOPs (and later continues) a worker process. Hits 1 when
     /// the process was seen killed or stopped.
     async fn signal(&self, fault: Fault, victim: u64) -> Injected {
-        let (pid, workload) = {
+        let (pid, workload, port) = {
             let slots = self.slots.lock().unwrap();
             let slot = &slots[(victim % slots.len() as u64) as usize];
-            (slot.child.id(), slot.workload)
+            (slot.child.id(), slot.workload, slot.port)
         };
         let hit = match fault {
             Fault::Kill => {
@@ -362,7 +385,7 @@ impl Campaign {
                         .unwrap_or(false)
                 };
                 let nth = slots.iter().map(|s| s.started).max().unwrap_or(0) + 1;
-                let child = self.spawn(workload, nth);
+                let child = self.spawn(workload, nth, port);
                 let slot = &mut slots[index];
                 slot.child = child;
                 slot.started = nth;
@@ -412,10 +435,17 @@ impl Campaign {
 
     /// Delivers once more, straight to the server, every key a call workload left unfinished
     /// (as a scheduler's retry would), then counts its ledger.
-    async fn settle(&self, workload: Workload, direct: &PgPool) -> Tally {
+    async fn settle(&self, workload: Workload, direct: &PgPool, http_held: u64) -> Tally {
         let path = self.dir.join(workload.ledger());
         if workload.is_queue() {
             return queue_tally(workload, &path, direct).await;
+        }
+        if workload == Workload::Http {
+            // Its clients delivered every key they took until it was answered.
+            let mut tally = Tally::count(&ledger::read(&path), []);
+            tally.held = http_held;
+            tally.lost -= http_held.min(tally.lost);
+            return tally;
         }
         let ledger = Ledger::open(&path).expect("open the ledger");
         let entries = ledger::read(&path);
@@ -595,6 +625,14 @@ async fn enqueue_until(queue: Queue, until: Instant) -> u64 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     enqueued
+}
+
+/// A port free now, for a server that a replacement process listens on again.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
 }
 
 /// `kill -SIGNAL pid`; whether it was sent.

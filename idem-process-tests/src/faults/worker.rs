@@ -46,6 +46,9 @@ pub struct WorkerArgs {
     /// Seeds the process's key order and timing (mixed with its pid).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The port an HTTP server listens on (the same for the process that replaces it).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
 }
 
 /// What a call's body needs.
@@ -119,6 +122,9 @@ pub async fn run(args: WorkerArgs) {
     if args.workload.is_queue() {
         return run_queue(args, ledger, random, &mut terminate).await;
     }
+    if args.workload == Workload::Http {
+        return run_http(args, ledger, random, terminate).await;
+    }
     let mut pg = None;
     let store: Arc<dyn Store> = match args.workload {
         Workload::PgLease | Workload::PgTransaction => {
@@ -132,7 +138,7 @@ pub async fn run(args: WorkerArgs) {
                 .prefix("faults"),
         ),
         Workload::SqliteLease => Arc::new(retry(|| SqliteStore::open(&args.url)).await),
-        Workload::Queue | Workload::QueuePrefetch => unreachable!("run above"),
+        Workload::Queue | Workload::QueuePrefetch | Workload::Http => unreachable!("run above"),
     };
     let calls = Arc::new(Calls {
         store,
@@ -255,4 +261,56 @@ async fn run_queue(
         .start();
     let _ = terminate.recv().await;
     workers.shutdown(Duration::from_secs(10)).await;
+}
+
+/// Serves `POST /work` behind `idem-http`'s layer until SIGTERM, then drains the answers left
+/// to record. The handler notes its effect under the request's `Idempotency-Key` and answers
+/// with its run's id, which the layer replays to retries.
+async fn run_http(
+    args: WorkerArgs,
+    ledger: Ledger,
+    random: Random,
+    mut terminate: tokio::signal::unix::Signal,
+) {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::{extract::Request, middleware::Next, routing::post, Router};
+
+    let store = pg_store(&args.url, args.tasks as u32 + 4);
+    let shared = Arc::new((ledger, random, args.work_ms));
+    let work = move |headers: HeaderMap| {
+        let shared = shared.clone();
+        async move {
+            let (ledger, random, work_ms) = &*shared;
+            let key = headers
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .trim_matches('"')
+                .to_owned();
+            let run = run_id();
+            ledger.effect(&key, &run);
+            tokio::time::sleep(Duration::from_millis(random.below(*work_ms))).await;
+            (StatusCode::CREATED, run)
+        }
+    };
+    let app = Router::new()
+        .route("/work", post(work))
+        .layer(idem_http::IdempotencyLayer::new(store).lease(LEASE))
+        .layer(axum::middleware::from_fn(
+            |mut request: Request, next: Next| async move {
+                request
+                    .extensions_mut()
+                    .insert(idem_http::Caller::new("campaign"));
+                next.run(request).await
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
+        .await
+        .expect("listen on the campaign's port");
+    let _ = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = terminate.recv().await;
+        })
+        .await;
+    let _ = idem_core::pending::drain(Duration::from_secs(10)).await;
 }

@@ -27,15 +27,19 @@ pub enum Workload {
     Queue,
     /// The work queue with prefetching.
     QueuePrefetch,
+    /// `idem-http`'s `Idempotency-Key` layer on PostgreSQL, in server processes that clients
+    /// (the campaign's own) retry against.
+    Http,
 }
 
 impl Workload {
     /// Every workload, in the report's order.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::PgLease,
         Workload::PgTransaction,
         Workload::Queue,
         Workload::QueuePrefetch,
+        Workload::Http,
         Workload::RedisLease,
         Workload::SqliteLease,
     ];
@@ -49,6 +53,7 @@ impl Workload {
             Workload::SqliteLease => "SQLite, attribute, lease",
             Workload::Queue => "PostgreSQL, queue",
             Workload::QueuePrefetch => "PostgreSQL, queue, prefetch 16",
+            Workload::Http => "PostgreSQL, HTTP layer",
         }
     }
 
