@@ -1,13 +1,14 @@
 //! The fault campaign, one minute of it: every workload (the attribute in lease and
-//! transactional mode on PostgreSQL, Redis and SQLite; the queue with and without prefetching)
-//! runs in worker processes while latency spikes, connection resets, half-open connections,
-//! partitions, server restarts, SIGKILL and SIGSTOP hit them; the campaign fails when a key's
-//! work repeats after it completed, a key is lost, held past a lease, or answered two ways,
-//! when in-flight repeats pass what the faults could cause, or when a kind of fault never hit.
+//! transactional mode on PostgreSQL, Redis and SQLite; the queue with and without prefetching;
+//! the HTTP layer) runs in worker processes while latency spikes, connection resets, stalls,
+//! half-open connections, partitions, server restarts, SIGKILL and SIGSTOP hit them; the
+//! campaign fails when a key's work repeats after it completed, a key is lost, held past a
+//! lease, or answered two ways, when in-flight repeats pass what the faults could cause, or
+//! when a kind of fault never hit.
 //!
 //! It starts servers of its own (it restarts them). `IDEM_FAULTS_SEED` picks another schedule;
-//! a failing seed fails again, fault for fault, with the same value. The longer run and its
-//! results are on the results page (BENCHMARKS.md).
+//! the same value gives the same fault schedule (the processes' timing still varies). The
+//! longer run and its results are on the results page (BENCHMARKS.md).
 
 use std::process::Command;
 

@@ -201,9 +201,9 @@ type Sent = (Result<(Vec<Claimed>, bool, bool), sqlx::Error>, usize, bool);
 /// written behind it). A claim is sent while jobs run, once the held jobs fall to half the
 /// prefetch. A job not started within half its lease (the slots are slower than the claims
 /// thought) goes back to the queue, its attempt not counted, rather than start on a lease
-/// about to lapse (`Claimed::start_by`, which every claimed job keeps). Returns when `stopping` names a deadline, once the claim on the wire, if
-/// any, is answered, having given back the jobs it held and did not start; returns how many
-/// it gave back.
+/// about to lapse (`Claimed::start_by`, which every claimed job keeps). Returns when
+/// `stopping` names a deadline, once the claim on the wire, if any, is answered, having given
+/// back the jobs it held and did not start; returns how many it gave back.
 async fn prefetching(
     shared: &Arc<Shared>,
     config: &ProducerConfig,

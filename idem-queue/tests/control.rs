@@ -1033,12 +1033,12 @@ async fn a_stalled_serial_job_keeps_its_key_until_taken_over() {
 }
 
 /// A claim whose answer comes back after half the job's lease does not start the job: by then
-/// the claim may have lapsed and the job been taken over, even finished, by another worker
-/// (the fault campaign saw a job run again after it was done this way, its claim's answer held
-/// up by a slow network). The job goes back to the queue without its attempt counted, and runs
-/// once, from a later claim. Here a trigger gate (an advisory lock the test holds) keeps the
-/// claim inside its statement past half the lease. Without the check, the handler ran on the
-/// late answer and no claim was given back.
+/// the claim may have lapsed and the job been taken over, even finished, by another worker (a
+/// slow network holding the answer up, say), and starting it would run it again after it was
+/// done. The job goes back to the queue without its attempt counted, and runs once, from a
+/// later claim. Here a trigger gate (an advisory lock the test holds) keeps the claim inside
+/// its statement past half the lease; a worker that started the job on the late answer would
+/// give no claim back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_answered_after_half_its_lease_does_not_start_its_job() {
     use idem_store_postgres::sqlx;

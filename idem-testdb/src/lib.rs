@@ -17,5 +17,6 @@ mod postgres;
 mod redis;
 
 pub use error::ClusterError;
+pub use port::free_port;
 pub use postgres::{find_bin_dir, find_bin_dir_in, Cluster, INSTALL_HINT};
 pub use redis::{redis_cluster_urls, redis_url, RedisCluster, RedisServer, REDIS_INSTALL_HINT};

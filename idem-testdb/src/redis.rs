@@ -62,9 +62,10 @@ impl RedisServer {
     }
 
     /// [`start`](Self::start), with an append-only file synced at every write
-    /// (`appendfsync always`): what idem's Redis store needs for an acknowledged claim or
-    /// completion to survive a crash of the server, so a [`kill`](Self::kill) and
-    /// [`start_again`](Self::start_again) loses nothing acknowledged.
+    /// (`appendfsync always`), as idem's Redis store needs for an acknowledged claim or
+    /// completion to survive a crash: a [`kill`](Self::kill) and
+    /// [`start_again`](Self::start_again) lose nothing acknowledged (a crash of the process
+    /// alone would spare what the file had written; the sync also covers one of the host).
     pub fn start_durable() -> Result<RedisServer, ClusterError> {
         let dir = std::env::temp_dir().join(format!(
             "idem-redis-durable-{}-{}",
@@ -181,8 +182,8 @@ impl RedisServer {
         Ok(())
     }
 
-    /// Kills the server with SIGKILL (as a crash of its host would end it, with no chance to
-    /// save), and waits until it is gone.
+    /// Kills the server with SIGKILL (it ends without saving or closing its files), and waits
+    /// until it is gone.
     pub fn kill(&self) -> Result<(), ClusterError> {
         let pid = std::fs::read_to_string(self.dir.join("redis.pid"))
             .map_err(|e| fail(format!("read the pid file: {e}")))?;

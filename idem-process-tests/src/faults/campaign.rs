@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_core::{Call, Outcome, Store};
+use idem_core::{Call, Inspect, Outcome, RecordState, Store};
 use idem_queue::{NewJob, Queue};
 use idem_store_postgres::sqlx::{self, postgres::PgPoolOptions, PgPool};
 use idem_store_postgres::PgStore;
@@ -172,7 +172,7 @@ pub async fn run(args: RunArgs) -> bool {
     }
     let http_held = http_clients.await.expect("the HTTP clients");
     tokio::time::sleep_until((epoch + seconds).into()).await;
-    let unstopped = campaign.stop_processes();
+    let unstopped = campaign.stop_processes().await;
 
     let mut report = Vec::new();
     for workload in Workload::ALL {
@@ -224,7 +224,7 @@ impl Campaign {
             for _ in 0..self.args.processes {
                 let started = slots.len() as u64;
                 let port = if workload == Workload::Http {
-                    free_port()
+                    idem_testdb::free_port().expect("a free port")
                 } else {
                     0
                 };
@@ -296,7 +296,7 @@ impl Campaign {
         let counted = || match fault {
             Fault::Latency { .. } => hits.delayed.load(Ordering::Relaxed),
             Fault::Reset => hits.reset.load(Ordering::Relaxed),
-            Fault::HalfOpen { .. } => hits.stalled.load(Ordering::Relaxed),
+            Fault::HalfOpen { .. } | Fault::Stall { .. } => hits.stalled.load(Ordering::Relaxed),
             _ => hits.stalled.load(Ordering::Relaxed) + hits.refused.load(Ordering::Relaxed),
         };
         let before = counted();
@@ -313,13 +313,19 @@ impl Campaign {
                 tokio::time::sleep(settle).await;
                 counted() - before
             }
-            Fault::HalfOpen { lasting } | Fault::Partition { lasting } => {
-                proxy.set(if matches!(fault, Fault::HalfOpen { .. }) {
-                    Net::Stalled
-                } else {
+            Fault::HalfOpen { lasting }
+            | Fault::Partition { lasting }
+            | Fault::Stall { lasting } => {
+                proxy.set(if matches!(fault, Fault::Partition { .. }) {
                     Net::Partitioned
+                } else {
+                    Net::Stalled
                 });
                 tokio::time::sleep(lasting).await;
+                if !matches!(fault, Fault::Stall { .. }) {
+                    proxy.reset_held();
+                    tokio::time::sleep(settle).await;
+                }
                 proxy.set(Net::Healthy);
                 tokio::time::sleep(settle).await;
                 counted() - before
@@ -372,18 +378,24 @@ impl Campaign {
         };
         let hit = match fault {
             Fault::Kill => {
-                let mut slots = self.slots.lock().unwrap();
-                let index = (victim % slots.len() as u64) as usize;
-                let killed = {
-                    let slot = &mut slots[index];
-                    let _ = slot.child.kill();
-                    slot.child
-                        .wait()
-                        .map(|status| {
-                            std::os::unix::process::ExitStatusExt::signal(&status) == Some(9)
-                        })
-                        .unwrap_or(false)
+                let index = {
+                    let mut slots = self.slots.lock().unwrap();
+                    let index = (victim % slots.len() as u64) as usize;
+                    let _ = slots[index].child.kill();
+                    index
                 };
+                // Reaped without blocking the runtime (the proxies run on it).
+                let killed = loop {
+                    let status = self.slots.lock().unwrap()[index].child.try_wait();
+                    match status {
+                        Ok(Some(status)) => {
+                            break std::os::unix::process::ExitStatusExt::signal(&status) == Some(9)
+                        }
+                        Ok(None) => tokio::time::sleep(Duration::from_millis(10)).await,
+                        Err(_) => break false,
+                    }
+                };
+                let mut slots = self.slots.lock().unwrap();
                 let nth = slots.iter().map(|s| s.started).max().unwrap_or(0) + 1;
                 let child = self.spawn(workload, nth, port);
                 let slot = &mut slots[index];
@@ -408,29 +420,43 @@ impl Campaign {
     }
 
     /// Sends SIGTERM to every process and waits for them; returns how many had to be killed
-    /// after 30 s.
-    fn stop_processes(&self) -> usize {
-        let mut slots = self.slots.lock().unwrap();
-        for slot in slots.iter() {
-            send(slot.child.id(), "TERM");
+    /// after 30 s. Waits without blocking the runtime, whose threads run the proxies that the
+    /// processes' last statements go through.
+    async fn stop_processes(&self) -> usize {
+        let pids: Vec<u32> = self
+            .slots
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.child.id())
+            .collect();
+        for pid in pids {
+            send(pid, "TERM");
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut unstopped = 0;
-        for slot in slots.iter_mut() {
-            loop {
-                if let Ok(Some(_)) = slot.child.try_wait() {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    let _ = slot.child.kill();
-                    let _ = slot.child.wait();
-                    unstopped += 1;
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
+        let count = self.slots.lock().unwrap().len();
+        for index in 0..count {
+            while !self.exited(index, Instant::now() > deadline) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if Instant::now() > deadline {
+                unstopped += 1;
             }
         }
         unstopped
+    }
+
+    /// Whether slot `index`'s process has exited; with `kill`, it is killed first, and has.
+    fn exited(&self, index: usize, kill: bool) -> bool {
+        let mut slots = self.slots.lock().unwrap();
+        let child = &mut slots[index].child;
+        if kill {
+            let _ = child.kill();
+            let _ = child.wait();
+            return true;
+        }
+        matches!(child.try_wait(), Ok(Some(_)))
     }
 
     /// Delivers once more, straight to the server, every key a call workload left unfinished
@@ -458,29 +484,30 @@ impl Campaign {
             .map(|e| e.key.as_str())
             .collect();
         unfinished.retain(|key| !done.contains(key));
-        let store: Arc<dyn Store> = match workload {
-            Workload::RedisLease => Arc::new(
-                RedisStore::connect(&self.redis.url())
-                    .await
-                    .expect("connect to Redis")
-                    .prefix("faults"),
-            ),
-            Workload::SqliteLease => Arc::new(
-                SqliteStore::open(self.dir.join("faults.sqlite"))
-                    .await
-                    .expect("open the SQLite store"),
-            ),
-            _ => Arc::new(
-                PgStore::builder(direct.clone())
-                    .schema(SCHEMA.to_owned())
-                    .build()
-                    .expect("a valid schema"),
-            ),
-        };
         let pg = PgStore::builder(direct.clone())
             .schema(SCHEMA.to_owned())
             .build()
             .expect("a valid schema");
+        let (store, inspect): (Arc<dyn Store>, Arc<dyn Inspect>) = match workload {
+            Workload::RedisLease => {
+                let redis = RedisStore::connect(&self.redis.url())
+                    .await
+                    .expect("connect to Redis")
+                    .prefix("faults");
+                (Arc::new(redis.clone()), Arc::new(redis))
+            }
+            Workload::SqliteLease => {
+                let sqlite = SqliteStore::open(self.dir.join("faults.sqlite"))
+                    .await
+                    .expect("open the SQLite store");
+                (Arc::new(sqlite.clone()), Arc::new(sqlite))
+            }
+            _ => (Arc::new(pg.clone()), Arc::new(pg.clone())),
+        };
+        let scope = match workload {
+            Workload::PgTransaction => "faults-transaction",
+            _ => "faults-lease",
+        };
         let mut held = 0;
         for key in &unfinished {
             for _ in 0..5 {
@@ -488,7 +515,7 @@ impl Campaign {
                 let outcome = if workload == Workload::PgTransaction {
                     let key = key.to_string();
                     Call::new(&pg, key.as_str())
-                        .scope("faults-transaction")
+                        .scope(scope)
                         .wait(wait)
                         .run_in_transaction_replay(move |tx| {
                             Box::pin(async move {
@@ -499,7 +526,7 @@ impl Campaign {
                         .await
                 } else {
                     Call::new(&*store, *key)
-                        .scope("faults-lease")
+                        .scope(scope)
                         .lease(LEASE)
                         .wait(wait)
                         .run_replay(async {
@@ -526,13 +553,46 @@ impl Campaign {
         if workload == Workload::PgTransaction {
             entries.retain(|e| e.kind != 'E');
             entries.extend(effects(direct).await);
-            entries.sort_by_key(|e| e.micros);
         }
+        let completions = completions(&*inspect, scope, &entries).await;
+        entries.extend(completions);
+        entries.sort_by_key(|e| e.micros);
         let mut tally = Tally::count(&entries, []);
         tally.held = held;
         tally.lost -= held.min(tally.lost);
         tally
     }
+}
+
+/// When the store completed each key with more than one effect, as `D` entries: a caller told
+/// "done" may have been killed before it noted so, and an effect begun after the store's
+/// completion is a repeat after completion, whoever was told. (Records read back this way
+/// carry no output: the answers are checked where callers got them.)
+async fn completions(inspect: &dyn Inspect, scope: &str, entries: &[Entry]) -> Vec<Entry> {
+    let mut effects: std::collections::BTreeMap<&str, u32> = Default::default();
+    for entry in entries.iter().filter(|e| e.kind == 'E') {
+        *effects.entry(entry.key.as_str()).or_default() += 1;
+    }
+    let mut completed = Vec::new();
+    for (key, _) in effects.into_iter().filter(|(_, n)| *n > 1) {
+        let records = inspect
+            .find(key, Some(scope))
+            .await
+            .expect("read a record back");
+        for found in records {
+            if let RecordState::Completed { completed_at, .. } = found.record.state {
+                completed.push(Entry {
+                    kind: 'D',
+                    key: key.to_owned(),
+                    micros: completed_at
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_micros() as u64),
+                    run: String::new(),
+                });
+            }
+        }
+    }
+    completed
 }
 
 /// The effects committed by transactional calls.
@@ -573,6 +633,12 @@ async fn queue_tally(workload: Workload, path: &Path, direct: &PgPool) -> Tally 
             run: String::new(),
         },
     ));
+    let store = PgStore::builder(direct.clone())
+        .schema(SCHEMA.to_owned())
+        .build()
+        .expect("a valid schema");
+    let completions = completions(&store, idem_queue::QUEUE_SCOPE, &entries).await;
+    entries.extend(completions);
     entries.sort_by_key(|e| e.micros);
     let mut tally = Tally::count(&entries, jobs.iter().map(|(key, ..)| key.as_str()));
     tally.held = jobs
@@ -627,14 +693,6 @@ async fn enqueue_until(queue: Queue, until: Instant) -> u64 {
     enqueued
 }
 
-/// A port free now, for a server that a replacement process listens on again.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free port")
-}
-
 /// `kill -SIGNAL pid`; whether it was sent.
 fn send(pid: u32, signal: &str) -> bool {
     Command::new("kill")
@@ -685,6 +743,7 @@ fn print_report(injected: &[Injected], report: &[(Workload, Tally)], enqueued: u
             "latency spike" => "chunks delayed at the proxy",
             "connection reset" => "connections reset at the proxy",
             "half-open" => "connections held at the proxy, then reset",
+            "stall, then late delivery" => "connections held at the proxy, then let through",
             "partition" => "connections held or refused at the proxy",
             "server restart" => "server seen down",
             "SIGKILL" => "processes seen killed",

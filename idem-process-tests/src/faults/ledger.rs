@@ -61,7 +61,10 @@ impl Ledger {
     }
 
     /// Notes that an effect of `key` begins. Written before the effect, so an effect cut short
-    /// by a kill is still counted: the ledger counts at most more effects than happened.
+    /// by a kill is still counted: the ledger counts at most more effects than happened. It is
+    /// the body's first line, right after idem's last check of the claim: a process stopped
+    /// between the two past its lease, while another run finished the key, would show as a
+    /// repeat after completion (a window of a few instructions, which no lease can close).
     pub fn effect(&self, key: &str, run: &str) {
         self.write('E', key, run);
     }

@@ -33,6 +33,11 @@ pub enum Fault {
         /// How long nothing is forwarded.
         lasting: Duration,
     },
+    /// Nothing forwarded for `lasting`, then everything held delivered late.
+    Stall {
+        /// How long nothing is forwarded.
+        lasting: Duration,
+    },
     /// A half-open network that also refuses new connections, for `lasting`.
     Partition {
         /// How long the partition lasts.
@@ -60,6 +65,7 @@ impl Fault {
             Fault::Latency { .. } => "latency spike",
             Fault::Reset => "connection reset",
             Fault::HalfOpen { .. } => "half-open",
+            Fault::Stall { .. } => "stall, then late delivery",
             Fault::Partition { .. } => "partition",
             Fault::Restart { .. } => "server restart",
             Fault::Kill => "SIGKILL",
@@ -94,7 +100,7 @@ pub fn schedule(seed: u64, start: Duration, until: Duration) -> Vec<Planned> {
             if bag.is_empty() {
                 bag = match target {
                     Target::Process => vec![5, 6],
-                    _ => vec![0, 1, 2, 3, 4],
+                    _ => vec![0, 1, 2, 3, 4, 7],
                 };
                 for i in (1..bag.len()).rev() {
                     bag.swap(i, random.below(i as u64 + 1) as usize);
@@ -116,13 +122,17 @@ pub fn schedule(seed: u64, start: Duration, until: Duration) -> Vec<Planned> {
                     down: ms(500, 2_000),
                 },
                 5 => Fault::Kill,
-                _ => Fault::Stop {
+                6 => Fault::Stop {
+                    lasting: ms(1_000, 4_000),
+                },
+                _ => Fault::Stall {
                     lasting: ms(1_000, 4_000),
                 },
             };
             let lasting = match fault {
                 Fault::Latency { lasting, .. }
                 | Fault::HalfOpen { lasting }
+                | Fault::Stall { lasting }
                 | Fault::Partition { lasting }
                 | Fault::Stop { lasting } => lasting,
                 Fault::Restart { down } => down,
@@ -160,7 +170,7 @@ mod tests {
                 .filter(|p| p.target == target)
                 .map(|p| p.fault.kind())
                 .collect();
-            assert_eq!(kinds.len(), 5, "{target:?}: {kinds:?}");
+            assert_eq!(kinds.len(), 6, "{target:?}: {kinds:?}");
         }
         assert!(one.iter().all(|p| p.at < Duration::from_secs(50)));
     }

@@ -4,7 +4,7 @@
 //! It knows nothing of the protocols it carries: it forwards bytes, late, not at all for a
 //! while, or it ends connections with a reset.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,9 +19,11 @@ pub enum Net {
     Healthy,
     /// Every chunk of bytes is held this long before it is forwarded: a latency spike.
     Slow(Duration),
-    /// Nothing is forwarded, and no side is told: connections are half-open. When the stall
-    /// ends, every connection that had bytes held is reset, as TCP gives up on a peer that
-    /// stopped answering.
+    /// Nothing is forwarded, and no side is told. What was held is delivered late once the
+    /// network is healthy again (as TCP retransmits after a short outage), unless
+    /// [`FaultProxy::reset_held`] resets those connections first (as TCP gives up after a long
+    /// one). The proxy's own sockets still acknowledge what they receive: the peers see a
+    /// silent network, not a dead host.
     Stalled,
     /// [`Stalled`](Net::Stalled), and new connections are refused (reset as they open).
     Partitioned,
@@ -34,7 +36,7 @@ pub struct Hits {
     pub delayed: AtomicU64,
     /// Live connections reset by [`FaultProxy::reset`].
     pub reset: AtomicU64,
-    /// Connections that had bytes held by a stall or a partition (each is reset when it ends).
+    /// Connections that had bytes held by a stall or a partition, counted once per stall.
     pub stalled: AtomicU64,
     /// Connections refused during a partition.
     pub refused: AtomicU64,
@@ -45,6 +47,10 @@ struct Shared {
     net: watch::Sender<Net>,
     /// Bumped to reset every live connection.
     resets: watch::Sender<u64>,
+    /// Bumped to reset the connections that had bytes held in the current stall.
+    held_resets: watch::Sender<u64>,
+    /// Which stall this is (bumped as each begins): connections note the stall they held bytes in.
+    stall: AtomicU64,
     hits: Hits,
 }
 
@@ -63,6 +69,8 @@ impl FaultProxy {
             upstream: (host.to_owned(), port),
             net: watch::Sender::new(Net::Healthy),
             resets: watch::Sender::new(0),
+            held_resets: watch::Sender::new(0),
+            stall: AtomicU64::new(0),
             hits: Hits::default(),
         });
         let proxy = FaultProxy {
@@ -84,7 +92,15 @@ impl FaultProxy {
 
     /// Sets the network's condition from now on.
     pub fn set(&self, net: Net) {
+        if matches!(net, Net::Stalled | Net::Partitioned) {
+            self.shared.stall.fetch_add(1, Ordering::SeqCst);
+        }
         self.shared.net.send_replace(net);
+    }
+
+    /// Resets the connections that had bytes held in the current stall or partition.
+    pub fn reset_held(&self) {
+        self.shared.held_resets.send_modify(|n| *n += 1);
     }
 
     /// Resets every live connection at once (an RST to both sides).
@@ -98,13 +114,8 @@ impl FaultProxy {
     }
 }
 
-/// Why a connection ended early.
-enum End {
-    /// Its bytes were held by a stall that has ended: TCP would have given up on it.
-    Stalled,
-    /// A socket error (the server went away, say): the other side is reset likewise.
-    Io,
-}
+/// A socket error (the server went away, say): the other side is reset likewise.
+struct Broken;
 
 async fn connection(client: TcpStream, shared: Arc<Shared>) {
     let _ = client.set_nodelay(true);
@@ -119,7 +130,10 @@ async fn connection(client: TcpStream, shared: Arc<Shared>) {
     let _ = server.set_nodelay(true);
     let mut resets = shared.resets.subscribe();
     resets.mark_unchanged();
-    let held = AtomicBool::new(false);
+    let mut held_resets = shared.held_resets.subscribe();
+    held_resets.mark_unchanged();
+    // The stall this connection last had bytes held in (0: none).
+    let held = AtomicU64::new(0);
     let mut client = client;
     let mut server = server;
     {
@@ -131,12 +145,23 @@ async fn connection(client: TcpStream, shared: Arc<Shared>) {
                 pump(server_read, client_write, &shared, &held),
             )
         };
-        tokio::select! {
-            ended = both => if ended.is_ok() {
-                return;
-            },
-            _ = resets.changed() => {
-                shared.hits.reset.fetch_add(1, Ordering::Relaxed);
+        tokio::pin!(both);
+        loop {
+            tokio::select! {
+                ended = &mut both => if ended.is_ok() {
+                    return;
+                } else {
+                    break;
+                },
+                _ = resets.changed() => {
+                    shared.hits.reset.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                _ = held_resets.changed() => {
+                    if held.load(Ordering::SeqCst) == shared.stall.load(Ordering::SeqCst) {
+                        break;
+                    }
+                }
             }
         }
     }
@@ -149,12 +174,12 @@ async fn pump(
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
     shared: &Shared,
-    held: &AtomicBool,
-) -> Result<(), End> {
+    held: &AtomicU64,
+) -> Result<(), Broken> {
     let mut net = shared.net.subscribe();
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let n = from.read(&mut buf).await.map_err(|_| End::Io)?;
+        let n = from.read(&mut buf).await.map_err(|_| Broken)?;
         if n == 0 {
             let _ = to.shutdown().await;
             return Ok(());
@@ -169,19 +194,17 @@ async fn pump(
                     break;
                 }
                 Net::Stalled | Net::Partitioned => {
-                    if !held.swap(true, Ordering::Relaxed) {
+                    let stall = shared.stall.load(Ordering::SeqCst);
+                    if held.swap(stall, Ordering::SeqCst) != stall {
                         shared.hits.stalled.fetch_add(1, Ordering::Relaxed);
                     }
                     if net.changed().await.is_err() {
-                        return Err(End::Io);
-                    }
-                    if matches!(*net.borrow(), Net::Healthy | Net::Slow(_)) {
-                        return Err(End::Stalled);
+                        return Err(Broken);
                     }
                 }
             }
         }
-        to.write_all(&buf[..n]).await.map_err(|_| End::Io)?;
+        to.write_all(&buf[..n]).await.map_err(|_| Broken)?;
     }
 }
 

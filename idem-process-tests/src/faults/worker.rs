@@ -197,11 +197,13 @@ async fn deliver(calls: &Calls, workload: Workload, k: u64, stopping: &AtomicBoo
 }
 
 /// The answer the caller is told when the work is done (it ran now, or it had run): the id of
-/// the run that did it. "In progress elsewhere", a lost claim and an error are delivered again.
+/// the run that did it (`<none>` for a duplicate without its value, which names no run and so
+/// counts as an answer that differs). "In progress elsewhere", a lost claim and an error are
+/// delivered again.
 pub fn answer<E>(outcome: Result<Outcome<String>, Error<E>>) -> Option<String> {
     match outcome {
         Ok(Outcome::Executed(run)) => Some(run),
-        Ok(Outcome::Duplicate { value, .. }) => Some(value.unwrap_or_default()),
+        Ok(Outcome::Duplicate { value, .. }) => Some(value.unwrap_or_else(|| "<none>".into())),
         _ => None,
     }
 }
@@ -304,9 +306,15 @@ async fn run_http(
                 next.run(request).await
             },
         ));
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
-        .await
-        .expect("listen on the campaign's port");
+    // The process this one replaces may have died a moment ago: its port comes free once the
+    // kernel has closed its socket.
+    let listener = loop {
+        match tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await {
+            Ok(listener) => break listener,
+            Err(e) => eprintln!("listen on {}: {e}", args.port),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let _ = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = terminate.recv().await;
