@@ -55,6 +55,26 @@ struct Injected {
     hit: u64,
     /// The workloads it reached, with how many of their processes.
     reached: Vec<(Workload, usize)>,
+    /// When it began and ended (µs since the Unix epoch, as the ledger's).
+    window: (u64, u64),
+    /// The process it hit, for a fault of a process.
+    pid: Option<u32>,
+}
+
+impl Injected {
+    /// Whether this fault explains a repeat of a run of `workload` in process `pid` whose
+    /// first effect began at `first` and whose repeat began at `repeat`: it hit, it hit that
+    /// process (or the network to that process's server), and it was under way between the
+    /// two (or ended less than a lease before the first: connections it broke are found
+    /// broken by the next statements).
+    fn explains(&self, workload: Workload, pid: Option<u32>, first: u64, repeat: u64) -> bool {
+        let lease = LEASE.as_micros() as u64;
+        let reaches = match self.target {
+            Target::Process => self.pid.is_some() && self.pid == pid,
+            server => workload.server() == Some(server),
+        };
+        self.hit > 0 && reaches && self.window.0 <= repeat && first <= self.window.1 + lease
+    }
 }
 
 /// One worker process's place: a new process takes it when one is killed.
@@ -176,14 +196,25 @@ pub async fn run(args: RunArgs) -> bool {
 
     let mut report = Vec::new();
     for workload in Workload::ALL {
-        let mut tally = campaign.settle(workload, &direct, http_held).await;
+        let (mut tally, entries) = campaign.settle(workload, &direct, http_held).await;
+        tally.explain(&entries, |first, repeat| {
+            let pid = first.run.split('.').next().and_then(|p| p.parse().ok());
+            injected
+                .iter()
+                .any(|i| i.explains(workload, pid, first.micros, repeat.micros))
+        });
+        // Per fault that hit: what it can catch at once in each process it reached, for each
+        // lease it lasted (work started meanwhile is caught too).
         tally.bound = injected
             .iter()
             .filter(|i| i.hit > 0)
-            .flat_map(|i| i.reached.iter())
-            .filter(|(reached, _)| *reached == workload)
-            .map(|(_, processes)| {
-                workload.repeatable_per_process(campaign.args.tasks) * *processes as u64
+            .flat_map(|i| i.reached.iter().map(move |reached| (i, reached)))
+            .filter(|(_, (reached, _))| *reached == workload)
+            .map(|(i, (_, processes))| {
+                let leases = (i.window.1 - i.window.0)
+                    .div_ceil(LEASE.as_micros() as u64)
+                    .max(1);
+                workload.repeatable_per_process(campaign.args.tasks) * *processes as u64 * leases
             })
             .sum();
         report.push((workload, tally));
@@ -300,6 +331,7 @@ impl Campaign {
             _ => hits.stalled.load(Ordering::Relaxed) + hits.refused.load(Ordering::Relaxed),
         };
         let before = counted();
+        let from = ledger::now_micros();
         let settle = Duration::from_millis(200);
         let hit = match fault {
             Fault::Latency { delay, lasting } => {
@@ -343,6 +375,8 @@ impl Campaign {
             fault,
             hit,
             reached,
+            window: (from, ledger::now_micros()),
+            pid: None,
         }
     }
 
@@ -376,6 +410,7 @@ impl Campaign {
             let slot = &slots[(victim % slots.len() as u64) as usize];
             (slot.child.id(), slot.workload, slot.port)
         };
+        let from = ledger::now_micros();
         let hit = match fault {
             Fault::Kill => {
                 let index = {
@@ -416,6 +451,8 @@ impl Campaign {
             fault,
             hit,
             reached: vec![(workload, 1)],
+            window: (from, ledger::now_micros()),
+            pid: Some(pid),
         }
     }
 
@@ -461,17 +498,25 @@ impl Campaign {
 
     /// Delivers once more, straight to the server, every key a call workload left unfinished
     /// (as a scheduler's retry would), then counts its ledger.
-    async fn settle(&self, workload: Workload, direct: &PgPool, http_held: u64) -> Tally {
+    /// Returns the tally and the entries it counted, in the order they happened.
+    async fn settle(
+        &self,
+        workload: Workload,
+        direct: &PgPool,
+        http_held: u64,
+    ) -> (Tally, Vec<Entry>) {
         let path = self.dir.join(workload.ledger());
         if workload.is_queue() {
             return queue_tally(workload, &path, direct).await;
         }
         if workload == Workload::Http {
             // Its clients delivered every key they took until it was answered.
-            let mut tally = Tally::count(&ledger::read(&path), []);
+            let mut entries = ledger::read(&path);
+            entries.sort_by_key(|e| e.micros);
+            let mut tally = Tally::count(&entries, []);
             tally.held = http_held;
             tally.lost -= http_held.min(tally.lost);
-            return tally;
+            return (tally, entries);
         }
         let ledger = Ledger::open(&path).expect("open the ledger");
         let entries = ledger::read(&path);
@@ -560,7 +605,7 @@ impl Campaign {
         let mut tally = Tally::count(&entries, []);
         tally.held = held;
         tally.lost -= held.min(tally.lost);
-        tally
+        (tally, entries)
     }
 }
 
@@ -615,7 +660,7 @@ async fn effects(direct: &PgPool) -> Vec<Entry> {
 
 /// A queue workload's tally: its effects against its jobs' completions, every job enqueued
 /// required done. A job still running (its claim held) counts as held, not lost.
-async fn queue_tally(workload: Workload, path: &Path, direct: &PgPool) -> Tally {
+async fn queue_tally(workload: Workload, path: &Path, direct: &PgPool) -> (Tally, Vec<Entry>) {
     let jobs: Vec<(String, String, Option<i64>, i32)> = sqlx::query_as(&format!(
         "SELECT key, state::text, (extract(epoch FROM finished_at) * 1000000)::bigint, attempts
          FROM \"{SCHEMA}\".idem_records_queue WHERE queue = $1"
@@ -652,7 +697,7 @@ async fn queue_tally(workload: Workload, path: &Path, direct: &PgPool) -> Tally 
             example.push_str(&format!(" (the job: {state}, attempts {attempts})"));
         }
     }
-    tally
+    (tally, entries)
 }
 
 /// Jobs of the campaign's queues not yet finished, or `None` when the server cannot say.
@@ -755,12 +800,12 @@ fn print_report(injected: &[Injected], report: &[(Workload, Tally)], enqueued: u
     println!("{enqueued} jobs enqueued.");
     println!();
     println!(
-        "| workload | keys | effects | repeats after completion | lost | answers that differ | held past a lease | in-flight repeats (bound) |"
+        "| workload | keys | effects | repeats after completion | lost | answers that differ | held past a lease | in-flight repeats (bound) | of them unexplained |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (workload, t) in report {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} |",
             workload.name(),
             t.keys,
             t.effects,
@@ -769,7 +814,8 @@ fn print_report(injected: &[Injected], report: &[(Workload, Tally)], enqueued: u
             t.differing,
             t.held,
             t.in_flight,
-            t.bound
+            t.bound,
+            t.unexplained
         );
     }
 }

@@ -26,9 +26,12 @@ pub struct Tally {
     /// Effects begun again while an earlier one was in flight or cut short (a killed or stalled
     /// run, taken over): what at-least-once delivery may cost, within [`bound`](Tally::bound).
     pub in_flight: u64,
-    /// How many in-flight repeats the faults that hit could cause: the work in flight in the
-    /// processes each fault reached.
+    /// How many in-flight repeats the faults that hit could cause: what each could catch in
+    /// flight at once in the processes it reached, for each lease it lasted.
     pub bound: u64,
+    /// In-flight repeats that no fault explains: no fault that hit the first run's process (or
+    /// its server's network) came between the first effect and the repeat. Must be 0.
+    pub unexplained: u64,
     /// The first few keys that broke the promise, with their ledger lines, to start from.
     pub examples: Vec<String>,
 }
@@ -95,8 +98,34 @@ impl Tally {
         tally
     }
 
+    /// Counts the in-flight repeats of `entries` (in the order they happened) that
+    /// `explained(first, repeat)` does not put down to a fault: `first` is the effect a run
+    /// began, `repeat` the next effect of its key, begun before the key was done.
+    pub fn explain(&mut self, entries: &[Entry], explained: impl Fn(&Entry, &Entry) -> bool) {
+        let mut last: BTreeMap<&str, Option<&Entry>> = BTreeMap::new();
+        for entry in entries {
+            let previous = last.entry(entry.key.as_str()).or_default();
+            match entry.kind {
+                'E' => {
+                    if let Some(first) = previous.filter(|first| !explained(first, entry)) {
+                        self.unexplained += 1;
+                        if self.examples.len() < 5 {
+                            self.examples.push(format!(
+                                "{}: E at {} {}, then E at {} {}, and no fault between",
+                                entry.key, first.micros, first.run, entry.micros, entry.run
+                            ));
+                        }
+                    }
+                    *previous = Some(entry);
+                }
+                'D' => *previous = None,
+                _ => {}
+            }
+        }
+    }
+
     /// What breaks the promise, if anything: repeats after completion, lost keys, held keys, or
-    /// more in-flight repeats than the faults could cause.
+    /// in-flight repeats past the bound or unexplained by any fault.
     pub fn violations(&self) -> Vec<String> {
         let mut broken = Vec::new();
         if self.after_done > 0 {
@@ -110,6 +139,12 @@ impl Tally {
         }
         if self.held > 0 {
             broken.push(format!("{} keys held past a lease", self.held));
+        }
+        if self.unexplained > 0 {
+            broken.push(format!(
+                "{} in-flight repeats that no fault explains",
+                self.unexplained
+            ));
         }
         if self.in_flight > self.bound {
             broken.push(format!(
@@ -134,7 +169,7 @@ mod tests {
         }
     }
 
-    fn run(kind: char, key: &str, run: &str) -> Entry {
+    fn run_entry(kind: char, key: &str, run: &str) -> Entry {
         Entry {
             run: run.into(),
             ..entry(kind, key)
@@ -144,15 +179,15 @@ mod tests {
     #[test]
     fn callers_of_a_key_told_two_answers_or_one_of_no_run_are_counted() {
         let entries = [
-            run('E', "a", "1.0"),
-            run('E', "a", "2.0"),
-            run('D', "a", "1.0"),
-            run('D', "a", "2.0"),
-            run('E', "b", "1.1"),
-            run('D', "b", "9.9"),
-            run('E', "c", "1.2"),
-            run('D', "c", "1.2"),
-            run('D', "c", "1.2"),
+            run_entry('E', "a", "1.0"),
+            run_entry('E', "a", "2.0"),
+            run_entry('D', "a", "1.0"),
+            run_entry('D', "a", "2.0"),
+            run_entry('E', "b", "1.1"),
+            run_entry('D', "b", "9.9"),
+            run_entry('E', "c", "1.2"),
+            run_entry('D', "c", "1.2"),
+            run_entry('D', "c", "1.2"),
         ];
         let tally = Tally::count(&entries, []);
         assert_eq!(tally.differing, 2);
@@ -175,6 +210,33 @@ mod tests {
         assert_eq!(tally.after_done, 1);
         assert_eq!(tally.in_flight, 1);
         assert_eq!(tally.lost, 0);
+    }
+
+    #[test]
+    fn a_repeat_is_explained_only_by_a_fault_between_the_two_effects() {
+        let at = |kind, key: &str, micros, run: &str| Entry {
+            micros,
+            ..run_entry(kind, key, run)
+        };
+        let entries = [
+            at('E', "a", 10, "1.0"),
+            at('E', "a", 30, "2.0"),
+            at('D', "a", 31, "2.0"),
+            at('E', "b", 40, "1.1"),
+            at('E', "b", 90, "2.1"),
+            at('D', "b", 91, "2.1"),
+            at('E', "a", 95, "2.2"),
+        ];
+        let mut tally = Tally::count(&entries, []);
+        // A fault hit process 1 at 20: it explains a's repeat, not b's.
+        tally.explain(&entries, |first, repeat| {
+            first.run.starts_with("1.") && first.micros <= 20 && 20 <= repeat.micros
+        });
+        assert_eq!(tally.unexplained, 1);
+        assert_eq!(
+            tally.after_done, 1,
+            "a's effect after its completion is counted there"
+        );
     }
 
     #[test]

@@ -87,12 +87,14 @@ impl Workload {
         }
     }
 
-    /// How many in-flight effects a fault repeats at most, per process it reaches: the work
-    /// running there (none in transactional mode, whose effect commits with the key).
+    /// How many in-flight effects a fault can catch at once in a process it reaches: the work
+    /// that may be running there (with prefetching, the jobs held too, as each slot starts the
+    /// next while the last one's outcome is still on the wire); none in transactional mode,
+    /// whose effect commits with the key.
     pub fn repeatable_per_process(self, tasks: usize) -> u64 {
         match self {
             Workload::PgTransaction => 0,
-            _ => tasks as u64,
+            _ => (tasks + self.prefetch()) as u64,
         }
     }
 
