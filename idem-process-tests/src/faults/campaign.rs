@@ -161,6 +161,13 @@ pub async fn run(args: RunArgs) -> bool {
     );
     campaign.start_processes();
     let epoch = Instant::now();
+    let started = std::time::SystemTime::now();
+    // Ticks until shortly after the faults end must have run; later ones may not have had
+    // their time before the processes stop.
+    let ticks = Ticks {
+        from: started,
+        until: started + faults_end + LEASE,
+    };
     let enqueuer = tokio::spawn(enqueue_until(Queue::new(&store), epoch + faults_end));
     let http_clients = tokio::spawn(super::http::run(
         campaign.http_ports(),
@@ -196,7 +203,7 @@ pub async fn run(args: RunArgs) -> bool {
 
     let mut report = Vec::new();
     for workload in Workload::ALL {
-        let (mut tally, entries) = campaign.settle(workload, &direct, http_held).await;
+        let (mut tally, entries) = campaign.settle(workload, &direct, http_held, &ticks).await;
         tally.explain(&entries, |first, repeat| {
             let pid = first.run.split('.').next().and_then(|p| p.parse().ok());
             injected
@@ -504,10 +511,11 @@ impl Campaign {
         workload: Workload,
         direct: &PgPool,
         http_held: u64,
+        ticks: &Ticks,
     ) -> (Tally, Vec<Entry>) {
         let path = self.dir.join(workload.ledger());
         if workload.is_queue() {
-            return queue_tally(workload, &path, direct).await;
+            return queue_tally(workload, &path, direct, ticks).await;
         }
         if workload == Workload::Http {
             // Its clients delivered every key they took until it was answered.
@@ -660,8 +668,16 @@ async fn effects(direct: &PgPool) -> Vec<Entry> {
 
 /// A queue workload's tally: its effects against its jobs' completions, every job enqueued
 /// required done. A job still running (its claim held) counts as held, not lost.
-async fn queue_tally(workload: Workload, path: &Path, direct: &PgPool) -> (Tally, Vec<Entry>) {
-    let jobs: Vec<(String, String, Option<i64>, i32)> = sqlx::query_as(&format!(
+/// For the schedule's ticks, `ticks` gives the ones that must have run: every tick from the
+/// first enqueued to the last before the cut-off, none skipped (later ticks, which the run may
+/// have stopped before, are left out).
+async fn queue_tally(
+    workload: Workload,
+    path: &Path,
+    direct: &PgPool,
+    ticks: &Ticks,
+) -> (Tally, Vec<Entry>) {
+    let mut jobs: Vec<(String, String, Option<i64>, i32)> = sqlx::query_as(&format!(
         "SELECT key, state::text, (extract(epoch FROM finished_at) * 1000000)::bigint, attempts
          FROM \"{SCHEMA}\".idem_records_queue WHERE queue = $1"
     ))
@@ -670,6 +686,18 @@ async fn queue_tally(workload: Workload, path: &Path, direct: &PgPool) -> (Tally
     .await
     .expect("read the jobs");
     let mut entries = ledger::read(path);
+    let mut required: Vec<String> = jobs.iter().map(|(key, ..)| key.clone()).collect();
+    if workload == Workload::Schedules {
+        let first = jobs.iter().map(|(key, ..)| key.clone()).min();
+        required = ticks
+            .keys()
+            .into_iter()
+            .filter(|key| first.as_ref().is_some_and(|first| key >= first))
+            .collect();
+        let last = required.last().cloned().unwrap_or_default();
+        jobs.retain(|(key, ..)| *key <= last);
+        entries.retain(|e| e.key <= last);
+    }
     entries.extend(jobs.iter().filter(|(_, state, _, _)| state == "done").map(
         |(key, _, finished, _)| Entry {
             kind: 'D',
@@ -685,7 +713,7 @@ async fn queue_tally(workload: Workload, path: &Path, direct: &PgPool) -> (Tally
     let completions = completions(&store, idem_queue::QUEUE_SCOPE, &entries).await;
     entries.extend(completions);
     entries.sort_by_key(|e| e.micros);
-    let mut tally = Tally::count(&entries, jobs.iter().map(|(key, ..)| key.as_str()));
+    let mut tally = Tally::count(&entries, required.iter().map(String::as_str));
     tally.held = jobs
         .iter()
         .filter(|(_, state, ..)| state == "running")
@@ -700,11 +728,31 @@ async fn queue_tally(workload: Workload, path: &Path, direct: &PgPool) -> (Tally
     (tally, entries)
 }
 
-/// Jobs of the campaign's queues not yet finished, or `None` when the server cannot say.
+/// The ticks the schedule must have run: one a second from the run's start to the cut-off.
+struct Ticks {
+    from: std::time::SystemTime,
+    until: std::time::SystemTime,
+}
+
+impl Ticks {
+    /// Their jobs' keys, in order.
+    fn keys(&self) -> Vec<String> {
+        let schedule = super::workload::tick_schedule();
+        let mut keys = Vec::new();
+        let mut at = self.from;
+        while let Some(next) = schedule.next_after(at).filter(|next| *next <= self.until) {
+            keys.push(schedule.tick_key(next));
+            at = next;
+        }
+        keys
+    }
+}
+
+/// Jobs the campaign enqueued not yet finished, or `None` when the server cannot say.
 async fn unfinished_jobs(direct: &PgPool) -> Option<i64> {
     sqlx::query_scalar(&format!(
         "SELECT count(*) FROM \"{SCHEMA}\".idem_records_queue
-         WHERE state NOT IN ('done', 'dead', 'cancelled')"
+         WHERE queue IN ('plain', 'prefetch') AND state NOT IN ('done', 'dead', 'cancelled')"
     ))
     .fetch_one(direct)
     .await

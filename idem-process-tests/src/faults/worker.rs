@@ -138,7 +138,9 @@ pub async fn run(args: WorkerArgs) {
                 .prefix("faults"),
         ),
         Workload::SqliteLease => Arc::new(retry(|| SqliteStore::open(&args.url)).await),
-        Workload::Queue | Workload::QueuePrefetch | Workload::Http => unreachable!("run above"),
+        Workload::Queue | Workload::QueuePrefetch | Workload::Schedules | Workload::Http => {
+            unreachable!("run above")
+        }
     };
     let calls = Arc::new(Calls {
         store,
@@ -246,6 +248,11 @@ async fn run_queue(
     let store = pg_store(&args.url, args.tasks as u32 + 4);
     let queue = Queue::new(&store);
     let shared = Arc::new((ledger, random, args.work_ms));
+    // Schedules: every process fires them too, as every replica of an application would.
+    let scheduler = match args.workload {
+        Workload::Schedules => Some(start_scheduler(&queue).await),
+        _ => None,
+    };
     let workers = queue
         .worker(move |job: Job| {
             let shared = shared.clone();
@@ -262,7 +269,25 @@ async fn run_queue(
         .poll_interval(Duration::from_millis(100))
         .start();
     let _ = terminate.recv().await;
+    if let Some(scheduler) = scheduler {
+        scheduler.shutdown().await;
+    }
     workers.shutdown(Duration::from_secs(10)).await;
+}
+
+/// Starts the campaign's schedule, retrying while the database cannot be reached (the process
+/// may start during a fault).
+async fn start_scheduler(queue: &Queue) -> idem_queue::SchedulerHandle {
+    loop {
+        let scheduler = queue
+            .scheduler(vec![super::workload::tick_schedule()])
+            .expect("a valid schedule");
+        match scheduler.start().await {
+            Ok(running) => return running,
+            Err(e) => eprintln!("start the scheduler: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Serves `POST /work` behind `idem-http`'s layer until SIGTERM, then drains the answers left

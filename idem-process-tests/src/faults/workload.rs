@@ -30,16 +30,29 @@ pub enum Workload {
     /// `idem-http`'s `Idempotency-Key` layer on PostgreSQL, in server processes that clients
     /// (the campaign's own) retry against.
     Http,
+    /// A schedule firing every second, its scheduler and workers in every process.
+    Schedules,
+}
+
+/// The schedule the `Schedules` workload fires: every second, on a named queue of its own, its
+/// catch-up window and grace far longer than any fault lasts.
+pub fn tick_schedule() -> idem_queue::Schedule {
+    idem_queue::Schedule::every("tick", Duration::from_secs(1))
+        .expect("a valid schedule")
+        .queue("ticks")
+        .catch_up(Duration::from_secs(60))
+        .grace(Duration::from_secs(30))
 }
 
 impl Workload {
     /// Every workload, in the report's order.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::PgLease,
         Workload::PgTransaction,
         Workload::Queue,
         Workload::QueuePrefetch,
         Workload::Http,
+        Workload::Schedules,
         Workload::RedisLease,
         Workload::SqliteLease,
     ];
@@ -54,6 +67,7 @@ impl Workload {
             Workload::Queue => "PostgreSQL, queue",
             Workload::QueuePrefetch => "PostgreSQL, queue, prefetch 16",
             Workload::Http => "PostgreSQL, HTTP layer",
+            Workload::Schedules => "PostgreSQL, schedule every second",
         }
     }
 
@@ -66,15 +80,19 @@ impl Workload {
         }
     }
 
-    /// Whether it runs the work queue.
+    /// Whether its work is the queue's jobs (enqueued by the campaign, or by schedules).
     pub fn is_queue(self) -> bool {
-        matches!(self, Workload::Queue | Workload::QueuePrefetch)
+        matches!(
+            self,
+            Workload::Queue | Workload::QueuePrefetch | Workload::Schedules
+        )
     }
 
     /// The named queue of a queue workload.
     pub fn queue_name(self) -> &'static str {
         match self {
             Workload::QueuePrefetch => "prefetch",
+            Workload::Schedules => "ticks",
             _ => "plain",
         }
     }
