@@ -115,7 +115,7 @@ fn failed(e: StoreError) -> sqlx::Error {
 
 fn scoped(key: &str, scope: &str) -> Result<idem_core::Key, StoreError> {
     idem_core::Key::new(key)
-        .and_then(|k| k.with_scope(scope.to_owned()))
+        .and_then(|k| k.with_stored_scope(scope))
         .map_err(|e| StoreError::msg(e.to_string()))
 }
 

@@ -142,7 +142,7 @@ pub async fn release(
     // The rules are the store's operator API's, shared with the dashboard: a completed record
     // is not a claim, a live lease needs --force, and the release is fenced to the claim seen.
     let scoped = idem_core::Key::new(key)
-        .and_then(|k| k.with_scope(scope.clone()))
+        .and_then(|k| k.with_stored_scope(&scope))
         .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
     let released = idem_core::release_claim(
         ctx.backend.inspector(),

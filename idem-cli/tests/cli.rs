@@ -2,7 +2,7 @@
 //! statuses, what each command prints, `--json` matching the human output, and the safety
 //! refusals.
 
-use idem_core::{Call, Claim, ClaimRequest, Key, Store};
+use idem_core::{Call, Claim, ClaimRequest, Key, Outcome, Store};
 use idem_queue::{Job, NewJob, Queue};
 use idem_store_postgres::testing::TestStore;
 use serde_json::Value;
@@ -525,4 +525,63 @@ async fn jobs_cancel_stops_a_waiting_job_and_jobs_show_its_queue_and_outcome() {
     assert_eq!(cancelled_list["jobs"][0]["id"], "export:9");
     assert_eq!(status(&idem(&test, &["jobs", "discard", "export:9"])), 0);
     assert_eq!(queue.status("export:9").await.unwrap(), None);
+}
+
+/// A record written before keys had scopes (in the scope `''`, as the scopes migration left
+/// it) stands for its key in every scope until it expires, so an operator must be able to
+/// release or forget it like any other: a claim held for a crashed old worker, or work done
+/// that should run again.
+#[tokio::test]
+async fn a_record_of_the_legacy_scope_is_released_and_forgotten() {
+    use idem_store_postgres::sqlx;
+    let test = TestStore::new("cli_legacy", 2).await;
+    claim(&test, "old-claim", "s", Duration::from_secs(600)).await;
+    complete(&test, "old-done", "s").await;
+    sqlx::query(&format!(
+        "UPDATE \"{}\".idem_records SET scope = '' WHERE key IN ('old-claim', 'old-done')",
+        test.schema
+    ))
+    .execute(test.store.pool())
+    .await
+    .unwrap();
+    let call = |key: &'static str| {
+        let store = test.store.clone();
+        async move {
+            Call::new(&store, key)
+                .scope("s")
+                .run(async { Ok::<_, std::io::Error>(()) })
+                .await
+                .unwrap()
+        }
+    };
+    assert!(
+        matches!(call("old-claim").await, Outcome::InProgress { .. }),
+        "the legacy claim holds the key"
+    );
+    let listed = json(&test, &["list"]);
+    assert_eq!(
+        listed["records"].as_array().map(Vec::len),
+        Some(2),
+        "both listed: {listed}"
+    );
+    let released = idem(&test, &["release", "old-claim", "--force"]);
+    assert_eq!(
+        status(&released),
+        0,
+        "{}{}",
+        text(&released),
+        String::from_utf8_lossy(&released.stderr)
+    );
+    assert!(call("old-claim").await.is_executed(), "released, it runs");
+
+    assert!(
+        matches!(call("old-done").await, Outcome::Duplicate { .. }),
+        "the legacy record is done work"
+    );
+    let forgot = idem(&test, &["forget", "old-done", "--yes"]);
+    assert_eq!(status(&forgot), 0, "{}", text(&forgot));
+    assert!(
+        call("old-done").await.is_executed(),
+        "forgotten, it runs again"
+    );
 }

@@ -764,7 +764,12 @@ crate::declare_cases! { $ __store_cases:
 
     /// A call is dropped while its claim's answer is on its way back (the store applied it):
     /// the claim is undone, so the next delivery runs at once instead of finding the key held
-    /// for nobody until the lease lapses.
+    /// for nobody until the lease lapses. The answer is held by a wrapper (`Gated`), which
+    /// undoes it as any wrapper must (see its `abandon_claim`): this checks that the store
+    /// answers a claim sent again with its token as the first, and releases it. A claim
+    /// dropped inside a store is undone by the store's own means, each tested with the store
+    /// (PostgreSQL's batches: `a_claim_whose_caller_left_while_queued_is_never_sent` and the
+    /// batch tests).
     pub async fn a_call_dropped_while_its_claim_is_answered_holds_no_key(h: &impl Harness) {
         let gated = Gated::new(h.store(), Step::Claim);
         let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1114,5 +1119,15 @@ impl Store for Gated {
 
     fn abandon(&self, key: &Key, fence: Fence) {
         self.inner.abandon(key, fence)
+    }
+
+    /// A wrapper with the inner store's answer in hand, its caller gone, frees the key itself:
+    /// it sends the claim again with its token (answered as the first) and releases it, as
+    /// `reclaim_and_release_in_background` does. It does not forward: the inner store answered
+    /// the claim and may rightly do nothing (PostgreSQL's batches undo only claims whose
+    /// answer never reached their caller), leaving the key held for nobody until its lease
+    /// lapses.
+    fn abandon_claim(&self, request: ClaimRequest<'_>) {
+        idem_core::reclaim_and_release_in_background(self.shared(), request);
     }
 }

@@ -103,7 +103,7 @@ pub(crate) struct Prepared {
 impl Prepared {
     /// Validates `call`, made at `now`; a refusal is recorded on `span` (the call's).
     pub fn new<E>(call: Spec, now: Instant, span: &Span) -> Result<Prepared, Error<E>> {
-        let key = call.key.map_err(|e| {
+        let key = call.key.and_then(Key::callable).map_err(|e| {
             span.record("outcome", "invalid_key");
             span.in_scope(|| tracing::warn!(error = %e, "refused an invalid idempotency key"));
             Error::InvalidKey(e)

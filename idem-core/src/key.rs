@@ -80,6 +80,12 @@ pub const MAX_SCOPE_LEN: usize = 128;
 /// The scope of a key made by [`Key::new`] (and of a [`Call`](crate::Call) given no scope).
 pub const DEFAULT_SCOPE: &str = "default";
 
+/// The scope (`""`) of records a PostgreSQL store wrote before keys had scopes. A claim in any
+/// scope finds such a record until it expires, so upgrading never turns done work into new
+/// work. No call can be made in it; operator tools name it to release or forget such a record
+/// ([`Key::with_stored_scope`]).
+pub const LEGACY_SCOPE: &str = "";
+
 impl Key {
     /// Validates `key` and wraps it.
     pub fn new(key: impl Into<String>) -> Result<Key, InvalidKey> {
@@ -101,6 +107,31 @@ impl Key {
             }),
             Some(reason) => Err(InvalidKey { key, reason }),
         }
+    }
+
+    /// This key in a scope as a store reports it: [`with_scope`](Key::with_scope), or
+    /// [`LEGACY_SCOPE`] for `""`, so that an operator tool can release or forget any record it
+    /// lists. A call refuses a key in the legacy scope ([`Error::InvalidKey`](crate::Error)).
+    pub fn with_stored_scope(self, scope: &str) -> Result<Key, InvalidKey> {
+        if scope == LEGACY_SCOPE {
+            let mut key = self;
+            key.scope = std::borrow::Cow::Borrowed(LEGACY_SCOPE);
+            key.memo = Memo::default();
+            return Ok(key);
+        }
+        self.with_scope(scope.to_owned())
+    }
+
+    /// This key, unless it is in [`LEGACY_SCOPE`]: that scope names records written before
+    /// scopes, and no new work goes in it.
+    pub(crate) fn callable(self) -> Result<Key, InvalidKey> {
+        if self.scope == LEGACY_SCOPE {
+            return Err(InvalidKey {
+                key: format!("/{}", self.key),
+                reason: InvalidKeyReason::InvalidScope,
+            });
+        }
+        Ok(self)
     }
 
     /// This key in `scope` (1 to [`MAX_SCOPE_LEN`] bytes, no control characters). Renaming

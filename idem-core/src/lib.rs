@@ -595,7 +595,9 @@ pub use inspect::{
     ExpiredCounts, Inspect, InspectedEffect, InspectedRecord, RecordCursor, RecordFilter,
     RecordPage, RecordStatus, RecordSummary, Released, ScopeCounts, PAGE_SCAN, SUMMARY_ROWS,
 };
-pub use key::{InvalidKey, InvalidKeyReason, Key, DEFAULT_SCOPE, MAX_KEY_LEN, MAX_SCOPE_LEN};
+pub use key::{
+    InvalidKey, InvalidKeyReason, Key, DEFAULT_SCOPE, LEGACY_SCOPE, MAX_KEY_LEN, MAX_SCOPE_LEN,
+};
 pub use memory::MemoryStore;
 pub use outcome::Outcome;
 pub use store::{

@@ -36,3 +36,32 @@ async fn memory_harness() -> MemoryHarness {
 }
 
 idem_conformance::store_conformance!(memory_harness);
+
+/// A key in the legacy scope (which operator tools use to free records written before scopes)
+/// is refused by a call, before anything is claimed: no new work goes in that scope.
+#[tokio::test]
+async fn a_call_in_the_legacy_scope_is_refused_before_its_claim() {
+    let store = MemoryStore::new();
+    let key = idem_core::Key::new("old")
+        .unwrap()
+        .with_stored_scope(idem_core::LEGACY_SCOPE)
+        .unwrap();
+    assert_eq!(key.scope(), idem_core::LEGACY_SCOPE);
+    let ran = std::sync::atomic::AtomicBool::new(false);
+    let refused = idem_core::Call::new(&store, key)
+        .run(async {
+            ran.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok::<_, std::io::Error>(())
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(idem_core::Error::InvalidKey(_))),
+        "{refused:?}"
+    );
+    assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+    let named = idem_core::Key::new("old")
+        .unwrap()
+        .with_stored_scope("s")
+        .unwrap();
+    assert_eq!(named.scope(), "s", "any other scope as with_scope");
+}

@@ -20,8 +20,9 @@ use crate::PgStore;
 fn inspected(row: &PgRow) -> Result<InspectedRecord, sqlx::Error> {
     let key: String = row.try_get(0)?;
     let scope: String = row.try_get(1)?;
+    // The legacy scope '' (records from before scopes) is listed like any other.
     let key = Key::new(key)
-        .and_then(|key| key.with_scope(scope))
+        .and_then(|key| key.with_stored_scope(&scope))
         .map_err(|e| sqlx::Error::Protocol(format!("a stored key is not valid: {e}")))?;
     let completed_at: Option<i64> = row.try_get(5)?;
     let expires_at = from_micros(row.try_get(6)?);

@@ -17,8 +17,9 @@ use crate::SqliteStore;
 fn inspected(row: &SqliteRow) -> Result<InspectedRecord, sqlx::Error> {
     let key: String = row.try_get(0)?;
     let scope: String = row.try_get(1)?;
+    // The legacy scope '' (records from before scopes) is listed like any other.
     let key = Key::new(key)
-        .and_then(|key| key.with_scope(scope))
+        .and_then(|key| key.with_stored_scope(&scope))
         .map_err(|e| sqlx::Error::Protocol(format!("a stored key is not valid: {e}")))?;
     let expires_at = at(row.try_get(6)?);
     Ok(InspectedRecord {

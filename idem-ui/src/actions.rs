@@ -109,7 +109,7 @@ async fn release(
     if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
         return refusal;
     }
-    let key = match Key::new(form.key.clone()).and_then(|k| k.with_scope(form.scope.clone())) {
+    let key = match Key::new(form.key.clone()).and_then(|k| k.with_stored_scope(&form.scope)) {
         Ok(key) => key,
         Err(e) => return bad_key(&source, &viewer, e),
     };
@@ -173,7 +173,7 @@ async fn forget(
     if let Some(refusal) = refused(&source, &viewer, &form.csrf) {
         return refusal;
     }
-    let key = match Key::new(form.key.clone()).and_then(|k| k.with_scope(form.scope.clone())) {
+    let key = match Key::new(form.key.clone()).and_then(|k| k.with_stored_scope(&form.scope)) {
         Ok(key) => key,
         Err(e) => return bad_key(&source, &viewer, e),
     };
