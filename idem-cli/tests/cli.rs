@@ -584,4 +584,20 @@ async fn a_record_of_the_legacy_scope_is_released_and_forgotten() {
         call("old-done").await.is_executed(),
         "forgotten, it runs again"
     );
+
+    // The operator's key reaches no claim: nothing new is written in the legacy scope.
+    let legacy = Key::new("new-work")
+        .unwrap()
+        .with_stored_scope(idem_core::LEGACY_SCOPE)
+        .unwrap();
+    let refused = test
+        .store
+        .claim(ClaimRequest {
+            key: &legacy,
+            fingerprint: None,
+            lease: Duration::from_secs(60),
+            token: None,
+        })
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
 }

@@ -455,9 +455,24 @@ impl PgStore {
     }
 }
 
+/// A claim in the legacy scope `''` would write a record that stands for its key in every
+/// scope: only operator tools name that scope, to free records written before scopes.
+pub(crate) fn refuse_legacy_scope(key: &Key) -> Result<(), StoreError> {
+    if key.scope() == idem_core::LEGACY_SCOPE {
+        return Err(StoreError::msg(format!(
+            "no claim can be made in the legacy scope '' (key {:?}): it names records written \
+             before scopes, for releasing or forgetting them",
+            key.as_str()
+        ))
+        .during(Operation::Claim));
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Store for PgStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        refuse_legacy_scope(request.key)?;
         if let Some(batches) = self.batches() {
             return batch::submit(self, &batches.claims, OwnedClaim::new(request)).await;
         }

@@ -212,6 +212,7 @@ impl TransactionalStore for PgStore {
         request: ClaimRequest<'_>,
         keep: Duration,
     ) -> Result<TxClaim<Self::Transaction>, StoreError> {
+        crate::store::refuse_legacy_scope(request.key)?;
         let failed = |e| store_error(e).during(Operation::Claim);
         let duplicates = self.tx_duplicates();
         // While duplicates dominate, a settled key is answered from one read, with no

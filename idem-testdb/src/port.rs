@@ -12,7 +12,8 @@ pub fn free_port() -> Result<u16, ClusterError> {
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
-    let (from, span) = (low / 2, u32::from(low - low / 2).max(1));
+    let from = (low / 2).max(1024);
+    let span = u32::from(low.saturating_sub(from)).max(1);
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.subsec_nanos())

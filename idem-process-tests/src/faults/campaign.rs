@@ -67,10 +67,26 @@ impl Injected {
     /// process (or the network to that process's server), and it was under way between the
     /// two (or ended less than a lease before the first: connections it broke are found
     /// broken by the next statements).
-    fn explains(&self, workload: Workload, pid: Option<u32>, first: u64, repeat: u64) -> bool {
+    /// A process's fault explains a repeat when it hit either run's process (a stalled run
+    /// that resumes after another took its key over is the repeat's), or any process of a
+    /// SQLite workload: one stopped while it holds the file's write lock stalls every other.
+    fn explains(
+        &self,
+        workload: Workload,
+        pids: [Option<u32>; 2],
+        first: u64,
+        repeat: u64,
+    ) -> bool {
         let lease = LEASE.as_micros() as u64;
         let reaches = match self.target {
-            Target::Process => self.pid.is_some() && self.pid == pid,
+            Target::Process => {
+                let shared_lock = workload == Workload::SqliteLease
+                    && self
+                        .reached
+                        .iter()
+                        .any(|(w, _)| *w == Workload::SqliteLease);
+                self.pid.is_some() && (pids.contains(&self.pid) || shared_lock)
+            }
             server => workload.server() == Some(server),
         };
         self.hit > 0 && reaches && self.window.0 <= repeat && first <= self.window.1 + lease
@@ -162,12 +178,6 @@ pub async fn run(args: RunArgs) -> bool {
     campaign.start_processes();
     let epoch = Instant::now();
     let started = std::time::SystemTime::now();
-    // Ticks until shortly after the faults end must have run; later ones may not have had
-    // their time before the processes stop.
-    let ticks = Ticks {
-        from: started,
-        until: started + faults_end + LEASE,
-    };
     let enqueuer = tokio::spawn(enqueue_until(Queue::new(&store), epoch + faults_end));
     let http_clients = tokio::spawn(super::http::run(
         campaign.http_ports(),
@@ -192,9 +202,17 @@ pub async fn run(args: RunArgs) -> bool {
     }
     let enqueued = enqueuer.await.expect("the enqueuer");
 
-    // The quiet end: queued work drains, then every process is told to stop.
+    // Every tick due by the time the last fault ended must run; later ones may not have had
+    // their time before the processes stop.
+    let ticks = Ticks {
+        from: started,
+        until: std::time::SystemTime::now(),
+    };
+    let last_tick = ticks.keys().last().cloned().unwrap_or_default();
+    // The quiet end: queued work (those ticks included) drains, then every process is told
+    // to stop.
     let queue_deadline = epoch + seconds.max(faults_end + LEASE * 4) + Duration::from_secs(30);
-    while Instant::now() < queue_deadline && unfinished_jobs(&direct).await != Some(0) {
+    while Instant::now() < queue_deadline && unfinished_jobs(&direct, &last_tick).await != Some(0) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let http_held = http_clients.await.expect("the HTTP clients");
@@ -204,11 +222,12 @@ pub async fn run(args: RunArgs) -> bool {
     let mut report = Vec::new();
     for workload in Workload::ALL {
         let (mut tally, entries) = campaign.settle(workload, &direct, http_held, &ticks).await;
+        let pid = |run: &str| run.split('.').next().and_then(|p| p.parse().ok());
         tally.explain(&entries, |first, repeat| {
-            let pid = first.run.split('.').next().and_then(|p| p.parse().ok());
+            let pids = [pid(&first.run), pid(&repeat.run)];
             injected
                 .iter()
-                .any(|i| i.explains(workload, pid, first.micros, repeat.micros))
+                .any(|i| i.explains(workload, pids, first.micros, repeat.micros))
         });
         // Per fault that hit: what it can catch at once in each process it reached, for each
         // lease it lasted (work started meanwhile is caught too).
@@ -453,11 +472,16 @@ impl Campaign {
             }
             _ => unreachable!("faults of the network"),
         };
+        // A SQLite process stopped with the file's write lock stalls every SQLite process.
+        let reached = match workload {
+            Workload::SqliteLease => self.args.processes,
+            _ => 1,
+        };
         Injected {
             target: Target::Process,
             fault,
             hit,
-            reached: vec![(workload, 1)],
+            reached: vec![(workload, reached)],
             window: (from, ledger::now_micros()),
             pid: Some(pid),
         }
@@ -688,12 +712,17 @@ async fn queue_tally(
     let mut entries = ledger::read(path);
     let mut required: Vec<String> = jobs.iter().map(|(key, ..)| key.clone()).collect();
     if workload == Workload::Schedules {
+        // From the first tick enqueued (a scheduler starts firing once it reaches the
+        // database), but no later than the first due after a start-up allowance: a schedule
+        // that never fired, or began late, has lost the ticks it skipped.
+        let expected = ticks.keys();
+        let allowance = ticks.key_after(Duration::from_secs(10));
         let first = jobs.iter().map(|(key, ..)| key.clone()).min();
-        required = ticks
-            .keys()
-            .into_iter()
-            .filter(|key| first.as_ref().is_some_and(|first| key >= first))
-            .collect();
+        let from = match first {
+            Some(first) => first.min(allowance),
+            None => allowance,
+        };
+        required = expected.into_iter().filter(|key| *key >= from).collect();
         let last = required.last().cloned().unwrap_or_default();
         jobs.retain(|(key, ..)| *key <= last);
         entries.retain(|e| e.key <= last);
@@ -720,7 +749,7 @@ async fn queue_tally(
         .count() as u64;
     tally.lost -= tally.held.min(tally.lost);
     for example in &mut tally.examples {
-        let key = example.split(':').take(2).collect::<Vec<_>>().join(":");
+        let key = example.split(": ").next().unwrap_or_default().to_owned();
         if let Some((_, state, _, attempts)) = jobs.iter().find(|(k, ..)| *k == key) {
             example.push_str(&format!(" (the job: {state}, attempts {attempts})"));
         }
@@ -735,6 +764,15 @@ struct Ticks {
 }
 
 impl Ticks {
+    /// The key of the first tick due `after` the start.
+    fn key_after(&self, after: Duration) -> String {
+        let schedule = super::workload::tick_schedule();
+        let at = schedule
+            .next_after(self.from + after)
+            .expect("an interval schedule always has a next tick");
+        schedule.tick_key(at)
+    }
+
     /// Their jobs' keys, in order.
     fn keys(&self) -> Vec<String> {
         let schedule = super::workload::tick_schedule();
@@ -748,12 +786,15 @@ impl Ticks {
     }
 }
 
-/// Jobs the campaign enqueued not yet finished, or `None` when the server cannot say.
-async fn unfinished_jobs(direct: &PgPool) -> Option<i64> {
+/// Jobs the campaign enqueued, and ticks up to `last_tick`, not yet finished, or `None` when
+/// the server cannot say.
+async fn unfinished_jobs(direct: &PgPool, last_tick: &str) -> Option<i64> {
     sqlx::query_scalar(&format!(
         "SELECT count(*) FROM \"{SCHEMA}\".idem_records_queue
-         WHERE queue IN ('plain', 'prefetch') AND state NOT IN ('done', 'dead', 'cancelled')"
+         WHERE (queue IN ('plain', 'prefetch') OR (queue = 'ticks' AND key <= $1))
+           AND state NOT IN ('done', 'dead', 'cancelled')"
     ))
+    .bind(last_tick)
     .fetch_one(direct)
     .await
     .ok()
@@ -795,14 +836,14 @@ fn send(pid: u32, signal: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Whether process `pid` is seen stopped (`T` in `/proc`) within a second: a signal is
-/// delivered a moment after `kill` returns.
+/// Whether process `pid` is seen stopped (`T` in `/proc`) within 3 s: a signal is delivered
+/// a moment after `kill` returns, later on a starved machine.
 async fn stops(pid: u32) -> bool {
     let state = || {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         stat.rsplit(')').next()?.trim_start().chars().next()
     };
-    for _ in 0..100 {
+    for _ in 0..300 {
         if state() == Some('T') {
             return true;
         }
