@@ -20,6 +20,41 @@ async fn state(queue: &Queue, key: &str) -> JobState {
     queue.status(key).await.unwrap().expect("the job").state
 }
 
+/// The advisory lock of [`claim_gate`].
+const CLAIM_GATE: i64 = 73_310_001;
+
+/// A gate for the claim of job `key`: a trigger makes the statement that claims it (moves it
+/// from queued to running) wait, inside the statement, on an advisory lock the returned
+/// transaction holds until the test ends it.
+async fn claim_gate(
+    test: &TestStore,
+    key: &str,
+) -> idem_store_postgres::sqlx::Transaction<'static, idem_store_postgres::sqlx::Postgres> {
+    use idem_store_postgres::sqlx;
+    let (schema, pool) = (&test.schema, test.store.pool());
+    sqlx::raw_sql(&format!(
+        r#"CREATE FUNCTION "{schema}".gate() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+               IF NEW.key = '{key}' AND NEW.state = 'running' AND OLD.state = 'queued' THEN
+                   PERFORM pg_advisory_xact_lock_shared({CLAIM_GATE});
+               END IF;
+               RETURN NEW;
+           END $$;
+           CREATE TRIGGER gate BEFORE UPDATE ON "{schema}".idem_records_queue
+               FOR EACH ROW EXECUTE FUNCTION "{schema}".gate();"#
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+    let mut gate = pool.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(CLAIM_GATE)
+        .execute(&mut *gate)
+        .await
+        .unwrap();
+    gate
+}
+
 /// The outcomes in `key`'s attempt log, oldest first.
 async fn outcomes(queue: &Queue, key: &str) -> Vec<String> {
     let status = queue.status(key).await.unwrap().expect("the job");
@@ -805,27 +840,7 @@ async fn a_late_committed_serial_job_never_runs_beside_the_claimed_one() {
     let test = TestStore::new("qc_serial_late", 20).await;
     let queue = support::queue(&test).await;
     let (schema, pool) = (&test.schema, test.store.pool());
-    const GATE: i64 = 73_310_001;
-    sqlx::raw_sql(&format!(
-        r#"CREATE FUNCTION "{schema}".gate() RETURNS trigger LANGUAGE plpgsql AS $$
-           BEGIN
-               IF NEW.key = 'acct:later' AND NEW.state = 'running' AND OLD.state = 'queued' THEN
-                   PERFORM pg_advisory_xact_lock_shared({GATE});
-               END IF;
-               RETURN NEW;
-           END $$;
-           CREATE TRIGGER gate BEFORE UPDATE ON "{schema}".idem_records_queue
-               FOR EACH ROW EXECUTE FUNCTION "{schema}".gate();"#
-    ))
-    .execute(pool)
-    .await
-    .unwrap();
-    let mut gate = pool.begin().await.unwrap();
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(GATE)
-        .execute(&mut *gate)
-        .await
-        .unwrap();
+    let mut gate = claim_gate(&test, "acct:later").await;
 
     let mut late = pool.begin().await.unwrap();
     let _ = queue
@@ -867,7 +882,7 @@ async fn a_late_committed_serial_job_never_runs_beside_the_claimed_one() {
         "the later job's claim reaches the gate",
         &format!(
             "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 0
-                     AND objid = {GATE} AND objsubid = 1 AND NOT granted) AND $1 IS NOT NULL"
+                     AND objid = {CLAIM_GATE} AND objsubid = 1 AND NOT granted) AND $1 IS NOT NULL"
         ),
     )
     .await;
@@ -1046,27 +1061,7 @@ async fn a_claim_answered_after_half_its_lease_does_not_start_its_job() {
     let test = TestStore::new("qc_late_answer", 8).await;
     let queue = support::queue(&test).await;
     let (schema, pool) = (&test.schema, test.store.pool());
-    const GATE: i64 = 73_310_002;
-    sqlx::raw_sql(&format!(
-        r#"CREATE FUNCTION "{schema}".gate() RETURNS trigger LANGUAGE plpgsql AS $$
-           BEGIN
-               IF NEW.key = 'slow:1' AND NEW.state = 'running' AND OLD.state = 'queued' THEN
-                   PERFORM pg_advisory_xact_lock_shared({GATE});
-               END IF;
-               RETURN NEW;
-           END $$;
-           CREATE TRIGGER gate BEFORE UPDATE ON "{schema}".idem_records_queue
-               FOR EACH ROW EXECUTE FUNCTION "{schema}".gate();"#
-    ))
-    .execute(pool)
-    .await
-    .unwrap();
-    let mut gate = pool.begin().await.unwrap();
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(GATE)
-        .execute(&mut *gate)
-        .await
-        .unwrap();
+    let mut gate = claim_gate(&test, "slow:1").await;
     let _ = queue.enqueue(job("slow:1")).await.unwrap();
 
     let lease = Duration::from_secs(1);

@@ -51,29 +51,40 @@ pub struct WorkerArgs {
     pub port: u16,
 }
 
-/// What a call's body needs.
-struct Calls {
-    store: Arc<dyn Store>,
-    pg: Option<PgStore>,
+/// What every workload's work does: it notes its effect, then takes up to `work_ms`.
+struct Work {
     ledger: Ledger,
     random: Random,
     work_ms: u64,
 }
 
-impl Calls {
-    fn work(&self) -> Duration {
-        Duration::from_millis(self.random.below(self.work_ms))
+impl Work {
+    /// Notes an effect of `key` in the ledger under a new run id, works, and returns the id.
+    async fn effect(&self, key: &str) -> String {
+        let run = run_id();
+        self.ledger.effect(key, &run);
+        self.work().await;
+        run
     }
+
+    /// Takes up to `work_ms`.
+    async fn work(&self) {
+        tokio::time::sleep(Duration::from_millis(self.random.below(self.work_ms))).await;
+    }
+}
+
+/// What a call's body needs.
+struct Calls {
+    store: Arc<dyn Store>,
+    pg: Option<PgStore>,
+    work: Work,
 }
 
 /// Answers with the run's id, which duplicates get back: every caller of a key must be told
 /// the same one.
 #[idempotent(key = "w:{k}", store = calls.store, lease = "2s", replay, scope = "faults-lease")]
 async fn lease_work(calls: &Calls, k: u64) -> Result<String, std::convert::Infallible> {
-    let run = run_id();
-    calls.ledger.effect(&format!("w:{k}"), &run);
-    tokio::time::sleep(calls.work()).await;
-    Ok(run)
+    Ok(calls.work.effect(&format!("w:{k}")).await)
 }
 
 /// The effect is a row written in the call's transaction: it commits with the key or not at
@@ -82,7 +93,7 @@ async fn lease_work(calls: &Calls, k: u64) -> Result<String, std::convert::Infal
 async fn transaction_work(pg: &PgStore, calls: &Calls, k: u64) -> Result<String, sqlx::Error> {
     let run = run_id();
     record_effect(tx, &format!("w:{k}"), &run).await?;
-    tokio::time::sleep(calls.work()).await;
+    calls.work.work().await;
     Ok(run)
 }
 
@@ -117,13 +128,16 @@ pub async fn run(args: WorkerArgs) {
     });
     let stopping = Arc::new(AtomicBool::new(false));
     let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let ledger = Ledger::open(&args.ledger).expect("open the ledger");
-    let random = Random::for_process(args.seed);
+    let work = Work {
+        ledger: Ledger::open(&args.ledger).expect("open the ledger"),
+        random: Random::for_process(args.seed),
+        work_ms: args.work_ms,
+    };
     if args.workload.is_queue() {
-        return run_queue(args, ledger, random, &mut terminate).await;
+        return run_queue(args, work, &mut terminate).await;
     }
     if args.workload == Workload::Http {
-        return run_http(args, ledger, random, terminate).await;
+        return run_http(args, work, terminate).await;
     }
     let mut pg = None;
     let store: Arc<dyn Store> = match args.workload {
@@ -142,13 +156,7 @@ pub async fn run(args: WorkerArgs) {
             unreachable!("run above")
         }
     };
-    let calls = Arc::new(Calls {
-        store,
-        pg,
-        ledger,
-        random,
-        work_ms: args.work_ms,
-    });
+    let calls = Arc::new(Calls { store, pg, work });
     let next = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..args.tasks)
         .map(|_| {
@@ -156,7 +164,7 @@ pub async fn run(args: WorkerArgs) {
             let workload = args.workload;
             tokio::spawn(async move {
                 while !stopping.load(Ordering::SeqCst) {
-                    let k = shuffled(next.fetch_add(1, Ordering::SeqCst), &calls.random);
+                    let k = shuffled(next.fetch_add(1, Ordering::SeqCst), &calls.work.random);
                     deliver(&calls, workload, k, &stopping).await;
                 }
             })
@@ -178,7 +186,7 @@ fn shuffled(i: u64, random: &Random) -> u64 {
 /// Delivers key `k` until its caller is told it is done, or the process is stopping.
 async fn deliver(calls: &Calls, workload: Workload, k: u64, stopping: &AtomicBool) {
     let mut pause = Duration::from_millis(20);
-    calls.ledger.attempt(&format!("w:{k}"));
+    calls.work.ledger.attempt(&format!("w:{k}"));
     loop {
         let answer = match workload {
             Workload::PgTransaction => {
@@ -188,7 +196,7 @@ async fn deliver(calls: &Calls, workload: Workload, k: u64, stopping: &AtomicBoo
             _ => answer(lease_work(calls, k).await),
         };
         if let Some(run) = answer {
-            return calls.ledger.done(&format!("w:{k}"), &run);
+            return calls.work.ledger.done(&format!("w:{k}"), &run);
         }
         if stopping.load(Ordering::SeqCst) {
             return;
@@ -239,15 +247,10 @@ async fn retry<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T
 
 /// Runs the queue's jobs until SIGTERM, then shuts the workers down, letting running jobs
 /// finish.
-async fn run_queue(
-    args: WorkerArgs,
-    ledger: Ledger,
-    random: Random,
-    terminate: &mut tokio::signal::unix::Signal,
-) {
+async fn run_queue(args: WorkerArgs, work: Work, terminate: &mut tokio::signal::unix::Signal) {
     let store = pg_store(&args.url, args.tasks as u32 + 4);
     let queue = Queue::new(&store);
-    let shared = Arc::new((ledger, random, args.work_ms));
+    let work = Arc::new(work);
     // Schedules: every process fires them too, as every replica of an application would.
     let scheduler = match args.workload {
         Workload::Schedules => Some(start_scheduler(&queue).await),
@@ -255,11 +258,9 @@ async fn run_queue(
     };
     let workers = queue
         .worker(move |job: Job| {
-            let shared = shared.clone();
+            let work = work.clone();
             async move {
-                let (ledger, random, work_ms) = &*shared;
-                ledger.effect(job.key(), &run_id());
-                tokio::time::sleep(Duration::from_millis(random.below(*work_ms))).await;
+                work.effect(job.key()).await;
                 Ok::<_, std::convert::Infallible>(())
             }
         })
@@ -293,35 +294,26 @@ async fn start_scheduler(queue: &Queue) -> idem_queue::SchedulerHandle {
 /// Serves `POST /work` behind `idem-http`'s layer until SIGTERM, then drains the answers left
 /// to record. The handler notes its effect under the request's `Idempotency-Key` and answers
 /// with its run's id, which the layer replays to retries.
-async fn run_http(
-    args: WorkerArgs,
-    ledger: Ledger,
-    random: Random,
-    mut terminate: tokio::signal::unix::Signal,
-) {
+async fn run_http(args: WorkerArgs, work: Work, mut terminate: tokio::signal::unix::Signal) {
     use axum::http::{HeaderMap, StatusCode};
     use axum::{extract::Request, middleware::Next, routing::post, Router};
 
     let store = pg_store(&args.url, args.tasks as u32 + 4);
-    let shared = Arc::new((ledger, random, args.work_ms));
-    let work = move |headers: HeaderMap| {
-        let shared = shared.clone();
+    let work = Arc::new(work);
+    let handler = move |headers: HeaderMap| {
+        let work = work.clone();
         async move {
-            let (ledger, random, work_ms) = &*shared;
             let key = headers
                 .get("idempotency-key")
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .trim_matches('"')
                 .to_owned();
-            let run = run_id();
-            ledger.effect(&key, &run);
-            tokio::time::sleep(Duration::from_millis(random.below(*work_ms))).await;
-            (StatusCode::CREATED, run)
+            (StatusCode::CREATED, work.effect(&key).await)
         }
     };
     let app = Router::new()
-        .route("/work", post(work))
+        .route("/work", post(handler))
         .layer(idem_http::IdempotencyLayer::new(store).lease(LEASE))
         .layer(axum::middleware::from_fn(
             |mut request: Request, next: Next| async move {
