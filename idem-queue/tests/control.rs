@@ -836,11 +836,10 @@ async fn until_server(test: &TestStore, what: &str, condition: &str) {
 /// nothing while the key's row is held, and nothing once the later job runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_committed_serial_job_never_runs_beside_the_claimed_one() {
-    use idem_store_postgres::sqlx;
     let test = TestStore::new("qc_serial_late", 20).await;
     let queue = support::queue(&test).await;
-    let (schema, pool) = (&test.schema, test.store.pool());
-    let mut gate = claim_gate(&test, "acct:later").await;
+    let pool = test.store.pool();
+    let gate = claim_gate(&test, "acct:later").await;
 
     let mut late = pool.begin().await.unwrap();
     let _ = queue
@@ -1061,7 +1060,7 @@ async fn a_claim_answered_after_half_its_lease_does_not_start_its_job() {
     let test = TestStore::new("qc_late_answer", 8).await;
     let queue = support::queue(&test).await;
     let (schema, pool) = (&test.schema, test.store.pool());
-    let mut gate = claim_gate(&test, "slow:1").await;
+    let gate = claim_gate(&test, "slow:1").await;
     let _ = queue.enqueue(job("slow:1")).await.unwrap();
 
     let lease = Duration::from_secs(1);
@@ -1087,13 +1086,11 @@ async fn a_claim_answered_after_half_its_lease_does_not_start_its_job() {
         .await
         .expect("the job ran from a later claim")
         .unwrap();
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while queue.result("slow:1").await.unwrap().is_none() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the job is done");
+    let done = queue
+        .wait_result("slow:1", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(done, Some(JobResult::Done(None)), "the job is done");
     workers.shutdown(Duration::from_secs(5)).await;
     assert!(ran.try_recv().is_err(), "the job ran once");
     assert_eq!(attempt, 1, "the claim given back is not counted");
