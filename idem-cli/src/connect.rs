@@ -1,6 +1,7 @@
 //! Connecting to the store a URL names: what every command works on.
 
-use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use idem_store_postgres::sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use idem_store_postgres::sqlx::Connection;
 use idem_store_postgres::PgStore;
 use std::time::Duration;
 
@@ -16,6 +17,10 @@ pub(crate) struct Ctx {
 /// operator visits might make their browser ask for must not keep a scan running on a
 /// production database.
 pub(crate) const UI_STATEMENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the first connection to PostgreSQL may take: a server that does not answer by
+/// then is reported unreachable, rather than left to the pool's longer wait.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The store `url` names: `redis://` (several, comma-separated: a cluster), `sqlite://PATH`
 /// (or `sqlite:PATH`), else PostgreSQL, whose connections stop a statement after
@@ -73,6 +78,7 @@ pub(crate) async fn connect(
         let ms = timeout.as_millis().to_string();
         options = options.options([("statement_timeout", ms.as_str())]);
     }
+    reach(&options).await?;
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(10))
@@ -91,4 +97,37 @@ pub(crate) async fn connect(
         schema: schema.to_owned(),
         table: table.to_owned(),
     })
+}
+
+/// Opens one connection to the server `options` name, within [`CONNECT_TIMEOUT`], so that an
+/// unreachable or refusing server is reported at once, with where it was looked for (host,
+/// port, database and user, never the password) and what to check.
+async fn reach(options: &PgConnectOptions) -> Result<(), (i32, String)> {
+    let target = format!(
+        "PostgreSQL at {}:{} (database {:?}, user {:?})",
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or(options.get_username()),
+        options.get_username()
+    );
+    let failed = |why: String| {
+        (
+            FAILED,
+            format!(
+                "cannot connect to {target}: {why}. Check that the server runs and is \
+                 reachable from here, and the URL given with --database-url (or DATABASE_URL)."
+            ),
+        )
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(options)).await {
+        Err(_) => Err(failed(format!(
+            "no answer within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        ))),
+        Ok(Err(e)) => Err(failed(e.to_string())),
+        Ok(Ok(connection)) => {
+            let _ = connection.close().await;
+            Ok(())
+        }
+    }
 }

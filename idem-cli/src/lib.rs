@@ -39,7 +39,8 @@
 //!
 //! The binary is `idem`; [`run`] is the same command as a function (tests call it in process).
 //! Exit status: 0 done, 1 no such key or job, 2 usage error, 3 refused for safety, 4 the
-//! database failed.
+//! database failed. A PostgreSQL server that refuses, or does not answer within 3 s, is
+//! reported at once with the host, port, database and user tried (never the password).
 
 #![warn(missing_docs)]
 

@@ -601,3 +601,45 @@ async fn a_record_of_the_legacy_scope_is_released_and_forgotten() {
         .await;
     assert!(refused.is_err(), "{refused:?}");
 }
+
+/// A database that cannot be reached is reported within seconds, not after the pool's wait,
+/// naming where it was looked for (host, port, database, user) and never the password, and
+/// saying what to check: a port that refuses, and one that accepts and never answers.
+#[test]
+fn an_unreachable_database_is_named_at_once_without_its_password() {
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let refused_port = refused.local_addr().unwrap().port();
+    drop(refused);
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    for (port, why) in [
+        (refused_port, "refused"),
+        (silent_port, "no answer within 3 s"),
+    ] {
+        let started = std::time::Instant::now();
+        let output = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args([
+                "--database-url",
+                &format!("postgres://app:s3cret@127.0.0.1:{port}/appdb"),
+                "list",
+            ])
+            .output()
+            .expect("run idem");
+        let said = String::from_utf8_lossy(&output.stderr).to_lowercase();
+        assert_eq!(status(&output), 4, "{said}");
+        assert!(said.contains(&format!("127.0.0.1:{port}")), "{said}");
+        assert!(said.contains("appdb") && said.contains("app"), "{said}");
+        assert!(said.contains(why), "{said}");
+        assert!(said.contains("check that the server runs"), "{said}");
+        assert!(
+            !said.contains("s3cret"),
+            "the password is never shown: {said}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "reported after {:?}",
+            started.elapsed()
+        );
+    }
+    drop(silent);
+}
