@@ -169,11 +169,17 @@ impl RedisServer {
     /// Stops the server (without saving), and waits until it is gone.
     pub fn stop(&self) -> Result<(), ClusterError> {
         let _ = self.cli(&["shutdown", "nosave"]);
+        self.until_gone("stop")
+    }
+
+    /// Waits (up to 20 s) until nothing answers on the server's port; `what` names the step
+    /// in the error.
+    fn until_gone(&self, what: &str) -> Result<(), ClusterError> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
             if Instant::now() > deadline {
                 return Err(fail(format!(
-                    "redis-server on port {} did not stop",
+                    "redis-server on port {} did not {what}",
                     self.port
                 )));
             }
@@ -194,16 +200,7 @@ impl RedisServer {
         if !status.success() {
             return Err(fail(format!("kill -KILL {} failed", pid.trim())));
         }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-            if Instant::now() > deadline {
-                return Err(fail(format!(
-                    "redis-server on port {} did not die",
-                    self.port
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.until_gone("die")?;
         let _ = std::fs::remove_file(self.dir.join("redis.pid"));
         Ok(())
     }
