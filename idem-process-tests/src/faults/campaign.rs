@@ -222,7 +222,19 @@ pub async fn run(args: RunArgs) -> bool {
     let mut report = Vec::new();
     for workload in Workload::ALL {
         let (mut tally, entries) = campaign.settle(workload, &direct, http_held, &ticks).await;
-        let pid = |run: &str| run.split('.').next().and_then(|p| p.parse().ok());
+        let pid = |run: &str| run.split('.').next().and_then(|p| p.parse::<u32>().ok());
+        tally.excuse_stalled(&entries, |done, effect| {
+            let slack = 200_000;
+            injected.iter().any(|i| {
+                matches!(i.fault, Fault::Stop { .. })
+                    && i.hit > 0
+                    && i.pid.is_some()
+                    && i.pid == pid(&effect.run)
+                    && i.window.0 <= done.micros
+                    && done.micros <= i.window.1
+                    && i.window.1 <= effect.micros + slack
+            })
+        });
         tally.explain(&entries, |first, repeat| {
             let pids = [pid(&first.run), pid(&repeat.run)];
             injected
@@ -889,16 +901,17 @@ fn print_report(injected: &[Injected], report: &[(Workload, Tally)], enqueued: u
     println!("{enqueued} jobs enqueued.");
     println!();
     println!(
-        "| workload | keys | effects | repeats after completion | lost | answers that differ | held past a lease | in-flight repeats (bound) | of them unexplained |"
+        "| workload | keys | effects | repeats after completion | of a process stopped across it | lost | answers that differ | held past a lease | in-flight repeats (bound) | of them unexplained |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (workload, t) in report {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) | {} |",
             workload.name(),
             t.keys,
             t.effects,
             t.after_done,
+            t.stalled_after_done,
             t.lost,
             t.differing,
             t.held,

@@ -12,8 +12,13 @@ pub struct Tally {
     pub keys: u64,
     /// Effects begun, over every key.
     pub effects: u64,
-    /// Effects begun after the key's caller had been told the work was done. Must be 0.
+    /// Effects begun after the key's caller had been told the work was done, other than
+    /// those of [`stalled_after_done`](Tally::stalled_after_done). Must be 0.
     pub after_done: u64,
+    /// Effects begun after the key was done by a process that was stopped (SIGSTOP) from
+    /// before the completion until just before the effect: it had its claim, and the body's
+    /// first line came after it resumed, a window no lease can close.
+    pub stalled_after_done: u64,
     /// Keys never done (an effect began, and no caller was ever told it finished), and keys
     /// reported done whose effect never began: a silent skip. Must be 0.
     pub lost: u64,
@@ -96,6 +101,30 @@ impl Tally {
             }
         }
         tally
+    }
+
+    /// Moves from [`after_done`](Tally::after_done) to
+    /// [`stalled_after_done`](Tally::stalled_after_done) each effect that `stalled(done,
+    /// effect)` puts down to its process having been stopped across the key's completion
+    /// `done` (the first `D` of its key).
+    pub fn excuse_stalled(&mut self, entries: &[Entry], stalled: impl Fn(&Entry, &Entry) -> bool) {
+        let mut done: BTreeMap<&str, &Entry> = BTreeMap::new();
+        for entry in entries {
+            match entry.kind {
+                'D' => {
+                    done.entry(entry.key.as_str()).or_insert(entry);
+                }
+                'E' => {
+                    if let Some(first) = done.get(entry.key.as_str()) {
+                        if stalled(first, entry) && self.after_done > 0 {
+                            self.after_done -= 1;
+                            self.stalled_after_done += 1;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Counts the in-flight repeats of `entries` (in the order they happened) that
