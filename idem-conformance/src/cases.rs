@@ -65,6 +65,26 @@ async fn complete(store: &dyn Store, key: &Key, fence: Fence, output: Option<&[u
         .expect("complete succeeds")
 }
 
+/// Polls `future` until it finishes or until its `polls`-th poll has returned pending, then
+/// drops it there. The runtime polls it again only when woken, so each poll past the first is
+/// a point where it waited for something (a connection, an answer, a lock) and got it.
+async fn drop_at_poll<F: std::future::Future>(future: F, polls: usize) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut polled = 0;
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Some(out));
+        }
+        polled += 1;
+        if polled >= polls {
+            std::task::Poll::Ready(None)
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
 /// A lapse: a little more than the short lease.
 fn past(lease: Duration) -> Duration {
     lease + lease / 4 + Duration::from_millis(50)
@@ -767,9 +787,7 @@ crate::declare_cases! { $ __store_cases:
     /// for nobody until the lease lapses. The answer is held by a wrapper (`Gated`), which
     /// undoes it as any wrapper must (see its `abandon_claim`): this checks that the store
     /// answers a claim sent again with its token as the first, and releases it. A claim
-    /// dropped inside a store is undone by the store's own means, each tested with the store
-    /// (PostgreSQL's batches: `a_claim_whose_caller_left_while_queued_is_never_sent` and the
-    /// batch tests).
+    /// dropped inside the store itself is `a_call_dropped_anywhere_in_its_claim_holds_no_key`.
     pub async fn a_call_dropped_while_its_claim_is_answered_holds_no_key(h: &impl Harness) {
         let gated = Gated::new(h.store(), Step::Claim);
         let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -805,6 +823,62 @@ crate::declare_cases! { $ __store_cases:
             .unwrap();
         assert_eq!(again, Outcome::Executed(()));
         assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    /// A call is dropped inside the store's own claim, at each point where it waits in turn
+    /// (after its first poll, after its first wake-up, and so on until its body has started):
+    /// whatever the store had sent or applied by then, the key is free again within seconds
+    /// while the claim's lease is ten minutes, by the store's own `abandon_claim` (or, once
+    /// the claim was answered, its `abandon`). A store whose undo is missing or misses a point
+    /// leaves the key held for nobody and fails here. A drop lands only where the call is
+    /// polled: a store whose answer can be lost between its send and its caller's next poll
+    /// (PostgreSQL's batches) tests that window itself
+    /// (`a_claim_acquired_for_a_caller_that_left_is_released`).
+    pub async fn a_call_dropped_anywhere_in_its_claim_holds_no_key(h: &impl Harness) {
+        let store = h.store();
+        for point in 1..=64usize {
+            let k = key(&format!("dropped-inside-{point}"));
+            let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let call = {
+                let (store, k, started) = (store.clone(), k.clone(), started.clone());
+                async move {
+                    Call::new(&*store, k.as_str())
+                        .lease(LONG_LEASE)
+                        .run(async move {
+                            started.store(true, std::sync::atomic::Ordering::SeqCst);
+                            std::future::pending::<Result<(), std::io::Error>>().await
+                        })
+                        .await
+                }
+            };
+            let finished = drop_at_poll(call, point).await;
+            assert!(finished.is_none(), "the body never ends, so the call cannot: {finished:?}");
+            let reached_body = started.load(std::sync::atomic::Ordering::SeqCst);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let again = Call::new(&*store, k.as_str())
+                    .lease(LONG_LEASE)
+                    .run(async { Ok::<_, std::io::Error>(()) })
+                    .await
+                    .unwrap_or_else(|e| {
+                        panic!("after a call dropped at poll {point} of its claim: {e}")
+                    });
+                match again {
+                    Outcome::Executed(()) => break,
+                    Outcome::InProgress { .. } if tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(10)).await
+                    }
+                    other => panic!(
+                        "a call dropped at poll {point} of its claim left {k} held for nobody \
+                         (its lease is {LONG_LEASE:?}): {other:?}"
+                    ),
+                }
+            }
+            if reached_body {
+                return;
+            }
+        }
+        panic!("a call's claim that waits more than 64 times never reached its body");
     }
 
     /// 64 concurrent claims of one key: exactly one acquires, the rest see it in progress.

@@ -1,6 +1,6 @@
-//! Versioned migrations, recorded in `<table>_migrations` and applied in one `BEGIN IMMEDIATE`
-//! transaction, so processes migrating at once take turns and the later ones find nothing to
-//! do.
+//! Versioned migrations, recorded in `<table>_migrations` and applied in one transaction that
+//! holds the write lock from its start, so processes migrating at once take turns and the later
+//! ones find nothing to do.
 
 use sqlx::SqlitePool;
 
@@ -8,12 +8,14 @@ use crate::sql::Sql;
 
 pub(crate) async fn migrate(pool: &SqlitePool, table: &str, sql: &Sql) -> Result<(), sqlx::Error> {
     let history = format!("\"{table}_migrations\"");
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    // Made before the transaction, so that the transaction's first statement can be a write
+    // to it (`write_transaction`): creating it when it exists takes no lock.
     sqlx::raw_sql(&format!(
         "CREATE TABLE IF NOT EXISTS {history} (version INTEGER PRIMARY KEY, applied_us INTEGER NOT NULL)"
     ))
-    .execute(&mut *tx)
+    .execute(pool)
     .await?;
+    let mut tx = crate::store::write_transaction(pool, &crate::sql::lock(&history)).await?;
     let applied: Option<i64> = sqlx::query_scalar(&format!("SELECT max(version) FROM {history}"))
         .fetch_one(&mut *tx)
         .await?;

@@ -10,6 +10,9 @@ pub(crate) struct Sql {
     /// Next fence: one counter for the table, so a released or purged key claimed again still
     /// gets a fence larger than any earlier one.
     pub next_fence: String,
+    /// Takes the database's write lock and changes nothing: the first statement of every
+    /// write transaction (see `write_transaction`).
+    pub lock: String,
     /// `$1` key, `$2` scope, `$3` fence, `$4` fingerprint, `$5` token, `$6` expires, `$7`
     /// holder.
     pub insert: String,
@@ -65,6 +68,12 @@ pub(crate) struct Sql {
     pub create: String,
     /// Version 2: who holds a claim (`host:pid`, `idem_core::holder`).
     pub add_holder: String,
+}
+
+/// A write to `table` (quoted) that matches no row: SQLite takes its write lock for any write
+/// statement, waiting for it with the busy timeout when it is a transaction's first.
+pub(crate) fn lock(table: &str) -> String {
+    format!("UPDATE {table} SET rowid = rowid WHERE 0")
 }
 
 impl Sql {
@@ -140,6 +149,7 @@ impl Sql {
                  FROM {t} WHERE key = $1 AND scope = $2"
             ),
             next_fence: format!("UPDATE {f} SET value = value + 1 WHERE id = 1 RETURNING value"),
+            lock: lock(&f),
             insert: format!(
                 "INSERT INTO {t} (key, scope, fence, fingerprint, token, completed_us, expires_us,
                                   output, holder)

@@ -1,7 +1,7 @@
 //! `SqliteStore`: the claim lifecycle on one SQLite database file. Every step that reads and
-//! writes runs in one `BEGIN IMMEDIATE` transaction: SQLite has one writer at a time, so the
-//! read and the write of a claim are one atomic step for every connection and every process on
-//! the file. A claim that finds a live record answers from a plain read (see `claim_in_tx`).
+//! writes runs in one transaction that holds the write lock from its start: SQLite has one
+//! writer at a time, so the read and the write of a claim are one atomic step for every
+//! connection and every process on the file. A claim that finds a live record answers from a plain read (see `claim_in_tx`).
 
 use async_trait::async_trait;
 use idem_core::{
@@ -170,7 +170,7 @@ impl SqliteStore {
             .map(|row| judge(&row, fingerprint(request), token(request))))
     }
 
-    /// The claim inside `tx`, a `BEGIN IMMEDIATE` transaction (so holding SQLite's write lock):
+    /// The claim inside `tx`, a transaction holding SQLite's write lock:
     /// the record is read again and, fresh or lapsed, claimed with a new fence.
     async fn claim_locked(
         &self,
@@ -222,10 +222,9 @@ impl SqliteStore {
         Ok(claim)
     }
 
-    /// A transaction holding SQLite's write lock from its start (a deferred one could fail to
-    /// upgrade its read to a write without waiting for the busy timeout).
+    /// A transaction holding SQLite's write lock from its start (see [`write_transaction`]).
     async fn begin_immediate(&self) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
-        self.pool.begin_with("BEGIN IMMEDIATE").await
+        write_transaction(&self.pool, &self.inner.sql.lock).await
     }
 
     /// The completion statement, to run on the pool or in a transaction.
@@ -261,6 +260,25 @@ impl SqliteStore {
         let done = query.execute(&self.pool).await.map_err(store_error)?;
         Ok(applied(done.rows_affected()))
     }
+}
+
+/// A transaction on `pool` that holds SQLite's write lock from its start, as `BEGIN IMMEDIATE`
+/// does: a plain `BEGIN`, then `lock` (a write that changes nothing) as its first statement,
+/// which waits for the lock with the busy timeout. A deferred transaction that read first
+/// could fail to upgrade its read to a write without waiting.
+///
+/// Not `begin_with("BEGIN IMMEDIATE")`: sqlx waits once more after a custom `BEGIN` has been
+/// applied and before the transaction's guard exists, and a future dropped there (a caller's
+/// timeout) returns the connection to the pool inside the transaction, holding the write lock
+/// against every connection and process until that connection happens to be used again.
+/// Wherever a plain `BEGIN` or the statements after it are dropped, sqlx rolls it back.
+pub(crate) async fn write_transaction(
+    pool: &SqlitePool,
+    lock: &str,
+) -> Result<Transaction<'static, Sqlite>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(lock).execute(&mut *tx).await?;
+    Ok(tx)
 }
 
 fn fingerprint<'a>(request: &ClaimRequest<'a>) -> Option<&'a str> {
