@@ -55,6 +55,27 @@ pub mod transactional;
 #[doc(hidden)]
 pub use tokio as __tokio;
 
+/// Polls `future` until it finishes or until its `polls`-th poll has returned pending, then
+/// drops it there. The runtime polls it again only when woken, so each poll past the first is
+/// a point where it waited for something (a connection, an answer, a lock) and got it. Stores'
+/// own cancellation tests use it too, to drop a call at each point in turn.
+pub async fn drop_at_poll<F: std::future::Future>(future: F, polls: usize) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut polled = 0;
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Some(out));
+        }
+        polled += 1;
+        if polled >= polls {
+            std::task::Poll::Ready(None)
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
 /// What the suite needs from a backend.
 #[async_trait]
 pub trait Harness: Send + Sync + 'static {

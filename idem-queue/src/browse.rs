@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use idem_core::{Operation, StoreError};
-use idem_store_postgres::extend::{from_micros, to_micros};
+use idem_store_postgres::extend::{from_micros, to_micros, ClosingTransaction, SNAPSHOT};
 use sqlx::Row;
 
 use crate::admin::job_info;
@@ -121,89 +121,90 @@ impl Queue {
         let state = query.state.map(JobFilter::as_str);
         // One snapshot for the page and for where its read stopped: a job deleted between two
         // would move the stop past jobs nobody read.
-        let mut tx = self
-            .store
-            .pool()
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        let mut tx = ClosingTransaction::begin(self.store.pool(), Some(SNAPSHOT))
             .await
             .map_err(failed(Operation::Get))?;
-        if finished(query.state) {
-            let (micros, key) = match after {
-                Some(after) => finished_cursor(after)?,
-                // After every job: the end of the range the double-precision product holds
-                // exactly is far beyond any job's finish.
-                None => (1_i64 << 53, ""),
+        let page = async {
+            if finished(query.state) {
+                let (micros, key) = match after {
+                    Some(after) => finished_cursor(after)?,
+                    // After every job: the end of the range the double-precision product holds
+                    // exactly is far beyond any job's finish.
+                    None => (1_i64 << 53, ""),
+                };
+                let rows = sqlx::query(&self.sql.page_finished)
+                    .bind(state)
+                    .bind(query.queue.as_deref())
+                    .bind(query.key_prefix.as_deref())
+                    .bind(micros)
+                    .bind(key)
+                    .bind(limit)
+                    .bind(scan)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(failed(Operation::Get))?;
+                let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
+                if let Some(next) = full_page_next(&jobs, query, true) {
+                    return Ok(JobPage {
+                        jobs,
+                        next: Some(next),
+                    });
+                }
+                let last_read = sqlx::query(&self.sql.scan_end_finished)
+                    .bind(state)
+                    .bind(micros)
+                    .bind(key)
+                    .bind(scan - 1)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(failed(Operation::Get))?
+                    .map(|row| format!("{}:{}", row.get::<i64, _>(0), row.get::<String, _>(1)));
+                return Ok(JobPage {
+                    jobs,
+                    next: last_read,
+                });
+            }
+            let (statement, end, from) = match after {
+                Some(key) => (&self.sql.page_after, &self.sql.scan_end_after, key),
+                // The first page starts at the prefix: keys below it cannot match.
+                None => (
+                    &self.sql.page_from,
+                    &self.sql.scan_end_from,
+                    query.key_prefix.as_deref().unwrap_or(""),
+                ),
             };
-            let rows = sqlx::query(&self.sql.page_finished)
+            let rows = sqlx::query(statement)
                 .bind(state)
                 .bind(query.queue.as_deref())
                 .bind(query.key_prefix.as_deref())
-                .bind(micros)
-                .bind(key)
+                .bind(from)
                 .bind(limit)
                 .bind(scan)
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(failed(Operation::Get))?;
             let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
-            if let Some(next) = full_page_next(&jobs, query, true) {
+            if let Some(next) = full_page_next(&jobs, query, false) {
                 return Ok(JobPage {
                     jobs,
                     next: Some(next),
                 });
             }
-            let last_read = sqlx::query(&self.sql.scan_end_finished)
-                .bind(state)
-                .bind(micros)
-                .bind(key)
+            let last_read = sqlx::query_scalar::<_, String>(end)
+                .bind(from)
                 .bind(scan - 1)
                 .fetch_optional(&mut *tx)
                 .await
-                .map_err(failed(Operation::Get))?
-                .map(|row| format!("{}:{}", row.get::<i64, _>(0), row.get::<String, _>(1)));
-            tx.commit().await.map_err(failed(Operation::Get))?;
-            return Ok(JobPage {
+                .map_err(failed(Operation::Get))?;
+            Ok(JobPage {
                 jobs,
                 next: last_read,
-            });
+            })
         }
-        let (statement, end, from) = match after {
-            Some(key) => (&self.sql.page_after, &self.sql.scan_end_after, key),
-            // The first page starts at the prefix: keys below it cannot match.
-            None => (
-                &self.sql.page_from,
-                &self.sql.scan_end_from,
-                query.key_prefix.as_deref().unwrap_or(""),
-            ),
-        };
-        let rows = sqlx::query(statement)
-            .bind(state)
-            .bind(query.queue.as_deref())
-            .bind(query.key_prefix.as_deref())
-            .bind(from)
-            .bind(limit)
-            .bind(scan)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(failed(Operation::Get))?;
-        let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
-        if let Some(next) = full_page_next(&jobs, query, false) {
-            return Ok(JobPage {
-                jobs,
-                next: Some(next),
-            });
-        }
-        let last_read = sqlx::query_scalar::<_, String>(end)
-            .bind(from)
-            .bind(scan - 1)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(failed(Operation::Get))?;
-        tx.commit().await.map_err(failed(Operation::Get))?;
-        Ok(JobPage {
-            jobs,
-            next: last_read,
-        })
+        .await;
+        // Read only: ending it either way is the same, and it goes back to the pool.
+        tx.end(false).await.map_err(failed(Operation::Get))?;
+        page
     }
 
     /// The state of each job of `keys` that exists (`stale` for a running job whose lease

@@ -73,3 +73,25 @@ async fn a_page_of_jobs_stops_reading_at_its_scan_and_the_next_goes_on() {
     assert_eq!(found.len(), 9);
     assert_eq!(pages, 3);
 }
+
+/// A page dropped at each point where it waits (the dashboard's browser went away, its
+/// `BEGIN` on the way included) leaves no connection of the pool inside its read-only
+/// snapshot, where every write of the application's that the connection carried next would
+/// fail.
+#[tokio::test]
+async fn a_page_dropped_as_it_begins_leaves_no_pooled_connection_in_a_transaction() {
+    let test = TestStore::through_pool("idem_t_browse_drop", 2).await;
+    let queue = support::queue(&test).await;
+    let probe =
+        idem_store_postgres::testing::PoolProbe::create(test.store.pool(), 2, &test.schema).await;
+    for point in 1..=64usize {
+        let query = JobsQuery::default();
+        let finished = idem_conformance::drop_at_poll(queue.jobs_page(&query, None), point).await;
+        probe.assert_all_commit(point as i32).await;
+        if let Some(page) = finished {
+            page.expect("the page is read");
+            return;
+        }
+    }
+    panic!("a page that waits more than 64 times never finished");
+}

@@ -27,11 +27,12 @@ use sqlx::{Database, Postgres, TransactionManager};
 use std::fmt::Write;
 use std::time::Duration;
 
+use crate::closing::ClosingTransaction;
 use crate::error::is_connection_lost;
 use crate::records::token_param;
 use crate::store::PgStore;
 use crate::time::duration_micros;
-use crate::tx_conn::{Begun, TxConn};
+use crate::tx_conn::TxConn;
 
 type Manager = <Postgres as Database>::TransactionManager;
 
@@ -140,7 +141,7 @@ impl PgStore {
                 }
                 // The pool tested it as it handed it out.
                 (
-                    TxConn::Begun(Begun::new(self.pool().acquire().await?)),
+                    TxConn::Pooled(ClosingTransaction::on(self.pool().acquire().await?)),
                     false,
                 )
             }

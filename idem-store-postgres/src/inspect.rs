@@ -11,6 +11,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 use std::time::SystemTime;
 
+use crate::closing::{ClosingTransaction, SNAPSHOT};
 use crate::error::store_error;
 use crate::records::fence;
 use crate::time::{from_micros, to_micros};
@@ -104,41 +105,44 @@ impl Inspect for PgStore {
         let scan = i64::try_from(filter.scan.max(1)).unwrap_or(i64::MAX);
         // One snapshot for the page and for where its read stopped: a record deleted between
         // two would move the stop past records nobody read.
-        let mut tx = self
-            .pool()
-            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        let mut tx = ClosingTransaction::begin(self.pool(), Some(SNAPSHOT))
             .await
             .map_err(failed(Operation::Get))?;
-        let rows = sqlx::query(statement)
-            .bind(filter.status.map(|status| status.as_str()))
-            .bind(filter.scope.as_deref())
-            .bind(filter.key_prefix.as_deref())
-            .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
-            .bind(key)
-            .bind(scope)
-            .bind(scan)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(failed(Operation::Get))?;
-        let records = inspected_all(&rows)?;
-        if filter.limit > 0 && records.len() >= filter.limit {
-            return Ok(RecordPage::new(records, filter, None));
+        let page = async {
+            let rows = sqlx::query(statement)
+                .bind(filter.status.map(|status| status.as_str()))
+                .bind(filter.scope.as_deref())
+                .bind(filter.key_prefix.as_deref())
+                .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+                .bind(key)
+                .bind(scope)
+                .bind(scan)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(failed(Operation::Get))?;
+            let records = inspected_all(&rows)?;
+            if filter.limit > 0 && records.len() >= filter.limit {
+                return Ok(RecordPage::new(records, filter, None));
+            }
+            // Not full: the read reached the end, or stopped at `scan` rows (then the next page
+            // goes on from the last row read).
+            let last_read = sqlx::query(end)
+                .bind(key)
+                .bind(scope)
+                .bind(scan - 1)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(failed(Operation::Get))?
+                .map(|row| RecordCursor {
+                    key: row.get(0),
+                    scope: row.get(1),
+                });
+            Ok(RecordPage::new(records, filter, last_read))
         }
-        // Not full: the read reached the end, or stopped at `scan` rows (then the next page
-        // goes on from the last row read).
-        let last_read = sqlx::query(end)
-            .bind(key)
-            .bind(scope)
-            .bind(scan - 1)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(failed(Operation::Get))?
-            .map(|row| RecordCursor {
-                key: row.get(0),
-                scope: row.get(1),
-            });
-        tx.commit().await.map_err(failed(Operation::Get))?;
-        Ok(RecordPage::new(records, filter, last_read))
+        .await;
+        // Read only: ending it either way is the same, and it goes back to the pool.
+        tx.end(false).await.map_err(failed(Operation::Get))?;
+        page
     }
 
     async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError> {

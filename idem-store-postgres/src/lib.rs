@@ -168,7 +168,12 @@
 //! transaction runs on one of the store's own connections, lent for as long as it lasts,
 //! while the store keeps a few for lease mode's statements (so a transactional body that
 //! makes lease-mode calls on the same store never starves them); past those, it runs on a
-//! connection of the pool.
+//! connection of the pool. Either way a transaction dropped at any point, its `BEGIN` on the
+//! way included, never leaves its connection open for the next user: sqlx's `pool.begin()`
+//! can (a call dropped before the server answered `BEGIN` returns its connection inside the
+//! transaction, and the next statements on it never commit), so idem closes such a
+//! connection instead. The same guard is yours for the application's own transactions:
+//! [`extend::ClosingTransaction`].
 //!
 //! ## Purging
 //!
@@ -249,6 +254,7 @@
 #![warn(missing_docs)]
 
 mod batch;
+mod closing;
 mod connections;
 mod duplicate_rate;
 mod error;

@@ -10,6 +10,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::closing::ClosingTransaction;
 use crate::connections::{on_conn, retry_budget};
 use crate::error::is_connection_lost;
 use crate::error::store_error;
@@ -41,7 +42,7 @@ impl fmt::Debug for PgTransaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let on = match self.conn {
             TxConn::Lent(_) => "the store's connection",
-            TxConn::Pooled(_) | TxConn::Begun(_) => "a pooled connection",
+            TxConn::Pooled(_) => "a pooled connection",
         };
         f.debug_struct("PgTransaction").field("on", &on).finish()
     }
@@ -54,7 +55,6 @@ impl Deref for PgTransaction {
         match &self.conn {
             TxConn::Lent(lent) => lent.conn(),
             TxConn::Pooled(tx) => tx,
-            TxConn::Begun(begun) => &begun.conn,
         }
     }
 }
@@ -98,7 +98,7 @@ impl PgTransaction {
             direct.hold_reserve().await?;
         }
         Ok(PgTransaction {
-            conn: TxConn::Pooled(store.pool().begin().await?),
+            conn: TxConn::Pooled(ClosingTransaction::begin(store.pool(), None).await?),
             completed: None,
         })
     }
@@ -124,8 +124,7 @@ impl PgTransaction {
                 lent.give_back();
                 Ok(())
             }
-            TxConn::Pooled(tx) => tx.commit().await,
-            TxConn::Begun(begun) => begun.end(true).await,
+            TxConn::Pooled(tx) => tx.end(true).await,
         }
     }
 
@@ -137,12 +136,9 @@ impl PgTransaction {
                 lent.give_back();
                 Ok(())
             }
-            TxConn::Begun(begun) if Manager::get_transaction_depth(&begun.conn) == 1 => {
-                begun.end(false).await
-            }
+            TxConn::Pooled(tx) if Manager::get_transaction_depth(&tx) == 1 => tx.end(false).await,
             // Savepoints left open: closing the connection rolls everything back.
-            TxConn::Lent(_) | TxConn::Begun(_) => Ok(()),
-            TxConn::Pooled(tx) => tx.rollback().await,
+            TxConn::Lent(_) | TxConn::Pooled(_) => Ok(()),
         }
     }
 }

@@ -6,6 +6,7 @@ mod support;
 
 use idem_core::{idempotent, Call, Error, Outcome};
 use idem_store_postgres::sqlx::{self, Connection, Row};
+use idem_store_postgres::testing::PoolProbe;
 use idem_store_postgres::PgStore;
 use std::sync::Arc;
 use std::time::Duration;
@@ -200,4 +201,56 @@ async fn savepoints_nest_and_one_left_open_commits_nothing() {
         Outcome::Executed(())
     );
     assert_eq!(ids(store, &table).await, vec![10, 30]);
+}
+
+#[idempotent(key = "begun:{n}", store = store, transaction = tx)]
+async fn write_note(store: &PgStore, table: &str, n: i32) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!("INSERT INTO {table} VALUES ($1)"))
+        .bind(n)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// A transactional call dropped at each point where it waits (a caller's timeout), its
+/// `BEGIN` included, leaves no connection of the pool inside a transaction. sqlx's pool takes
+/// a connection back after only a ping, and sqlx counts a transaction only once its `BEGIN`
+/// is answered: a connection dropped in between would go back open, and the application's
+/// next statements on it would run in that transaction and never commit. On a store that
+/// lends no connection (its transactions run on the pool's), after each drop every connection
+/// of the pool writes a row, and another connection must see them all.
+#[tokio::test]
+async fn a_transactional_call_dropped_as_it_begins_leaves_no_pooled_connection_in_a_transaction() {
+    let test = TestStore::through_pool("txc_dropbegin", 2).await;
+    let notes = table(&test).await;
+    let probe = PoolProbe::create(test.store.pool(), 2, &test.schema).await;
+    for point in 1..=64usize {
+        let call = write_note(&test.store, &notes, point as i32);
+        let finished = idem_conformance::drop_at_poll(call, point).await;
+        probe.assert_all_commit(point as i32).await;
+        if finished.is_some() {
+            return;
+        }
+    }
+    panic!("a transactional call that waits more than 64 times never finished");
+}
+
+/// The same for a page of records read by an operator (the dashboard's, whose browser went
+/// away): it reads in a read-only snapshot, and a connection left in one would fail every
+/// write of the application's that it carried next.
+#[tokio::test]
+async fn a_page_dropped_as_it_begins_leaves_no_pooled_connection_in_a_transaction() {
+    let test = TestStore::through_pool("txc_droppage", 2).await;
+    let probe = PoolProbe::create(test.store.pool(), 2, &test.schema).await;
+    for point in 1..=64usize {
+        let filter = idem_core::RecordFilter::default();
+        let page = idem_core::Inspect::page(&test.store, &filter, None);
+        let finished = idem_conformance::drop_at_poll(page, point).await;
+        probe.assert_all_commit(point as i32).await;
+        if let Some(page) = finished {
+            page.expect("the page is read");
+            return;
+        }
+    }
+    panic!("a page that waits more than 64 times never finished");
 }
