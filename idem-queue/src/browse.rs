@@ -5,7 +5,8 @@
 use std::time::SystemTime;
 
 use idem_core::{Operation, StoreError};
-use idem_store_postgres::extend::{from_micros, to_micros, ClosingTransaction, SNAPSHOT};
+use idem_store_postgres::extend::{from_micros, to_micros, SNAPSHOT};
+use idem_store_postgres::ClosingTransaction;
 use sqlx::Row;
 
 use crate::admin::job_info;
@@ -202,9 +203,12 @@ impl Queue {
             })
         }
         .await;
-        // Read only: ending it either way is the same, and it goes back to the pool.
-        tx.end(false).await.map_err(failed(Operation::Get))?;
-        page
+        // Read only: ending it either way is the same, and it goes back to the pool. The
+        // page's own error, if any, is the one to report.
+        let ended = tx.end(false).await;
+        let page = page?;
+        ended.map_err(failed(Operation::Get))?;
+        Ok(page)
     }
 
     /// The state of each job of `keys` that exists (`stale` for a running job whose lease

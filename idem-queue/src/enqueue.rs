@@ -21,10 +21,10 @@ impl Queue {
     /// ```no_run
     /// # use idem_queue::{NewJob, Queue};
     /// # async fn run(queue: Queue) -> Result<(), Box<dyn std::error::Error>> {
-    /// let mut tx = queue.store().pool().begin().await?;
+    /// let mut tx = idem_store_postgres::ClosingTransaction::begin(queue.store().pool(), None).await?;
     /// sqlx::query("INSERT INTO orders (id) VALUES (7)").execute(&mut *tx).await?;
     /// queue.enqueue_in(&mut *tx, NewJob::new("order-confirmation:7", &7)?).await?;
-    /// tx.commit().await?; // the order and its job, or neither
+    /// tx.end(true).await?; // the order and its job, or neither
     /// # Ok(()) }
     /// ```
     pub async fn enqueue_in<'e, X>(

@@ -421,7 +421,7 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
             // The lock is named by the table and queue, hashed by the server.
             let lock = format!("idem_queue:{}:{}", holder.sql.name, holder.queue);
             // A transaction cut short (its caller went away) leaves the connection mid-way:
-            // the store closes it, and the server rolls the transaction back.
+            // the store closes it, its own or the pool's, and the server rolls it back.
             idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => async {
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")

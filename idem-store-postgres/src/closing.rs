@@ -20,7 +20,18 @@ pub const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 /// answered its `BEGIN`, and its pool takes a connection back after only a ping: a
 /// `pool.begin()` dropped in between returns the connection open, and whoever takes it next
 /// runs its statements inside that transaction, where nothing commits them. Every
-/// transaction idem opens on a pool is one of these.
+/// transaction idem opens on a pool is one of these (or runs on a checkout of the store's
+/// that closes its connection likewise); use it for the application's own:
+///
+/// ```no_run
+/// # async fn run(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
+/// use idem_store_postgres::ClosingTransaction;
+///
+/// let mut tx = ClosingTransaction::begin(&pool, None).await?;
+/// sqlx::query("INSERT INTO orders (id) VALUES (7)").execute(&mut *tx).await?;
+/// tx.end(true).await?; // commits; dropped instead, the connection is closed
+/// # Ok(()) }
+/// ```
 pub struct ClosingTransaction {
     conn: PoolConnection<Postgres>,
     ended: bool,
@@ -45,8 +56,17 @@ impl ClosingTransaction {
         ClosingTransaction { conn, ended: false }
     }
 
-    /// Commits (`true`) or rolls back; the connection then goes back to the pool.
+    /// Commits (`true`) or rolls back; the connection then goes back to the pool. A savepoint
+    /// left open (one leaked with `mem::forget`) fails it, and the connection is closed:
+    /// committing would only release the savepoint.
     pub async fn end(mut self, commit: bool) -> Result<(), sqlx::Error> {
+        let depth = Manager::get_transaction_depth(&self.conn);
+        if depth != 1 {
+            return Err(sqlx::Error::Protocol(format!(
+                "the transaction is {depth} levels deep at its end: a savepoint was left open; \
+                 nothing was committed"
+            )));
+        }
         if commit {
             Manager::commit(&mut self.conn).await?;
         } else {

@@ -11,7 +11,7 @@
 //! application using the store needs none of it.
 
 pub use crate::batch::{hash_record, submit, Batcher, Op};
-pub use crate::closing::{ClosingTransaction, SNAPSHOT};
+pub use crate::closing::SNAPSHOT;
 pub use crate::connections::{Attempts, Resend, StoreConnection};
 pub use crate::error::store_error;
 pub use crate::migrate::Migrations;

@@ -140,9 +140,12 @@ impl Inspect for PgStore {
             Ok(RecordPage::new(records, filter, last_read))
         }
         .await;
-        // Read only: ending it either way is the same, and it goes back to the pool.
-        tx.end(false).await.map_err(failed(Operation::Get))?;
-        page
+        // Read only: ending it either way is the same, and it goes back to the pool. The
+        // page's own error, if any, is the one to report.
+        let ended = tx.end(false).await;
+        let page = page?;
+        ended.map_err(failed(Operation::Get))?;
+        Ok(page)
     }
 
     async fn summary(&self, since: SystemTime) -> Result<RecordSummary, StoreError> {

@@ -254,3 +254,37 @@ async fn a_page_dropped_as_it_begins_leaves_no_pooled_connection_in_a_transactio
     }
     panic!("a page that waits more than 64 times never finished");
 }
+
+/// The same for a transaction an extension runs on one of the store's connections through
+/// `on_connection!` (the queue's claim under a global limit does, with an advisory lock): on
+/// a store without connections of its own, the connection is the pool's, and one cut short
+/// is closed rather than handed out again. Its `BEGIN` is held on the wire by an advisory
+/// lock the test holds (sent along in the `BEGIN`'s round trip), and the task is aborted there.
+#[tokio::test]
+async fn a_transaction_through_on_connection_dropped_as_it_begins_leaves_no_pooled_connection_open()
+{
+    let test = TestStore::through_pool("txc_dropconn", 2).await;
+    let probe = PoolProbe::create(test.store.pool(), 2, &test.schema).await;
+    let mut holder = sqlx::PgConnection::connect(&support::database_url())
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_advisory_lock(4242)")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let store = test.store.clone();
+    let transaction = tokio::spawn(async move {
+        idem_store_postgres::on_connection!(store, idem_store_postgres::extend::Resend::Never, conn => async {
+            let tx = conn.begin_with("BEGIN; SELECT pg_advisory_xact_lock(4242)").await?;
+            tx.commit().await
+        })
+    });
+    idem_store_postgres::testing::until_lock_waits(&test, 1).await;
+    transaction.abort();
+    assert!(transaction.await.unwrap_err().is_cancelled());
+    sqlx::query("SELECT pg_advisory_unlock(4242)")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    probe.assert_all_commit(1).await;
+}

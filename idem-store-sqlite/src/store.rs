@@ -270,7 +270,8 @@ impl SqliteStore {
 /// Not `begin_with("BEGIN IMMEDIATE")`: sqlx waits once more after a custom `BEGIN` has been
 /// applied and before the transaction's guard exists, and a future dropped there (a caller's
 /// timeout) returns the connection to the pool inside the transaction, holding the write lock
-/// against every connection and process until that connection happens to be used again.
+/// against every connection and process, and leaving uncommitted whatever runs on it next,
+/// until the pool closes that connection.
 /// Wherever a plain `BEGIN` or the statements after it are dropped, sqlx rolls it back.
 pub(crate) async fn write_transaction(
     pool: &SqlitePool,

@@ -19,8 +19,22 @@ pub fn retry_budget(direct: Option<&Direct>, pool: &PgPool) -> usize {
 
 /// A connection for one store operation.
 pub(crate) enum Conn<'a> {
-    Pooled(PoolConnection<Postgres>),
+    Pooled(PooledCheckout),
     Direct(Checkout<'a>),
+}
+
+/// A connection of the pool for one operation: closed if dropped before the operation settled
+/// it, as a checkout of the store's own is discarded. An operation cut short (its caller went
+/// away) may leave the connection mid-way, inside a transaction whose `BEGIN` sqlx never
+/// counted, and the pool would hand it out again after only a ping.
+pub(crate) struct PooledCheckout(Option<PoolConnection<Postgres>>);
+
+impl Drop for PooledCheckout {
+    fn drop(&mut self) {
+        if let Some(conn) = &mut self.0 {
+            conn.close_on_drop();
+        }
+    }
 }
 
 impl Conn<'_> {
@@ -32,7 +46,7 @@ impl Conn<'_> {
     ) -> Result<Conn<'a>, sqlx::Error> {
         Ok(match direct {
             Some(direct) => Conn::Direct(direct.checkout(tuning).await?),
-            None => Conn::Pooled(pool.acquire().await?),
+            None => Conn::Pooled(PooledCheckout(Some(pool.acquire().await?))),
         })
     }
 }
@@ -40,7 +54,7 @@ impl Conn<'_> {
 impl Conn<'_> {
     pub fn get(&mut self) -> &mut PgConnection {
         match self {
-            Conn::Pooled(conn) => conn,
+            Conn::Pooled(checkout) => checkout.0.as_mut().expect("checked out"),
             Conn::Direct(checkout) => checkout.conn.as_mut().expect("checked out").get(),
         }
     }
@@ -64,11 +78,14 @@ impl Conn<'_> {
             // A pooled connection was taken from the pool's idle ones (the pool tests them
             // before handing them out, but a connection can die between the test and the
             // statement).
-            Conn::Pooled(mut conn) if lost => {
-                conn.close_on_drop();
+            Conn::Pooled(checkout) if lost => {
+                drop(checkout); // closed
                 retry(retries)
             }
-            Conn::Pooled(_) => false, // back to the pool on drop
+            Conn::Pooled(mut checkout) => {
+                drop(checkout.0.take()); // back to the pool
+                false
+            }
             Conn::Direct(checkout) if lost => checkout.reused && retry(retries),
             Conn::Direct(checkout) => {
                 checkout.give_back();
