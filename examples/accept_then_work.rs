@@ -2,8 +2,7 @@
 //! once; background workers process each item once, with retries and a dead-letter state.
 //!
 //! ```text
-//! cargo run --example accept_then_work -- --addr 127.0.0.1:5001 \
-//!     --database-url postgres://postgres@127.0.0.1:5432/test [--workers 4]
+//! cargo run --example accept_then_work   # PostgreSQL at DATABASE_URL, else localhost's
 //!
 //! curl -s -X POST localhost:5001/work -H 'content-type: application/json' \
 //!     -d '{"key":"welcome:42","payload":{"user":42}}'
@@ -170,8 +169,8 @@ struct Args {
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1:5001")]
     addr: String,
-    /// The PostgreSQL database that keeps the queue (required: there is no embedded queue).
-    #[arg(long, env = "DATABASE_URL")]
+    /// The PostgreSQL database that keeps the queue (there is no embedded queue).
+    #[arg(long, env = "DATABASE_URL", default_value = idem_examples::DEFAULT_DATABASE_URL)]
     database_url: String,
     /// The schema of the queue's tables.
     #[arg(long, default_value = "public")]

@@ -3,7 +3,7 @@
 //! it missed within `--catch-up`, and older ones are counted as missed.
 //!
 //! ```text
-//! cargo run --example cron -- --database-url postgres://postgres@127.0.0.1:5432/test
+//! cargo run --example cron        # PostgreSQL at DATABASE_URL, else localhost's
 //! # ran tick 2026-12-05T10:00:01Z pid=4242
 //! # ran tick 2026-12-05T10:00:02Z pid=4242
 //! cargo run -p idem-cli -- --database-url postgres://postgres@127.0.0.1:5432/test schedules list
@@ -11,8 +11,9 @@
 //!
 //! Flags: `--schedule EXPR` (a 5- or 6-field cron expression, default every second),
 //! `--name NAME` (default `tick`), `--catch-up DUR` (`30s`, `5m`; default 1 h), `--work-ms N`
-//! (each run's simulated work, announced by a `start` line), `--lease DUR` (default 30 s), `--schema S`. SIGTERM or Ctrl-C stops the scheduler and gives
-//! running jobs 10 s to finish.
+//! (each run's simulated work, announced by a `start` line), `--lease DUR` (default 30 s),
+//! `--schema S`, `--database-url URL` (default `DATABASE_URL`, else a local server's `postgres`
+//! database). SIGTERM or Ctrl-C stops the scheduler and gives running jobs 10 s to finish.
 
 use std::io::Write;
 use std::time::Duration;
@@ -24,7 +25,7 @@ use idem_store_postgres::PgStore;
 #[derive(Parser)]
 struct Args {
     /// The PostgreSQL database every replica shares.
-    #[arg(long)]
+    #[arg(long, env = "DATABASE_URL", default_value = idem_examples::DEFAULT_DATABASE_URL)]
     database_url: String,
     /// The schema of idem's tables.
     #[arg(long, default_value = "public")]

@@ -53,6 +53,11 @@ pub async fn store(
     (Arc::new(store), "postgres")
 }
 
+/// The PostgreSQL an example needing one tries when neither `--database-url` nor
+/// `DATABASE_URL` names another: a local server's default database (`scripts/test` starts one
+/// there when none runs).
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@localhost:5432/postgres";
+
 /// How long the first connection may take before the example gives up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -63,7 +68,10 @@ pub async fn connect(url: &str, max_connections: u32) -> PgPool {
     match try_connect(url, max_connections).await {
         Ok(pool) => pool,
         Err(message) => {
-            eprintln!("error: {message}");
+            eprintln!(
+                "error: {message}\nThis example needs PostgreSQL: start one there, or name \
+                 yours with --database-url or DATABASE_URL."
+            );
             std::process::exit(1);
         }
     }

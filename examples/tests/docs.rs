@@ -97,3 +97,99 @@ fn markdown_links_reach_files_that_exist_and_no_placeholder() {
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
 }
+
+/// `a, b and c`.
+fn listed(statuses: &[u16]) -> String {
+    let words: Vec<String> = statuses.iter().map(u16::to_string).collect();
+    match words.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// A duration as the README writes it: `24 h`, `15 min`, `30 s`.
+fn human(duration: std::time::Duration) -> String {
+    match duration.as_secs() {
+        s if s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
+/// What the README states of the code that rustdoc cannot link there: each default, status
+/// list and metric name is rendered from the constant the code uses, and must appear as the
+/// README writes it; and every metric name the README mentions is one the code records.
+#[test]
+fn the_readme_states_the_codes_defaults_lists_and_names() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut retried = vec![];
+    retried.extend(idem_queue::http::RETRIED_STATUSES);
+    let mut released = vec![];
+    released.extend(idem_http::RELEASED_STATUSES);
+    let stated = [
+        format!("retried on 5xx, {}", listed(&retried)),
+        format!(
+            "2xx-4xx but {}",
+            released
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        format!(
+            "`max_request_body` ({} MiB)",
+            idem_http::DEFAULT_MAX_REQUEST_BODY >> 20
+        ),
+        format!(
+            "`catch_up` (default {})",
+            human(idem_queue::DEFAULT_CATCH_UP)
+        ),
+        format!("`grace` (default {})", human(idem_queue::DEFAULT_GRACE)),
+        format!("`keep`** (default {})", human(idem_core::DEFAULT_KEEP)),
+    ];
+    for statement in &stated {
+        assert!(
+            readme.contains(statement.as_str()),
+            "README.md should say {statement:?}, as the code does"
+        );
+    }
+    let metrics = [
+        idem_core::metrics::CALLS,
+        idem_core::metrics::STORE_ERRORS,
+        idem_core::metrics::LOST_CLAIMS,
+        idem_core::metrics::CLAIM_SECONDS,
+        idem_core::metrics::BODY_SECONDS,
+        idem_queue::metrics::JOBS,
+        idem_queue::metrics::JOB_SECONDS,
+        idem_queue::metrics::JOBS_IN_STATE,
+        idem_queue::metrics::SCHEDULE_MISSED,
+        idem_queue::metrics::SCHEDULE_LAST_SUCCESS,
+        idem_queue::metrics::SCHEDULE_MISSED_NOW,
+    ];
+    let named = regex::Regex::new(r"\bidem_[a-z_]+\b").unwrap();
+    let mut mentioned = 0;
+    for found in named.find_iter(&readme) {
+        let name = found.as_str();
+        let rust_path = [
+            "idem_core",
+            "idem_queue",
+            "idem_http",
+            "idem_store_postgres",
+        ]
+        .iter()
+        .any(|krate| name == *krate || name.starts_with(&format!("{krate}_")));
+        if rust_path || readme[found.end()..].starts_with("::") || name == "idem_records" {
+            continue;
+        }
+        mentioned += 1;
+        assert!(
+            metrics.contains(&name),
+            "README.md names a metric {name:?} that the code does not record"
+        );
+    }
+    assert!(
+        mentioned >= 4,
+        "the README's metric names were not found ({mentioned})"
+    );
+}

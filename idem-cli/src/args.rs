@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 pub struct Args {
     /// The store: a PostgreSQL URL, `sqlite://PATH`, or `redis://host:port` (several,
     /// comma-separated: a Redis Cluster's nodes).
-    #[arg(long, env = "DATABASE_URL", global = true)]
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
     /// The store's schema.
     #[arg(long, default_value = "public", global = true)]

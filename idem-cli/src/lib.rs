@@ -23,7 +23,7 @@
 //! | `idem effects KEY [--scope S]` | the key's effect journal |
 //! | `idem purge [--dry-run] [--batch N]` | deletes expired records and journal entries in batches, printing each batch's count |
 //! | `idem schedules list` / `add NAME --cron EXPR [--tz ZONE] --post URL [--body JSON] [--catch-up DUR]` / `pause NAME` / `resume NAME` / `remove NAME` | the schedules: next tick, last tick, missed ticks, last success; `add` stores one that POSTs to a URL on each tick (`Idempotency-Key` = the tick's key), checked before anything is stored |
-//! | `idem worker [--concurrency N]` | runs the stored schedules and their HTTP jobs until SIGTERM, then drains: retries with backoff on 5xx, 408, 425, 429 (after their `Retry-After`), timeouts and connection errors, dead at once on other 4xx. It serves the named queue `idem-http` only (where `schedules add` puts its ticks), so a program's jobs on the same tables are never its to run; each delivery's status, time and first bytes are the job's result |
+//! | `idem worker [--concurrency N]` | runs the stored schedules and their HTTP jobs until SIGTERM, then drains: retries with backoff on 5xx, 408, 409, 425, 429 (after their `Retry-After`; [`idem_queue::http::RETRIED_STATUSES`]), timeouts and connection errors, dead at once on other 4xx. It serves the named queue `idem-http` only (where `schedules add` puts its ticks), so a program's jobs on the same tables are never its to run; each delivery's status, time and first bytes are the job's result |
 //! | `idem ui [--addr 127.0.0.1:7780] [--token TOKEN] [--read-only] [--https]` | serves the web dashboard ([idem-ui](https://docs.rs/idem-ui)) until SIGTERM: the overview, lists, detail pages and these commands' actions with the same safety rules; a non-loopback address needs `--token` (or `IDEM_UI_TOKEN`, at least 16 characters); without one, only this machine's browser is answered and a token made at start is printed for actions; `--https` when a TLS proxy is in front (`Secure` cookies); statements stop after 5 s |
 //! | `idem jobs stats` / `list [--state queued\|running\|stale\|done\|dead\|cancelled]` / `show ID` / `retry ID\|--all-dead` / `discard ID` / `cancel ID [--reason TEXT]` | the work queue; `stale` is running with the lease lapsed: its worker died (`worker` names it) and the workers take it back before waiting jobs; `cancel` stops a waiting job at once and tells a running one at its next lease renewal |
 //!
@@ -42,6 +42,7 @@
 //! database failed. A PostgreSQL server that refuses, or does not answer within 3 s, is
 //! reported at once with the host, port, database and user tried (never the password).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod args;

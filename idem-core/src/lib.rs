@@ -547,9 +547,11 @@
 //!
 //! ## Feature flags
 //!
-//! - `reqwest`: [`keyed::KeyedClient`] for `reqwest::Client`, whose keyed requests carry
-//!   `Idempotency-Key: <job key>/<effect>`.
+//! | feature | default | adds |
+//! | --- | --- | --- |
+//! | `reqwest` | off | [`keyed::KeyedClient`] for `reqwest::Client`, whose keyed requests carry `Idempotency-Key: <job key>/<effect>` |
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod boxed;

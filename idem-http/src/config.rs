@@ -25,7 +25,12 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// [`IdempotencyLayer::max_running`](crate::IdempotencyLayer::max_running).
 pub const DEFAULT_MAX_RUNNING: usize = 1024;
 
+/// The 4xx answers [`default_records`] does not record (it releases the key so a retry runs
+/// again): see there why each.
+pub const RELEASED_STATUSES: [u16; 7] = [401, 403, 407, 408, 409, 425, 429];
+
 /// Which statuses are recorded and replayed by default: every 2xx, 3xx and 4xx except
+/// [`RELEASED_STATUSES`]:
 ///
 /// - 401 (Unauthorized), 403 (Forbidden) and 407 (Proxy Authentication Required): an
 ///   authentication failure is about the request's credentials, not its key, and storing one
@@ -35,8 +40,7 @@ pub const DEFAULT_MAX_RUNNING: usize = 1024;
 ///
 /// Those release the key, so a retry runs again.
 pub fn default_records(status: StatusCode) -> bool {
-    (200..500).contains(&status.as_u16())
-        && !matches!(status.as_u16(), 401 | 403 | 407 | 408 | 409 | 425 | 429)
+    (200..500).contains(&status.as_u16()) && !RELEASED_STATUSES.contains(&status.as_u16())
 }
 
 /// What an [`IdempotencyLayer`](crate::IdempotencyLayer) was told: shared by the services it

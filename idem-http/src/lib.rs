@@ -48,10 +48,11 @@
 //! | the client goes away before the answer | the request runs to its end and its answer is recorded for the retry (with `finish_when_client_leaves(false)`: it stops where it was and the key is freed) |
 //! | the store cannot be reached | 503 with `Retry-After`; nothing runs (fail closed) |
 //!
-//! **What is kept.** 2xx, 3xx and 4xx answers except 401, 403, 407, 408, 409, 425 and 429 are
-//! recorded and replayed ([`default_records`], see [`IdempotencyLayer::records`]); 5xx and
-//! those seven release the key so a retry runs again. An authentication failure is never
-//! stored, so nobody can send a victim's predictable key first and have it refused for them. Streaming answers (no exact length) and answers over
+//! **What is kept.** 2xx, 3xx and 4xx answers except [`RELEASED_STATUSES`] (401, 403, 407,
+//! 408, 409, 425 and 429) are recorded and replayed ([`default_records`], see
+//! [`IdempotencyLayer::records`]); 5xx and those seven release the key so a retry runs again.
+//! An authentication failure is never stored, so nobody can send a victim's predictable key
+//! first and have it refused for them. Streaming answers (no exact length) and answers over
 //! [`max_response_body`](IdempotencyLayer::max_response_body) are sent but not recorded: the key
 //! is released and a warning logged. Hop-by-hop headers, `Set-Cookie` and `Date` are not
 //! replayed ([`NOT_REPLAYED`]) unless named with [`IdempotencyLayer::replay_header`].
@@ -184,6 +185,7 @@
 //! key (or a [`sub_key`](idem_core::context::CallContext::sub_key)) to a payment provider as
 //! its idempotency key.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod config;
@@ -199,7 +201,7 @@ mod stored;
 
 pub use config::{
     default_records, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MAX_RESPONSE_BODY, DEFAULT_MAX_RUNNING,
-    DEFAULT_RETRY_AFTER,
+    DEFAULT_RETRY_AFTER, RELEASED_STATUSES,
 };
 pub use header::{BadKey, IDEMPOTENCY_KEY, MAX_CLIENT_KEY_LEN};
 pub use layer::IdempotencyLayer;

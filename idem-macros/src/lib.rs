@@ -42,6 +42,8 @@
 //! This crate only parses and writes code: `attr` parses the arguments, `validate` checks them
 //! against the function, `expand` writes the code.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod attr;
 mod duration;
 mod expand;

@@ -3,10 +3,10 @@
 //! attempt of one tick, so a receiver behind `idem-http` (or any API that honours the header)
 //! runs it once however often it is delivered.
 //!
-//! Delivered on a 2xx answer only. Retried with the worker's backoff on 5xx, 408, 409 (a
-//! receiver still running the first delivery of the key, as `idem-http` answers), 425 and 429
-//! (after the `Retry-After` the answer gives, in seconds or as a date, when it gives one), on
-//! timeouts and on connection errors; dead at once on a redirect or any other 4xx, which no
+//! Delivered on a 2xx answer only. Retried with the worker's backoff on 5xx and on
+//! [`RETRIED_STATUSES`] (408, 409: a receiver still running the first delivery of the key, as
+//! `idem-http` answers, 425 and 429; after the `Retry-After` the answer gives, in seconds or as
+//! a date, when it gives one), on timeouts and on connection errors; dead at once on a redirect or any other 4xx, which no
 //! retry can fix. Each failed attempt's status, duration and the first bytes of the answer go
 //! in the job's attempt log; the delivery's are the job's result ([`Delivery`]), which
 //! `idem jobs show` prints.
@@ -18,6 +18,11 @@ use serde_json::Value;
 
 use crate::job::Job;
 use crate::outcome::JobError;
+
+/// The 4xx answers an HTTP target retries besides every 5xx: 408 Request Timeout, 409 Conflict
+/// (what `idem-http` answers while the key's first request runs), 425 Too Early and 429 Too
+/// Many Requests. Any other 4xx, and a redirect, make the job dead at once.
+pub const RETRIED_STATUSES: [u16; 4] = [408, 409, 425, 429];
 
 /// The named queue of HTTP jobs: where schedules that `idem schedules add` stores put their
 /// ticks' jobs, and the only queue `idem worker` serves, so its handler (which runs HTTP jobs
@@ -174,7 +179,7 @@ pub async fn post(client: &reqwest::Client, job: Job) -> Result<Delivery, JobErr
             status.as_u16()
         ),
     };
-    let retryable = status.is_server_error() || matches!(status.as_u16(), 408 | 409 | 425 | 429);
+    let retryable = status.is_server_error() || RETRIED_STATUSES.contains(&status.as_u16());
     Err(match (retryable, retry_after) {
         (true, Some(delay)) => JobError::retry_after(delay, message),
         (true, None) => JobError::retry(message),

@@ -85,11 +85,11 @@
 //! ```no_run
 //! # use idem_queue::{NewJob, Queue};
 //! # async fn run(queue: Queue) -> Result<(), Box<dyn std::error::Error>> {
-//! let mut tx = queue.store().pool().begin().await?;
+//! let mut tx = idem_store_postgres::ClosingTransaction::begin(queue.store().pool(), None).await?;
 //! sqlx::query("INSERT INTO orders (id) VALUES (7)").execute(&mut *tx).await?;
 //! let job = NewJob::new("receipt:7", &7)?.after(std::time::Duration::from_secs(60));
 //! queue.enqueue_in(&mut *tx, job).await?;
-//! tx.commit().await?; // the order and its job, or neither
+//! tx.end(true).await?; // the order and its job, or neither
 //! # Ok(()) }
 //! ```
 //!
@@ -324,8 +324,8 @@
 //!
 //! **HTTP targets** (feature `http`): `http::post` runs a job that POSTs a JSON body to a URL
 //! with the job's key as `Idempotency-Key` (the same on every attempt of a tick, so a receiver
-//! behind `idem-http` runs it once), retried on 5xx, 408, 425 and 429 (after their
-//! `Retry-After`), timeouts and connection errors, and dead at once on any other 4xx. Schedules
+//! behind `idem-http` runs it once), retried on 5xx and [`http::RETRIED_STATUSES`] (after
+//! their `Retry-After`), timeouts and connection errors, and dead at once on any other 4xx. Schedules
 //! of them can live in the database ([`Queue::store_schedule`]); `idem schedules add NAME
 //! --cron EXPR --post URL` stores one and `idem worker` runs them, no code needed, on the named
 //! queue `http::HTTP_QUEUE` (so never a program's jobs). A delivery's status, time and first
@@ -446,6 +446,13 @@
 //!   database-wide lock at commit), which bounds how fast jobs can be enqueued one
 //!   transaction at a time.
 //!
+//! ## Feature flags
+//!
+//! | feature | default | adds |
+//! | --- | --- | --- |
+//! | `http` | off | [`http`]: jobs that POST to a URL with the job's key as `Idempotency-Key`, and stored schedules of them (what `idem worker` runs) |
+//! | `opentelemetry` | off | the enqueuing span's W3C trace context travels with each job, and the job's span links to it ([trace context](#trace-context)) |
+//!
 //! ## Guarantees and limits
 //!
 //! - **A job is never lost**: every claimed job ends done, retried, dead-lettered, given back,
@@ -470,9 +477,16 @@
 //!   key was enqueued, and committed after that one was claimed, runs after it. A key's first
 //!   unfinished job holds the key in every named queue, served or not, and a job whose worker
 //!   stalled or died holds it until a claim takes that job over (it runs first).
+//! - **A stalled worker cannot settle a later run.** Each claim of a job carries the job's
+//!   claim count, which only grows (a dead job retried included), and every renewal and
+//!   outcome is applied only while the job's claim is that one. One limit: a job's count
+//!   starts again when its key is enqueued anew after the job was purged and its record's
+//!   keep ran out (a day by default), so a worker stopped for all that time (a suspended
+//!   machine) could, on waking, settle the new job's run that has the same count.
 //! - **Cancelling a running job is cooperative**: a handler that finishes before it hears
 //!   (up to a third of a lease) is done, and one that ignores it runs a lease longer.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod admin;

@@ -173,7 +173,7 @@
 //! can (a call dropped before the server answered `BEGIN` returns its connection inside the
 //! transaction, and the next statements on it never commit), so idem closes such a
 //! connection instead. The same guard is yours for the application's own transactions:
-//! [`extend::ClosingTransaction`].
+//! [`ClosingTransaction`].
 //!
 //! ## Purging
 //!
@@ -232,11 +232,11 @@
 //! migrations ([`extend::Migrations`]) for the new tables. An application using the store
 //! needs none of it.
 //!
-//! ## Features
+//! ## Feature flags
 //!
-//! - `testing`: hooks for idem's own tests and benchmarks (test stores in schemas of their
-//!   own, a proxy that counts statements and round trips, plan checks, the exact statements).
-//!   Not part of the store's API: it may change in any release.
+//! | feature | default | adds |
+//! | --- | --- | --- |
+//! | `testing` | off | hooks for idem's own tests and benchmarks (test stores in schemas of their own, a proxy that counts statements and round trips, plan checks, the exact statements); not part of the store's API: it may change in any release |
 //!
 //! ## Guarantees
 //!
@@ -251,6 +251,7 @@
 //! SQLSTATE codes, never message text, and every store error keeps its sqlx error as its
 //! source.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod batch;
@@ -275,6 +276,7 @@ mod transaction;
 mod tx_conn;
 mod unseen;
 
+pub use closing::ClosingTransaction;
 pub use ident::MAX_IDENT_LEN;
 pub use sqlx;
 pub use store::{

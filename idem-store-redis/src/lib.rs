@@ -89,6 +89,7 @@
 //! gone, as long as the server's clock does not step back (a failover to a node whose clock is
 //! behind is such a step).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod inspect;

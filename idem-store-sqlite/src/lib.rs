@@ -116,6 +116,7 @@
 //!   share a machine, and so a clock); a lease therefore moves with a step of that clock (NTP,
 //!   a resumed VM).
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod inspect;

@@ -162,6 +162,7 @@
 //! `idem-bench`'s `ui-pages` times every page on a million records and a million jobs. On
 //! Redis every page reads every record of the prefix.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod actions;
