@@ -1,4 +1,4 @@
-//! The article's opening story, compressed in time (1 unit = 10 ms): a scheduler calls
+//! A scheduled invoice run, compressed in time (1 unit = 10 ms): a scheduler calls
 //! `send-invoices` with a 30-unit timeout, the handler takes 35, the scheduler retries with
 //! backoff, and the first run finishes anyway. Without idem the invoices go out twice; with idem
 //! once.
@@ -29,7 +29,7 @@ async fn send_invoices(billing: &Billing) {
     }
 }
 
-/// The handler as the article's first version has it.
+/// The handler as a first version has it, with no idempotency.
 async fn plain_handler(billing: Arc<Billing>, _period: String) -> &'static str {
     send_invoices(&billing).await;
     "sent"
@@ -101,7 +101,7 @@ async fn main() {
 
 /// The story takes no flags: an unknown flag exits with status 2 and the usage.
 #[derive(Debug, clap::Parser)]
-#[command(about = "The article's opening story, compressed in time")]
+#[command(about = "A scheduled invoice run, compressed in time")]
 struct Args {}
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The article's scenario on the embedded in-memory store: a scheduler delivers
+//! A daily reminder email on the embedded in-memory store: a scheduler delivers
 //! `send-reminder` jobs at least once, and idem makes every repeat a no-op.
 //!
 //! ```text

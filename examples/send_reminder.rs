@@ -1,4 +1,4 @@
-//! The article's endpoint as an HTTP server: `POST /jobs/send-reminder` sends one reminder per
+//! A reminder endpoint as an HTTP server: `POST /jobs/send-reminder` sends one reminder per
 //! `job_key`, however many times and however concurrently it is delivered.
 //!
 //! ```text
@@ -172,9 +172,9 @@ async fn store(database_url: Option<&str>) -> (Arc<dyn Store>, &'static str) {
     idem_examples::store(database_url, "public").await
 }
 
-/// The article's endpoint. Unknown flags and missing values exit with status 2 and the usage.
+/// The reminder endpoint. Unknown flags and missing values exit with status 2 and the usage.
 #[derive(Debug, clap::Parser)]
-#[command(about = "The article's endpoint: POST /jobs/send-reminder, idempotent on job_key")]
+#[command(about = "A reminder endpoint: POST /jobs/send-reminder, idempotent on job_key")]
 struct Args {
     /// The address to listen on.
     #[arg(long, default_value = "127.0.0.1:5000")]
@@ -263,7 +263,7 @@ mod tests {
             .unwrap()
     }
 
-    /// The article's parallel `curl` test, with 20 deliveries instead of 2.
+    /// Two parallel `curl`s of one key, with 20 deliveries instead of 2.
     async fn parallel_deliveries_send_once(store: Arc<dyn Store>) {
         let (base, _) = start(store).await;
         let key = format!("test-{}", std::process::id());

@@ -41,7 +41,7 @@ async fn send_reminder_no_wait(app: &App, user_id: u64) -> Result<(), MailError>
     Ok(())
 }
 
-/// The article's test: two parallel deliveries of one key, one sends and one is a duplicate.
+/// Two parallel deliveries of one key, one sends and one is a duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_parallel_deliveries_send_once() {
     let app = Arc::new(App::default());
@@ -167,7 +167,7 @@ async fn slow_job(store: &FlakyStore, id: u32, runs: &AtomicU32) -> Result<(), M
     Ok(())
 }
 
-/// The article's 35-second job with a 30-second lease, compressed: a body that runs four
+/// A 35-second job with a 30-second lease, compressed: a body that runs four
 /// leases long is renewed and never taken over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_body_outlives_its_lease_without_takeover() {

@@ -73,12 +73,36 @@ fn a_flag_without_its_value_exits_2() {
     assert_refused("http_api", &["--lease-ms", "soon"], "--lease-ms");
 }
 
+/// The queue example needs PostgreSQL and finds it without a flag: `DATABASE_URL`, else a
+/// local server's default database (its `--help` names it); when none answers, it names the
+/// address it tried and how to name another.
 #[test]
-fn the_queue_example_requires_a_database() {
-    assert_refused(
-        "accept_then_work",
-        &["--addr", "127.0.0.1:0"],
-        "--database-url",
+fn the_queue_example_finds_its_database_or_says_what_is_missing() {
+    let help = run("accept_then_work", &["--help"], QUICK);
+    let usage = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        usage.contains(idem_examples::DEFAULT_DATABASE_URL) && usage.contains("DATABASE_URL"),
+        "{usage}"
+    );
+    let mut child = Command::new(example_binary("accept_then_work"))
+        .args(["--addr", "127.0.0.1:0"])
+        .env("DATABASE_URL", "postgres://postgres@127.0.0.1:1/nowhere")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the example");
+    let started = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        assert!(started.elapsed() < QUICK, "still running after {QUICK:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("output");
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("127.0.0.1:1"), "names the address: {text}");
+    assert!(
+        text.contains("--database-url or DATABASE_URL"),
+        "says how: {text}"
     );
 }
 

@@ -16,7 +16,7 @@ pub enum Script {
     /// idem's transactional statements since the claim writes a fresh key's record completed:
     /// BEGIN, that claim, COMMIT (ROLLBACK for a duplicate).
     TransactionalWritten,
-    /// The article's `INSERT .. ON CONFLICT DO NOTHING`.
+    /// The hand-written claim: `INSERT .. ON CONFLICT DO NOTHING` on a table of keys.
     Article,
 }
 
@@ -26,7 +26,7 @@ impl Script {
             Script::Lease => "pgbench: idem lease SQL",
             Script::Transactional => "pgbench: idem transactional SQL",
             Script::TransactionalWritten => "pgbench: idem transactional SQL, claim completed",
-            Script::Article => "pgbench: article's INSERT",
+            Script::Article => "pgbench: hand-written INSERT",
         }
     }
 }

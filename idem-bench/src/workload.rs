@@ -27,12 +27,12 @@ pub enum Mode {
     /// Transactional mode with `claim_with_begin(true)`: a fresh key's claim goes out with the
     /// BEGIN.
     TransactionalWithBegin,
-    /// The article's technique by hand: `INSERT .. ON CONFLICT DO NOTHING`, then the body.
+    /// Idempotency by hand: `INSERT .. ON CONFLICT DO NOTHING` on a table of keys, then the body.
     HandWritten,
     /// idem's two lease-mode statements sent straight through sqlx's pool, without idem's
     /// runtime: what idem adds on top of its driver.
     SqlxSameStatements,
-    /// The article's statement on one connection per caller, without sqlx's pool: what the
+    /// That `INSERT` on one connection per caller, without sqlx's pool: what the
     /// pool adds (it pings each connection when it is returned).
     HandWrittenNoPool,
 }
@@ -45,7 +45,7 @@ impl Mode {
             Mode::LeaseThroughPool => "idem lease, through the pool",
             Mode::Transactional => "idem transactional",
             Mode::TransactionalWithBegin => "idem transactional, claim with BEGIN",
-            Mode::HandWritten => "hand-written (article)",
+            Mode::HandWritten => "hand-written INSERT .. ON CONFLICT",
             Mode::SqlxSameStatements => "sqlx: idem lease SQL, no idem runtime",
             Mode::HandWrittenNoPool => "hand-written, one connection per caller (no pool)",
         }

@@ -53,7 +53,7 @@ pub(crate) struct QueueSql {
     pub(crate) enqueue_many: String,
     /// `$1` limit, `$2` lease (µs), `$3` worker, `$4` named queue, `$5` whether to take back
     /// jobs whose lease lapsed too (first), `$6` whether the jobs start at once (else each is
-    /// marked when it starts: `mark_started`). The article's claim-then-process statement,
+    /// marked when it starts: `mark_started`). The claim-then-process statement,
     /// which also reserves a fence for each job's idempotency record when the key has none yet
     /// (returning it and the claim's lease end), so a fresh job's call needs no claim
     /// statement of its own. It writes no record: the job's row is the record (see

@@ -1,4 +1,4 @@
-//! Claim, then process, for a table of your own: the article's technique 3.
+//! Claim, then process, for a table of your own: rows claimed with `SKIP LOCKED` on a lease.
 //!
 //! ```sql
 //! UPDATE emails
@@ -174,7 +174,7 @@ impl ClaimBatchBuilder {
             .map(|c| format!(", \"{c}\" = now()"))
             .unwrap_or_default();
         let returning: Vec<String> = self.returning.iter().map(|c| format!("\"{c}\"")).collect();
-        // The picked ids are an array (`= ANY(ARRAY(..))` rather than the article's `IN (..)`):
+        // The picked ids are an array (`= ANY(ARRAY(..))` rather than the usual `IN (..)`):
         // the subquery then runs once, and in a generic plan (`plan_cache_mode =
         // force_generic_plan`) the update still looks the rows up by id, where `IN (..)` with
         // `LIMIT $3` was planned as a hash join over a sequential scan of the table. The limit

@@ -192,7 +192,7 @@ impl PgStore {
 ///
 /// The credit and the key commit together: a duplicate delivery waits on the claimed row, then
 /// finds it completed and does not credit again; an `Err` or a crash rolls both back, so the
-/// retry runs cleanly. (The article's `credits = credits + 100` is unsafe to repeat; here it
+/// retry runs cleanly. (A `credits = credits + 100` is unsafe to repeat; here it
 /// cannot be repeated.)
 #[async_trait]
 impl TransactionalStore for PgStore {

@@ -1,4 +1,4 @@
-//! The article's claim-then-process on a table of the user's own: overlapping claimers get
+//! Claim-then-process on a table of the user's own: overlapping claimers get
 //! different rows, and a re-run picks up only what is left.
 
 mod support;
@@ -108,7 +108,7 @@ async fn names_are_validated() {
 }
 
 /// In a generic plan (a server or connection with `plan_cache_mode = force_generic_plan`) the
-/// claim still finds its rows by id: written with the article's `IN (SELECT .. LIMIT $3 ..)`,
+/// claim still finds its rows by id: written with the usual `IN (SELECT .. LIMIT $3 ..)`,
 /// it was planned as a hash join over a sequential scan of the whole table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_claim_finds_its_rows_by_id_in_a_generic_plan() {

@@ -31,7 +31,7 @@ impl From<sqlx::Error> for CreditError {
     }
 }
 
-/// The article's unsafe increment, made safe: the credit and the key commit together.
+/// An unsafe increment (`credits = credits + 100`), made safe: the credit and the key commit together.
 #[idempotent(key = "credit:{order}", store = store, transaction = tx)]
 async fn credit(
     store: &PgStore,

@@ -123,6 +123,7 @@ mod inspect;
 mod migrate;
 mod sql;
 mod store;
+mod write_transaction;
 
 pub use store::{SqliteStore, DEFAULT_BUSY_TIMEOUT, DEFAULT_CONNECTIONS, DEFAULT_TABLE};
 

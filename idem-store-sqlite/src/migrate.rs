@@ -5,6 +5,7 @@
 use sqlx::SqlitePool;
 
 use crate::sql::Sql;
+use crate::write_transaction::{lock, write_transaction};
 
 pub(crate) async fn migrate(pool: &SqlitePool, table: &str, sql: &Sql) -> Result<(), sqlx::Error> {
     let history = format!("\"{table}_migrations\"");
@@ -15,7 +16,7 @@ pub(crate) async fn migrate(pool: &SqlitePool, table: &str, sql: &Sql) -> Result
     ))
     .execute(pool)
     .await?;
-    let mut tx = crate::store::write_transaction(pool, &crate::sql::lock(&history)).await?;
+    let mut tx = write_transaction(pool, &lock(&history)).await?;
     let applied: Option<i64> = sqlx::query_scalar(&format!("SELECT max(version) FROM {history}"))
         .fetch_one(&mut *tx)
         .await?;

@@ -70,12 +70,6 @@ pub(crate) struct Sql {
     pub add_holder: String,
 }
 
-/// A write to `table` (quoted) that matches no row: SQLite takes its write lock for any write
-/// statement, waiting for it with the busy timeout when it is a transaction's first.
-pub(crate) fn lock(table: &str) -> String {
-    format!("UPDATE {table} SET rowid = rowid WHERE 0")
-}
-
 impl Sql {
     pub fn new(table: &str) -> Sql {
         let t = format!("\"{table}\"");
@@ -149,7 +143,7 @@ impl Sql {
                  FROM {t} WHERE key = $1 AND scope = $2"
             ),
             next_fence: format!("UPDATE {f} SET value = value + 1 WHERE id = 1 RETURNING value"),
-            lock: lock(&f),
+            lock: crate::write_transaction::lock(&f),
             insert: format!(
                 "INSERT INTO {t} (key, scope, fence, fingerprint, token, completed_us, expires_us,
                                   output, holder)

@@ -28,7 +28,7 @@ async fn credits(store: &SqliteStore) -> i64 {
         .get(0)
 }
 
-/// The article's unsafe increment, made safe: the credit and the key commit together.
+/// An unsafe increment (`credits = credits + 100`), made safe: the credit and the key commit together.
 #[idempotent(key = "credit:{order}", store = store, transaction = tx)]
 async fn credit(
     store: &SqliteStore,

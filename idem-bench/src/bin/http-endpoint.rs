@@ -1,6 +1,6 @@
-//! The article's endpoint over HTTP, side by side in one run: `POST /jobs/send-reminder` served by
+//! A reminder endpoint over HTTP, side by side in one run: `POST /jobs/send-reminder` served by
 //! axum on a real port, loaded by a client in this process over 16 keep-alive connections, every
-//! job key delivered twice at the same moment (the article's parallel duplicate test, as load).
+//! job key delivered twice at the same moment (a parallel duplicate test, as load).
 //! The "email" is a line appended to a file, so every row also checks that each key was sent
 //! exactly once.
 //!
@@ -9,7 +9,7 @@
 //!     [--database-url URL]
 //! ```
 //!
-//! Rows: HTTP alone (no database, no deduplication: the ceiling), the article's hand-written
+//! Rows: HTTP alone (no database, no deduplication: the ceiling), the hand-written
 //! `INSERT .. ON CONFLICT DO NOTHING` on sqlx's pool, idem on `PgStore::new(pool)`'s defaults,
 //! idem tuned (two connections of its own, `dedicated_connections(2)`), and idem-http's
 //! `IdempotencyLayer` around the bare endpoint (on `MemoryStore`, and on `PgStore::new(pool)`):
@@ -34,9 +34,9 @@ use std::time::{Duration, Instant};
 #[path = "../plot.rs"]
 mod plot;
 
-/// The article's endpoint under load. Unknown flags exit with status 2 and the usage.
+/// The reminder endpoint under load. Unknown flags exit with status 2 and the usage.
 #[derive(Debug, clap::Parser)]
-#[command(about = "The article's endpoint over HTTP: hand-written against idem")]
+#[command(about = "A reminder endpoint over HTTP: hand-written against idem")]
 struct Args {
     /// Distinct job keys per row; each is delivered twice, concurrently.
     #[arg(long, default_value_t = 20_000)]
@@ -85,7 +85,7 @@ impl Variant {
     fn label(self) -> &'static str {
         match self {
             Variant::HttpAlone => "HTTP alone (no database, no deduplication)",
-            Variant::HandWritten => "hand-written (article's INSERT on sqlx's pool)",
+            Variant::HandWritten => "hand-written (INSERT .. ON CONFLICT on sqlx's pool)",
             Variant::IdemDefault => "idem, `PgStore::new(pool)` defaults",
             Variant::IdemTuned => "idem, tuned (`dedicated_connections(2)`)",
             Variant::LayerMemory => "idem-http `IdempotencyLayer`, `MemoryStore`",
@@ -312,7 +312,7 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("idem-http-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     println!(
-        "### The article's endpoint over HTTP ({} keys, each delivered twice concurrently, {} connections)\n",
+        "### The reminder endpoint over HTTP ({} keys, each delivered twice concurrently, {} connections)\n",
         args.keys, args.connections
     );
     println!("| endpoint | requests/s | p50 ms | p99 ms |");
@@ -367,7 +367,7 @@ async fn sweep(pool: &PgPool, args: &Args, dir: &std::path::Path) {
         Variant::LayerPostgres,
     ];
     println!(
-        "\n### The article's endpoint against connections ({} keys per point, each delivered twice concurrently; requests/s)\n",
+        "\n### The reminder endpoint against connections ({} keys per point, each delivered twice concurrently; requests/s)\n",
         args.sweep_keys
     );
     let header: Vec<String> = args.sweep.iter().map(|c| c.to_string()).collect();
@@ -391,12 +391,7 @@ async fn sweep(pool: &PgPool, args: &Args, dir: &std::path::Path) {
         "connections, each key sent twice at once (log scale)",
         "requests per second",
     );
-    match plot::draw_with_axes(
-        &args.plot,
-        "The article's endpoint over HTTP",
-        axes,
-        &series,
-    ) {
+    match plot::draw_with_axes(&args.plot, "A reminder endpoint over HTTP", axes, &series) {
         Ok(()) => println!(
             "\n![the endpoint against connections]({})",
             args.plot.display()

@@ -1,4 +1,4 @@
-//! Work-queue throughput: idem's queue (`idem_queue`) against the article's
+//! Work-queue throughput: idem's queue (`idem_queue`) against a
 //! hand-written `FOR UPDATE SKIP LOCKED` loop, draining the same items with 1, 2, 4 and 8
 //! workers, side by side in one run.
 //!
@@ -54,7 +54,7 @@ fn cpu_cell((client, server): (f64, Option<f64>)) -> String {
     format!("{client:.0} / {server}")
 }
 
-/// The work queue against the article's hand-written loop. Unknown flags exit with status 2.
+/// The work queue against a hand-written loop. Unknown flags exit with status 2.
 #[derive(Debug, clap::Parser)]
 #[command(about = "The work queue's throughput against a hand-written SKIP LOCKED loop")]
 struct Args {
@@ -217,7 +217,7 @@ async fn drain_idem(store: &PgStore, items: u64, workers: usize, prefetch: usize
     items as f64 / elapsed.as_secs_f64()
 }
 
-/// The article's loop: claim a batch with SKIP LOCKED, process each row, mark it sent.
+/// The hand-written loop: claim a batch with SKIP LOCKED, process each row, mark it sent.
 async fn drain_by_hand(pool: &PgPool, schema: &str, workers: usize, batch: i64) -> f64 {
     let table = format!("{schema}.emails");
     let claim = format!(

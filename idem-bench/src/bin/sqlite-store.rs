@@ -83,7 +83,9 @@ async fn main() {
         .unwrap();
     }
     let bound = args.calls as f64 / started.elapsed().as_secs_f64();
-    println!("| bound: one writer, the article's single `INSERT` per transaction | {bound:.0} | |");
+    println!(
+        "| bound: one writer, the hand-written single `INSERT` per transaction | {bound:.0} | |"
+    );
     println!(
         "\n- fresh idem calls / the single-writer bound: **{:.2}** (a fresh call writes twice)\n- duplicates (read only, never queued behind the writer) / the bound: **{:.1}**",
         rates[0] / bound,
