@@ -6,7 +6,7 @@
 //! cargo run --example cron        # PostgreSQL at DATABASE_URL, else localhost's
 //! # ran tick 2026-12-05T10:00:01Z pid=4242
 //! # ran tick 2026-12-05T10:00:02Z pid=4242
-//! cargo run -p idem-cli -- --database-url postgres://postgres@127.0.0.1:5432/test schedules list
+//! cargo run -p idem-cli -- --database-url postgres://postgres@localhost:5432/postgres schedules list
 //! ```
 //!
 //! Flags: `--schedule EXPR` (a 5- or 6-field cron expression, default every second),

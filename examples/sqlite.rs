@@ -1,6 +1,6 @@
 //! `SqliteStore`: idempotency for the processes of one machine, in one durable file. A nightly
-//! report job is started by cron and, by mistake, by a systemd timer too: four processes
-//! deliver it at the same moment, and the report is written once.
+//! report job is started by cron and, by mistake, by a systemd timer too: four deliveries, each
+//! with a store of its own on the file as a process has, arrive at the same moment, and the report is written once.
 //!
 //! ```text
 //! cargo run --example sqlite                 # a database in a temporary directory

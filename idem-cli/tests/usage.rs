@@ -71,6 +71,22 @@ fn command_lines(text: &str) -> Vec<String> {
     for raw in text.lines() {
         let line = raw.trim_start_matches("//!").trim();
         let line = line.strip_prefix("$ ").unwrap_or(line);
+        // `NAME=value idem ..`: the environment's part is the shell's, the rest the command's.
+        let mut line = line;
+        while let Some((first, rest)) = line.split_once(' ') {
+            let assignment = first.split_once('=').is_some_and(|(name, _)| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            });
+            if !assignment {
+                break;
+            }
+            line = match first.contains("=$(") {
+                // A value made by a command: up to its closing parenthesis.
+                true => line.split_once(") ").map_or("", |(_, rest)| rest),
+                false => rest,
+            }
+            .trim_start();
+        }
         let found: Vec<String> = if line.starts_with('|') {
             line.split('`')
                 .skip(1)

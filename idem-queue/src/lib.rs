@@ -344,7 +344,7 @@
 //! ## Stats and metrics
 //!
 //! [`Queue::stats`] counts the jobs by state in one statement ([`QueueStats`]: `queued`,
-//! `running`, `stale`, `done`, `dead`): fine for dashboards, not for a hot path. The
+//! `running`, `stale`, `done`, `dead`, `cancelled`): fine for dashboards, not for a hot path. The
 //! [`metrics`] module lists what the queue records through the `metrics` facade (attempts by
 //! outcome, each attempt's duration, and gauges of jobs by state, set by every `stats()`;
 //! [`Queue::spawn_metrics`] reads them periodically). Each job also counts as an idem call of

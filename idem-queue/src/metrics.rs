@@ -4,12 +4,12 @@
 //!
 //! | name | kind | labels | what |
 //! | --- | --- | --- | --- |
-//! | `idem_queue_jobs_total` | counter | `outcome` | attempts, by how they ended: `done`, `retried` (a failure with attempts left), `dead` (dead-lettered), `released` (given back without counting: another run held the key, or the store failed) |
+//! | `idem_queue_jobs_total` | counter | `outcome` | attempts, by how they ended: `done`, `retried` (a failure with attempts left), `dead` (dead-lettered), `released` (given back without counting: another run held the key, or the store failed), `snoozed`, `cancelled` |
 //! | `idem_queue_job_seconds` | histogram | | one attempt, from claim to settlement |
 //! | `idem_schedule_missed_total` | counter | `schedule`, `reason` | ticks missed: `not_enqueued` (older than the catch-up window when a scheduler came back) or `not_completed` (their job had not completed within the grace period) |
 //! | `idem_schedule_missed` | gauge | `schedule` | every tick missed so far, from the schedules' table (set by [`Queue::record_schedule_metrics`](super::Queue::record_schedule_metrics), which [`Queue::spawn_metrics`](super::Queue::spawn_metrics) calls): the same on every replica |
 //! | `idem_schedule_last_success_timestamp` | gauge | `schedule` | when the latest tick verified as completed finished (Unix seconds): alert when it is older than the schedule's period |
-//! | `idem_queue_jobs` | gauge | `queue`, `state` | jobs `queued`, `running` (lease live), `stale` (lease lapsed), `done`, `dead`, as of the last [`Queue::stats`](super::Queue::stats) (which [`Queue::spawn_metrics`](super::Queue::spawn_metrics) reads periodically) |
+//! | `idem_queue_jobs` | gauge | `queue` (the table, `schema.table`), `state` | jobs `queued`, `running` (lease live), `stale` (lease lapsed), `done`, `dead`, `cancelled`, as of the last [`Queue::stats`](super::Queue::stats) (which [`Queue::spawn_metrics`](super::Queue::spawn_metrics) reads periodically) |
 
 /// Counter: attempts by outcome.
 pub const JOBS: &str = "idem_queue_jobs_total";

@@ -52,7 +52,8 @@
 //! | `<table>_migrations` | which of this crate's migrations are applied |
 //!
 //! The migrations are versioned SQL files embedded in the crate. `migrate` applies the missing
-//! ones in one transaction, under an advisory lock that every idem migration takes, so
+//! ones, each in a transaction of its own (an index built concurrently outside one), under an
+//! advisory lock that every idem migration takes, so
 //! concurrent start-ups take turns and the later ones find nothing to do. The history is kept
 //! apart from sqlx's `_sqlx_migrations`, so it never mixes with the application's own
 //! migrations. A table migrated by a newer version of this crate, or a shipped migration that

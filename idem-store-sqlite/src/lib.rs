@@ -3,8 +3,9 @@
 //! [`SqliteStore`] keeps idem's records in one SQLite database file: no server to run, and the
 //! records survive a restart. Several processes on one machine can open the same file (cron
 //! jobs, CLI tools, an edge service with workers): SQLite lets one writer in at a time, and
-//! every claim is one transaction that holds the write lock from its start, so of any number
-//! of concurrent deliveries exactly one runs. Pick it over [`MemoryStore`](idem_core::MemoryStore) when the work must
+//! every claim that writes is one transaction that holds the write lock from its start (a
+//! duplicate is answered from a plain read), so of any number of concurrent deliveries
+//! exactly one runs. Pick it over [`MemoryStore`](idem_core::MemoryStore) when the work must
 //! not repeat after a restart; pick PostgreSQL (`idem-store-postgres`) when several machines
 //! share the work.
 //!

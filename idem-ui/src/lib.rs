@@ -12,7 +12,7 @@
 //!
 //! ```sh
 //! idem --database-url postgres://localhost/app ui                 # http://127.0.0.1:7780
-//! IDEM_UI_TOKEN=secret idem --database-url URL ui --addr 0.0.0.0:7780
+//! IDEM_UI_TOKEN=$(openssl rand -hex 16) idem --database-url URL ui --addr 0.0.0.0:7780
 //! idem --database-url URL ui --read-only
 //! ```
 //!
@@ -45,10 +45,10 @@
 //! - **Overview** (`/`): records by status per scope, stale claims with their holder, jobs by
 //!   state per named queue, the newest dead jobs, the schedules, and plots of calls and jobs
 //!   completed per minute and jobs dead-lettered per minute over the last three hours.
-//! - **Lists** (`/records`, `/jobs`) with filters (status or state, scope or queue, key prefix)
+//! - **Lists** (`/records`, `/jobs`, `/schedules`) with filters (status or state, scope or queue, key prefix)
 //!   and keyset paging: each page starts where the last ended, from an index range, so page
 //!   1,000 of ten million records costs what the first does (the query plans are checked in
-//!   `tests/plans.rs`). Finished jobs are listed newest first, the rest in key order.
+//!   idem-store-postgres's `tests/plans.rs`). Finished jobs are listed newest first, the rest in key order.
 //! - **Detail** (`/record`, `/job`, `/schedule`): a record's fence, holder, lease, output size
 //!   and journal; a job's payload, attempt log with errors, and timings; a schedule's recent
 //!   ticks and their jobs.
