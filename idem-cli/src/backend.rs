@@ -80,8 +80,6 @@ pub(crate) enum Backend {
     },
 }
 
-pub(crate) use idem_store_postgres::extend::to_micros as micros_of;
-
 /// A record as a row, judged against `now`.
 fn row_of(inspected: &InspectedRecord, now: SystemTime) -> RecordRow {
     let record = &inspected.record;
@@ -91,9 +89,8 @@ fn row_of(inspected: &InspectedRecord, now: SystemTime) -> RecordRow {
             completed_at,
             expires_at,
             ..
-        } => (Some(rfc3339(micros_of(*completed_at))), *expires_at),
+        } => (Some(rfc3339(*completed_at)), *expires_at),
     };
-    let expires = micros_of(expires);
     RecordRow {
         key: record.key.as_str().to_owned(),
         scope: record.key.scope().to_owned(),
@@ -102,7 +99,10 @@ fn row_of(inspected: &InspectedRecord, now: SystemTime) -> RecordRow {
         holder: inspected.holder.clone(),
         completed_at,
         expires_at: rfc3339(expires),
-        left_s: (expires - micros_of(now)) as f64 / 1e6,
+        left_s: match expires.duration_since(now) {
+            Ok(left) => left.as_secs_f64(),
+            Err(past) => -past.duration().as_secs_f64(),
+        },
         fingerprint: record.fingerprint.as_ref().map(|f| f.as_str().to_owned()),
         output_bytes: inspected.output_bytes.map(|n| n as i64),
     }
@@ -119,27 +119,14 @@ fn scoped(key: &str, scope: &str) -> Result<idem_core::Key, StoreError> {
         .map_err(|e| StoreError::msg(e.to_string()))
 }
 
-/// Microseconds since the epoch as RFC 3339 text (UTC).
-pub(crate) fn rfc3339(us: i64) -> String {
-    let secs = us.div_euclid(1_000_000);
-    let micros = us.rem_euclid(1_000_000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+/// A time as RFC 3339 text in UTC, to the microsecond.
+pub(crate) fn rfc3339(at: SystemTime) -> String {
+    humantime::format_rfc3339_micros(at).to_string()
+}
+
+/// A time for `--json`: RFC 3339 text, or `null`.
+pub(crate) fn json_time(at: Option<SystemTime>) -> Value {
+    at.map_or(Value::Null, |at| json!(rfc3339(at)))
 }
 
 fn filter_status(state: Option<State>) -> Option<RecordStatus> {
@@ -217,15 +204,10 @@ impl Backend {
                     ("effect".into(), json!(e.effect)),
                     ("state".into(), json!(if done { "done" } else { "started" })),
                     ("fence".into(), json!(e.entry.fence.0)),
-                    (
-                        "recorded_at".into(),
-                        json!(e.recorded_at.map(|at| rfc3339(micros_of(at)))),
-                    ),
+                    ("recorded_at".into(), json_time(e.recorded_at)),
                     (
                         "expires_at".into(),
-                        json!(e
-                            .expires_at
-                            .map_or_else(|| "-".to_owned(), |at| rfc3339(micros_of(at)))),
+                        json!(e.expires_at.map_or_else(|| "-".to_owned(), rfc3339)),
                     ),
                 ])
             })
@@ -302,14 +284,19 @@ impl Backend {
 #[cfg(test)]
 mod tests {
     use super::rfc3339;
+    use std::time::{Duration, SystemTime};
 
     #[test]
     fn timestamps_are_rfc3339_in_utc() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000Z");
+        let at = |us: u64| SystemTime::UNIX_EPOCH + Duration::from_micros(us);
+        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00.000000Z");
         assert_eq!(
-            rfc3339(1_764_576_000_123_456),
+            rfc3339(at(1_764_576_000_123_456)),
             "2025-12-01T08:00:00.123456Z"
         );
-        assert_eq!(rfc3339(951_782_400_000_000), "2000-02-29T00:00:00.000000Z");
+        assert_eq!(
+            rfc3339(at(951_782_400_000_000)),
+            "2000-02-29T00:00:00.000000Z"
+        );
     }
 }

@@ -5,6 +5,7 @@ use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
 use crate::args::Jobs;
+use crate::backend::json_time as time;
 use crate::connect::Ctx;
 use crate::output::{Out, NOT_FOUND, OK, REFUSED, USAGE};
 
@@ -23,12 +24,6 @@ fn attempt_log(log: &[idem_queue::Attempt]) -> Value {
             })
             .collect(),
     )
-}
-
-fn time(at: Option<std::time::SystemTime>) -> Value {
-    at.map_or(Value::Null, |at| {
-        json!(crate::backend::rfc3339(crate::backend::micros_of(at)))
-    })
 }
 
 /// A job as the commands print it.

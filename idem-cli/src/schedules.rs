@@ -1,20 +1,14 @@
 //! The schedules' commands: list, pause, resume, remove, through the queue's API.
 
-use std::time::SystemTime;
-
 use idem_queue::http::HttpTarget;
 use idem_queue::{Queue, Schedule, ScheduleState};
 use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
 use crate::args::Schedules;
-use crate::backend::{micros_of, rfc3339};
+use crate::backend::json_time as time;
 use crate::connect::Ctx;
 use crate::output::{Out, NOT_FOUND, OK, USAGE};
-
-fn time(at: Option<SystemTime>) -> Value {
-    at.map_or(Value::Null, |at| json!(rfc3339(micros_of(at))))
-}
 
 fn row(state: &ScheduleState) -> Map<String, Value> {
     Map::from_iter([
