@@ -15,9 +15,18 @@ use std::time::{Duration, Instant};
 
 /// Runs example `name` with `args` (and no `DATABASE_URL`), giving it `limit` to exit.
 fn run(name: &str, args: &[&str], limit: Duration) -> Output {
-    let mut child = Command::new(example_binary(name))
+    run_with(name, args, None, limit)
+}
+
+/// [`run`] with `DATABASE_URL` set to `database_url` when given.
+fn run_with(name: &str, args: &[&str], database_url: Option<&str>, limit: Duration) -> Output {
+    let mut command = Command::new(example_binary(name));
+    match database_url {
+        Some(url) => command.env("DATABASE_URL", url),
+        None => command.env_remove("DATABASE_URL"),
+    };
+    let mut child = command
         .args(args)
-        .env_remove("DATABASE_URL")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -84,19 +93,12 @@ fn the_queue_example_finds_its_database_or_says_what_is_missing() {
         usage.contains(idem_examples::DEFAULT_DATABASE_URL) && usage.contains("DATABASE_URL"),
         "{usage}"
     );
-    let mut child = Command::new(example_binary("accept_then_work"))
-        .args(["--addr", "127.0.0.1:0"])
-        .env("DATABASE_URL", "postgres://postgres@127.0.0.1:1/nowhere")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the example");
-    let started = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        assert!(started.elapsed() < QUICK, "still running after {QUICK:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().expect("output");
+    let output = run_with(
+        "accept_then_work",
+        &["--addr", "127.0.0.1:0"],
+        Some("postgres://postgres@127.0.0.1:1/nowhere"),
+        QUICK,
+    );
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(text.contains("127.0.0.1:1"), "names the address: {text}");
