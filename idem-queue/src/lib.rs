@@ -489,54 +489,41 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
-mod admin;
 mod backoff;
-mod browse;
-mod builder;
-mod claimed;
+mod client;
 mod completer;
-mod enqueue;
-mod executor;
-mod held;
+mod db;
 #[cfg(feature = "http")]
 pub mod http;
 mod job;
-mod job_completion;
 mod job_record;
-mod job_store;
-mod listen;
 pub mod metrics;
 mod outcome;
-mod producer;
 mod queue;
-mod rescuer;
 mod schedules;
-mod shared;
-mod sql;
-mod started;
 #[cfg(test)]
-mod test_store;
+mod testing;
 mod trace;
-mod workers;
+mod worker;
 
 pub use backoff::Backoff;
-pub use browse::{FinishedInMinute, JobPage, JobsQuery, QueueCounts, COUNTS_FINISHED};
-pub use builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL, DEFAULT_PREFETCH};
-pub use executor::MAX_RESULT_BYTES;
+pub use client::browse::{FinishedInMinute, JobPage, JobsQuery, QueueCounts, COUNTS_FINISHED};
+pub use db::statements::{LAPSED_SQL, MAX_LOGGED_ATTEMPTS};
 pub use job::{
     Attempt, Cancel, DeadJob, EnqueueError, Enqueued, Job, JobFilter, JobInfo, JobResult, JobState,
     JobStatus, NewJob, QueueStats, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_QUEUE_NAME_LEN,
 };
 pub use job_record::QUEUE_SCOPE;
 pub use outcome::JobError;
-pub use producer::ShutdownReport;
 pub use queue::Queue;
 pub use schedules::{
     PassReport, Schedule, ScheduleError, ScheduleState, Scheduler, SchedulerHandle, Tick,
     DEFAULT_CATCH_UP, DEFAULT_CHECK_EVERY, DEFAULT_GRACE, MAX_NAME_LEN,
 };
-pub use sql::{LAPSED_SQL, MAX_LOGGED_ATTEMPTS};
-pub use workers::Workers;
+pub use worker::builder::{WorkerBuilder, DEFAULT_POLL_INTERVAL, DEFAULT_PREFETCH};
+pub use worker::executor::MAX_RESULT_BYTES;
+pub use worker::producer::ShutdownReport;
+pub use worker::workers::Workers;
 
 /// The README's example, compiled with the doc tests so that it stays true.
 #[cfg(doctest)]

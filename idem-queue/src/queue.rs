@@ -7,9 +7,9 @@ use idem_store_postgres::extend::store_error;
 use idem_store_postgres::extend::Batcher;
 use idem_store_postgres::PgStore;
 
-use crate::job_completion::JobCompleteOp;
-use crate::schedules::sql::ScheduleSql;
-use crate::sql::QueueSql;
+use crate::completer::completion::JobCompleteOp;
+use crate::db::schedules::ScheduleSql;
+use crate::db::statements::QueueSql;
 
 /// The queue's migrations: its table, `<table>_queue`, beside the store's records, with its
 /// history in `<table>_queue_migrations`. Migration 8 first shipped (in two texts) building its

@@ -9,12 +9,11 @@
 //! [`grace`](Schedule::grace), the heartbeat check that says when a scheduled job did not run.
 //!
 //! `schedule.rs` is the schedule itself (parse, validate, compute ticks), `tick.rs` a tick as
-//! a job's key, `scheduler.rs` the loop that fires them, `sql.rs` and `state.rs` the table and
-//! what operators read and change in it.
+//! a job's key, `scheduler.rs` the loop that fires them, `state.rs` what operators read and change in the
+//! table (its statements are in the queue's `db/schedules.rs`).
 
 mod schedule;
 mod scheduler;
-pub(crate) mod sql;
 mod state;
 pub(crate) mod tick;
 

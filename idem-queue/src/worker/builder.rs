@@ -9,13 +9,14 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::backoff::Backoff;
-use crate::held::{Held, Holder, Rescue};
+use crate::completer::rescue::Rescue;
 use crate::job::{check_name, Job, DEFAULT_QUEUE};
 use crate::outcome::Failure;
-use crate::producer::ProducerConfig;
 use crate::queue::Queue;
-use crate::shared::{Handler, Shared};
-use crate::workers::Workers;
+use crate::worker::held::{Held, Holder};
+use crate::worker::producer::ProducerConfig;
+use crate::worker::shared::{Handler, Shared};
+use crate::worker::workers::Workers;
 
 /// How often idle workers look for work that no notification announces (retries coming due,
 /// run-after times reached, crashed workers' leases lapsing), unless

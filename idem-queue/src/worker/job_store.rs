@@ -27,10 +27,10 @@ use idem_core::{
 };
 use sqlx::Row;
 
-use crate::claimed::Claimed;
-use crate::held::Holder;
-use crate::job_completion::{JobCompleteOp, JobCompletion};
+use crate::completer::completion::{JobCompleteOp, JobCompletion};
 use crate::queue::Queue;
+use crate::worker::claimed::Claimed;
+use crate::worker::held::Holder;
 use idem_store_postgres::extend::duration_micros;
 use idem_store_postgres::extend::fence_param;
 use idem_store_postgres::extend::store_error;

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::held::Holder;
+use crate::worker::held::Holder;
 use idem_store_postgres::extend::Resend;
 
 /// How long after a job starts its start is written, unless its outcome is written first.

@@ -9,8 +9,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::producer::{produce, ProducerConfig, ShutdownReport};
-use crate::shared::Shared;
+use crate::worker::producer::{produce, ProducerConfig, ShutdownReport};
+use crate::worker::shared::Shared;
 
 /// Running workers; from [`WorkerBuilder::start`](super::WorkerBuilder::start). Call
 /// [`shutdown`](Workers::shutdown) to stop them. Dropping them stops them too, with no time for
@@ -87,7 +87,7 @@ impl Workers {
             report.finished += one.finished;
             report.released += one.released;
         }
-        let settle_by = cut.max(Instant::now()) + crate::producer::SETTLE_AFTER_CUT;
+        let settle_by = cut.max(Instant::now()) + crate::worker::producer::SETTLE_AFTER_CUT;
         if let Err(unfinished) =
             idem_core::pending::drain(settle_by.saturating_duration_since(Instant::now())).await
         {

@@ -15,11 +15,12 @@ use idem_store_postgres::PgStore;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
-use crate::claimed::Claimed;
-use crate::completer::{settle, Settle};
-use crate::held::Holder;
+use crate::completer::settle::settle;
+use crate::completer::settlement::Settle;
+use crate::db::statements::QueueSql;
 use crate::job_record::QUEUE_SCOPE;
-use crate::sql::QueueSql;
+use crate::worker::claimed::Claimed;
+use crate::worker::held::Holder;
 
 /// A job's completion (its call's, which also marks the job done), owning its parts to travel
 /// to a batch's driver.
@@ -66,7 +67,7 @@ impl JobCompleteOp {
             return Ok((row.try_get(0)?, row.try_get(1)?, None));
         };
         let looked = workers.rescue.due();
-        let start_by = crate::claimed::start_by(tokio::time::Instant::now(), workers.lease);
+        let start_by = crate::worker::claimed::start_by(tokio::time::Instant::now(), workers.lease);
         let rows = completion(&c.sql.complete_and_claim_one)
             .bind(1i64)
             .bind(duration_micros(workers.lease))
@@ -134,7 +135,7 @@ impl JobCompleteOp {
                 .map(|row| (row.get(0), row.get(1), None))
                 .collect());
         };
-        let start_by = crate::claimed::start_by(tokio::time::Instant::now(), workers.lease);
+        let start_by = crate::worker::claimed::start_by(tokio::time::Instant::now(), workers.lease);
         let rows = sqlx::query(&sql.complete_and_claim_many)
             .bind(&keys)
             .bind(&fences)
@@ -308,7 +309,7 @@ mod tests {
 
     /// A store and its queue in a schema of their own.
     async fn setup(prefix: &str) -> (sqlx::PgPool, String, PgStore, Queue) {
-        let (pool, schema, store) = crate::test_store::store_in_new_schema(prefix).await;
+        let (pool, schema, store) = crate::testing::store_in_new_schema(prefix).await;
         let queue = Queue::new(&store);
         (pool, schema, store, queue)
     }
@@ -433,7 +434,7 @@ mod tests {
         let (completed, done, _) = JobCompleteOp::one(&store, &completions[0]).await.unwrap();
         assert_eq!((completed, done), (true, false));
         drop(conn);
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 
     /// The workers of `queue`, for a completion to claim a next job for.
@@ -447,7 +448,7 @@ mod tests {
             worker: "test-worker".to_owned(),
             held: Default::default(),
             stopping: Default::default(),
-            rescue: crate::held::Rescue::new(Duration::from_secs(60)),
+            rescue: crate::completer::rescue::Rescue::new(Duration::from_secs(60)),
             prefetch: 0,
             starts: Default::default(),
         })
@@ -481,7 +482,7 @@ mod tests {
                 ("running-a".to_owned(), "done".to_owned())
             ]
         );
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 
     /// A job's statement waiting on a lock (the completion held behind a locked row).
@@ -598,7 +599,7 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 
     /// A completion that claims the next job, cut off with its connection while on the wire, is
@@ -651,7 +652,7 @@ mod tests {
             ],
             "nothing applied, nothing claimed"
         );
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 
     /// Completions that each free a slot claim one job per slot in the same statement: each a
@@ -723,7 +724,7 @@ mod tests {
         running.sort();
         assert_eq!(running, expected);
         assert_eq!(of("queued").len(), 3);
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 
     /// Records of the queue's scope: (key, fence, completed, purge_at = expires_at, holder).
@@ -836,7 +837,7 @@ mod tests {
             .unwrap();
         assert_eq!((again[0].0, again[0].1), (true, false));
         drop(conn);
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 
     /// The first renewal of a job whose fence was reserved writes its record (in progress,
@@ -899,6 +900,6 @@ mod tests {
             written(true),
             "the written record completed in place"
         );
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 }

@@ -14,13 +14,13 @@ use tokio::task::{JoinError, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::claimed::Claimed;
-use crate::completer::{release_held, release_jobs};
-use crate::executor::run;
-use crate::held::Holder;
-use crate::listen::listen;
-use crate::shared::Shared;
-use crate::started::write_starts;
+use crate::completer::settle::{release_held, release_jobs};
+use crate::worker::claimed::Claimed;
+use crate::worker::executor::run;
+use crate::worker::held::Holder;
+use crate::worker::listen::listen;
+use crate::worker::shared::Shared;
+use crate::worker::started::write_starts;
 use idem_store_postgres::extend::duration_micros;
 use idem_store_postgres::extend::Resend;
 
@@ -401,7 +401,7 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let lease = duration_micros(holder.lease);
     let looked = holder.rescue.due();
-    let start_by = crate::claimed::start_by(Instant::now(), holder.lease);
+    let start_by = crate::worker::claimed::start_by(Instant::now(), holder.lease);
     // Never sent again: a claim applied but unanswered would leave its jobs claimed while a
     // second claim took others; unanswered, they return to the queue when their lease lapses.
     let (rows, blocked) = match holder.global_limit {

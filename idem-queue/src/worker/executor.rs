@@ -11,15 +11,16 @@ use futures_util::FutureExt;
 use idem_core::{Call, Claim, Error, Fence, Outcome};
 use tracing::Instrument;
 
-use crate::claimed::Claimed;
-use crate::completer::{settle, Settle};
+use crate::completer::rescue::rescue;
+use crate::completer::settle::settle;
+use crate::completer::settlement::Settle;
 use crate::job::{parse_payload, Job};
 use crate::job_record::{JOB_KEEP, QUEUE_SCOPE};
-use crate::job_store::JobStore;
 use crate::outcome::{Failure, Kind};
-use crate::rescuer::rescue;
-use crate::shared::Shared;
 use crate::trace;
+use crate::worker::claimed::Claimed;
+use crate::worker::job_store::JobStore;
+use crate::worker::shared::Shared;
 use idem_core::Codec;
 use idem_store_postgres::extend::from_micros;
 
@@ -109,7 +110,8 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed, slot: Option<Slot>) -> Opti
             // The claim's answer came too late to start on its lease: the job may have been
             // taken over, even finished, meanwhile. It goes back if it is still ours.
             tracing::warn!("the job's claim came back too late to start on its lease (the database was slow to answer, or this worker stalled); it goes back to the queue");
-            crate::completer::release_jobs(&shared.holder, std::slice::from_ref(&job)).await;
+            crate::completer::settle::release_jobs(&shared.holder, std::slice::from_ref(&job))
+                .await;
             metrics::counter!(crate::metrics::JOBS, "outcome" => "released").increment(1);
             return None;
         }
@@ -152,7 +154,7 @@ async fn note_start(shared: &Shared, job: &Claimed) -> Result<bool, sqlx::Error>
         return Ok(true);
     }
     if job.lapsed {
-        return crate::started::mark_now(holder, &job.key, job.attempt).await;
+        return crate::worker::started::mark_now(holder, &job.key, job.attempt).await;
     }
     holder.starts.started(&job.key, job.attempt);
     Ok(true)
@@ -170,16 +172,18 @@ async fn execute(
     // Cancelled while an earlier attempt ran, whose worker stopped before it heard: the call
     // still runs, to find the work done if that attempt finished it, but its body only ends
     // the job cancelled.
-    let cancel_only = job.cancel_requested.then(|| -> crate::shared::BoxFuture {
-        Box::pin(async {
-            Err(Failure {
-                message: "cancelled while an earlier attempt ran; that worker stopped before \
+    let cancel_only = job
+        .cancel_requested
+        .then(|| -> crate::worker::shared::BoxFuture {
+            Box::pin(async {
+                Err(Failure {
+                    message: "cancelled while an earlier attempt ran; that worker stopped before \
                           it heard"
-                    .to_owned(),
-                kind: Kind::Cancel,
+                        .to_owned(),
+                    kind: Kind::Cancel,
+                })
             })
-        })
-    });
+        });
     let work = cancel_only.unwrap_or_else(|| {
         (shared.handler)(Job {
             key: job.key.clone(),

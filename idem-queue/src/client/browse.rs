@@ -9,7 +9,7 @@ use idem_store_postgres::extend::{from_micros, to_micros, SNAPSHOT};
 use idem_store_postgres::ClosingTransaction;
 use sqlx::Row;
 
-use crate::admin::job_info;
+use crate::client::admin::job_info;
 use crate::job::{JobFilter, JobInfo, QueueStats};
 use crate::queue::{failed, Queue};
 
@@ -219,7 +219,7 @@ impl Queue {
     ) -> Result<std::collections::HashMap<String, JobFilter>, StoreError> {
         let keys: Vec<&String> = keys
             .iter()
-            .filter(|key| !crate::admin::unstorable(key))
+            .filter(|key| !crate::client::admin::unstorable(key))
             .collect();
         let rows = sqlx::query(&self.sql.states_of)
             .bind(keys)

@@ -366,7 +366,7 @@ impl QueueSql {
         // only where `rescue` (a boolean parameter) is true: it reads its queue's entries of
         // `q_leases` up to now, past those of every job finished more than a lease ago until
         // VACUUM removes them, a cost a claim should not pay each time; the workers look for
-        // lapsed jobs once in a while instead (`held::Rescue`).
+        // lapsed jobs once in a while instead (`completer::rescue::Rescue`).
         let pick = |queue: &str, limit: &str, also: &str, rescue: &str| {
             format!(
                 "SELECT p.key, p.lapsed, p.serial_key FROM (
@@ -393,7 +393,7 @@ impl QueueSql {
         };
         // The jobs `picked` (a query of their keys, and whether each is a lapsed one) claimed
         // for `worker` on a lease; each returned says whether it was lapsed, so the workers
-        // know to look for more (`held::Rescue`).
+        // know to look for more (`completer::rescue::Rescue`).
         // A running job whose lease lapsed is taken over: its attempt ended with its worker
         // (crashed, killed, stalled or cut off), logged as `lapsed` when the claim took it.
         let lapsed = logged(
@@ -947,7 +947,7 @@ mod tests {
     /// they find their jobs by a join to the batch alone.
     #[tokio::test]
     async fn every_statement_finds_its_rows_by_key_as_the_queue_grows() {
-        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_fresh").await;
+        let (pool, schema, store) = crate::testing::store_in_new_schema("q_fresh").await;
         let mut conn = pool.acquire().await.unwrap();
         let states = [
             ("never analyzed", String::new()),
@@ -982,7 +982,7 @@ mod tests {
             }
         }
         drop(conn);
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
         assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     }
 
@@ -995,7 +995,7 @@ mod tests {
     /// `tests/plans.rs`; this one has 5,000 jobs queued and analyzed.)
     #[tokio::test]
     async fn claims_find_their_jobs_by_key_in_a_generic_plan() {
-        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_plans").await;
+        let (pool, schema, store) = crate::testing::store_in_new_schema("q_plans").await;
         // Enough queued jobs for a tenth of them to outweigh a lookup by key.
         sqlx::raw_sql(&format!(
             "INSERT INTO {schema}.idem_records_queue (key, payload, max_attempts)
@@ -1023,7 +1023,7 @@ mod tests {
             }
         }
         drop(conn);
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 
     /// A claim takes back a job whose lease lapsed only when it is told to look (`Rescue`
@@ -1031,7 +1031,7 @@ mod tests {
     /// took over; otherwise it reads waiting jobs only.
     #[tokio::test]
     async fn a_claim_takes_lapsed_jobs_back_only_when_it_looks_for_them() {
-        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_rescue").await;
+        let (pool, schema, store) = crate::testing::store_in_new_schema("q_rescue").await;
         sqlx::raw_sql(&format!(
             "INSERT INTO {schema}.idem_records_queue
                  (key, payload, max_attempts, state, attempts, available_at, priority)
@@ -1058,8 +1058,11 @@ mod tests {
                     .unwrap();
                 rows.iter()
                     .map(|row| {
-                        let job =
-                            crate::claimed::Claimed::decode(row, 0, tokio::time::Instant::now());
+                        let job = crate::worker::claimed::Claimed::decode(
+                            row,
+                            0,
+                            tokio::time::Instant::now(),
+                        );
                         (job.key, job.lapsed)
                     })
                     .collect::<Vec<_>>()
@@ -1068,7 +1071,7 @@ mod tests {
         assert_eq!(claim(1, false).await, [("urgent".to_owned(), false)]);
         assert_eq!(claim(1, true).await, [("orphan".to_owned(), true)]);
         assert_eq!(claim(2, true).await, [("later".to_owned(), false)]);
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 
     /// A prefetching claim leaves the start unnoted; a lapsed claim that never started is
@@ -1077,7 +1080,7 @@ mod tests {
     /// another worker finds none.
     #[tokio::test]
     async fn a_lapsed_claim_counts_an_attempt_only_if_it_started() {
-        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_unrun").await;
+        let (pool, schema, store) = crate::testing::store_in_new_schema("q_unrun").await;
         sqlx::raw_sql(&format!(
             "INSERT INTO {schema}.idem_records_queue (key, payload, max_attempts)
              VALUES ('job', '1', 5)"
@@ -1099,7 +1102,11 @@ mod tests {
                     .fetch_all(pool)
                     .await
                     .unwrap();
-                let job = crate::claimed::Claimed::decode(&rows[0], 0, tokio::time::Instant::now());
+                let job = crate::worker::claimed::Claimed::decode(
+                    &rows[0],
+                    0,
+                    tokio::time::Instant::now(),
+                );
                 (job.attempt, job.counted, job.lapsed)
             }
         };
@@ -1146,7 +1153,7 @@ mod tests {
         lapse().await.unwrap();
         assert_eq!(claim("c").await, (3, 2, true), "it started: counted");
         assert_eq!(row().await.unwrap(), (3, 1, false, 1), "and logged");
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 
     /// A page of jobs (the dashboard's lists: `Queue::jobs_page`) is an index range on a queue
@@ -1157,7 +1164,7 @@ mod tests {
     #[tokio::test]
     async fn pages_of_jobs_are_index_ranges() {
         use idem_store_postgres::testing::custom_plan;
-        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_pages").await;
+        let (pool, schema, store) = crate::testing::store_in_new_schema("q_pages").await;
         sqlx::raw_sql(&format!(
             "INSERT INTO {schema}.idem_records_queue
                  (key, payload, max_attempts, state, finished_at, queue)
@@ -1235,7 +1242,7 @@ mod tests {
             }
         }
         drop(conn);
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
         assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     }
 
@@ -1248,7 +1255,7 @@ mod tests {
     #[tokio::test]
     async fn statements_settle_on_generic_plans_through_the_pool() {
         use sqlx::Connection;
-        let (pool, schema, store) = crate::test_store::store_in_new_schema("q_auto").await;
+        let (pool, schema, store) = crate::testing::store_in_new_schema("q_auto").await;
         let sql = QueueSql::new(&store);
         let queued = |jobs: u32| {
             format!(
@@ -1373,6 +1380,6 @@ mod tests {
             }
             conn.close().await.unwrap();
         }
-        crate::test_store::drop_schema(&pool, &schema).await;
+        crate::testing::drop_schema(&pool, &schema).await;
     }
 }

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff::Backoff;
-use crate::held::Holder;
 use crate::job::Job;
 use crate::outcome::Failure;
 use crate::queue::Queue;
+use crate::worker::held::Holder;
 
 /// A running handler.
 pub(crate) type BoxFuture =

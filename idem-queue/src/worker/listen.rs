@@ -8,7 +8,7 @@ use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
-use crate::sql::CHANNEL;
+use crate::db::statements::CHANNEL;
 
 /// How long to wait before reconnecting a lost listener. Polling covers the gap.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);

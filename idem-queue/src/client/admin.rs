@@ -6,12 +6,12 @@ use std::time::Duration;
 use idem_core::{Operation, StoreError};
 use sqlx::Row;
 
+use crate::db::statements as sql;
 use crate::job::{
     parse_payload, Attempt, Cancel, DeadJob, JobFilter, JobInfo, JobResult, JobState, JobStatus,
     QueueStats,
 };
 use crate::queue::{failed, Queue};
-use crate::sql;
 use idem_store_postgres::extend::Resend;
 use idem_store_postgres::extend::{duration_micros, from_micros};
 
