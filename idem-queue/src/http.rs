@@ -204,19 +204,10 @@ fn retry_after(value: &str) -> Option<Duration> {
 /// only [`post`] (as `idem worker` does) would dead-letter them, so it refuses to start while
 /// there are any.
 pub async fn foreign_work(queue: &crate::queue::Queue) -> Result<u64, idem_core::StoreError> {
-    let (schema, table) = queue.store().names();
-    // The two states apart, so that each reads its own index (waiting, running).
-    let statement = format!(
-        "SELECT count(*) FROM \"{schema}\".\"{table}_queue\"
-         WHERE queue = $1 AND (state = 'queued' OR state = 'running')
-           AND NOT (payload ? 'http')"
-    );
-    let jobs: i64 = sqlx::query_scalar(&statement)
-        .bind(HTTP_QUEUE)
-        .fetch_one(queue.store().pool())
+    queue
+        .sql
+        .admin
+        .without_http_target(queue.store().pool(), HTTP_QUEUE)
         .await
-        .map_err(|e| {
-            idem_store_postgres::extend::store_error(e).during(idem_core::Operation::Get)
-        })?;
-    Ok(jobs.unsigned_abs())
+        .map_err(|e| idem_store_postgres::extend::store_error(e).during(idem_core::Operation::Get))
 }

@@ -378,12 +378,15 @@
 //! - **Idle workers sleep** until PostgreSQL notifies them of new work (`LISTEN idem_queue`,
 //!   sent by the table's insert trigger at commit), with polling as the fallback.
 //!
-//! **Layout, by role** (as River splits its queue): [`Queue`] is the client (`enqueue.rs`,
-//! `admin.rs`); the workers are a `producer` that claims batches into free slots, an `executor`
-//! that runs each job as an idempotent call on the job's view of the store (`job_store`, whose
-//! completion also claims the next job for the slot it frees, so the slot's task runs it next), a
-//! `completer` that records how each claim ended, and a `rescuer` that decides what a claim
-//! whose worker died becomes. The queue sits on top of
+//! **Layout, by role** (as River splits its queue): [`Queue`] on the ground floor, and four
+//! wings. The client (`client/`: enqueue, admin, browse) is what an application and its
+//! operators call. The workers (`worker/`) are a `producer` per named queue that claims
+//! batches into free slots, and an `executor` that runs each job as an idempotent call on the
+//! job's view of the store (`job_store`, whose completion also claims the next job for the slot
+//! it frees, so the slot's task runs it next). The completer (`completer/`) settles how each
+//! claim ended, batching the completions, and holds the rescue of jobs whose worker died.
+//! Every statement, its parameters and the decoding of its rows are typed calls in `db/`,
+//! split by concern; nothing else writes SQL. The queue sits on top of
 //! [`PgStore`](idem_store_postgres::PgStore): the store knows nothing of
 //! it, and the queue reaches job records only through the store's extension interface
 //! ([`idem_store_postgres::extend`]). For claim-then-process on a table of your own, see
@@ -452,6 +455,7 @@
 //! | --- | --- | --- |
 //! | `http` | off | [`http`]: jobs that POST to a URL with the job's key as `Idempotency-Key`, and stored schedules of them (what `idem worker` runs) |
 //! | `opentelemetry` | off | the enqueuing span's W3C trace context travels with each job, and the job's span links to it ([trace context](#trace-context)) |
+//! | `testing` | off | hooks for the crate's own tests: the statements by name and the typed calls behind them, single completions; not part of the queue's API: it may change in any release |
 //!
 //! ## Guarantees and limits
 //!
@@ -501,14 +505,15 @@ pub mod metrics;
 mod outcome;
 mod queue;
 mod schedules;
-#[cfg(test)]
-mod testing;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod trace;
 mod worker;
 
 pub use backoff::Backoff;
 pub use client::browse::{FinishedInMinute, JobPage, JobsQuery, QueueCounts, COUNTS_FINISHED};
-pub use db::statements::{LAPSED_SQL, MAX_LOGGED_ATTEMPTS};
+pub use db::fragments::{LAPSED_SQL, MAX_LOGGED_ATTEMPTS};
 pub use job::{
     Attempt, Cancel, DeadJob, EnqueueError, Enqueued, Job, JobFilter, JobInfo, JobResult, JobState,
     JobStatus, NewJob, QueueStats, DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, MAX_QUEUE_NAME_LEN,

@@ -8,8 +8,7 @@ use idem_store_postgres::extend::Batcher;
 use idem_store_postgres::PgStore;
 
 use crate::completer::completion::JobCompleteOp;
-use crate::db::schedules::ScheduleSql;
-use crate::db::statements::QueueSql;
+use crate::db::QueueSql;
 
 /// The queue's migrations: its table, `<table>_queue`, beside the store's records, with its
 /// history in `<table>_queue_migrations`. Migration 8 first shipped (in two texts) building its
@@ -41,8 +40,6 @@ pub struct Queue {
     /// frees, so with one in flight two workers' jobs would take turns on the wire, each
     /// waiting for the other's completion to claim its next job.
     pub(crate) completions: Option<Arc<Batcher<JobCompleteOp>>>,
-    /// The schedules' statements.
-    pub(crate) schedule_sql: Arc<ScheduleSql>,
 }
 
 pub(crate) fn failed(operation: Operation) -> impl FnOnce(sqlx::Error) -> StoreError {
@@ -55,7 +52,6 @@ impl Queue {
     pub fn new(store: &PgStore) -> Queue {
         Queue {
             sql: Arc::new(QueueSql::new(store)),
-            schedule_sql: Arc::new(ScheduleSql::new(store.names().0, store.names().1)),
             store: store.clone(),
             completions: store
                 .batch_drivers()

@@ -106,26 +106,9 @@ fn a_primary_key_read_without_its_key_is_a_whole_read() {
     assert!(whole_reads(keyed).is_empty());
     let scoped = "Bitmap Index Scan on idem_records_pkey  (cost=0.00..10.92 rows=2 width=0)\n  Index Cond: (scope = ''::text)";
     assert_eq!(whole_reads(scoped).len(), 1);
-    let unconditioned = "Index Only Scan using idem_records_queue_pkey on idem_records_queue\n  Filter: (state = 'done'::text)";
+    let unconditioned = "Index Only Scan using idem_records_effects_pkey on idem_records_effects\n  Filter: (effect = 'mail'::text)";
     assert_eq!(whole_reads(unconditioned).len(), 1);
-    assert_eq!(whole_reads("Seq Scan on idem_records_queue q").len(), 1);
-}
-
-/// The queue's partial indexes read without a bound on their column are every job of their
-/// states, as the queue's batched completions read them before they found the batch's jobs by
-/// key alone: every unfinished job to mark the batch's done, and (hashed) every done job to
-/// check whether a completion sent again found its job done. Read with a bound, as a claim
-/// reads `q_waiting` (by its named queue) and `purge_done` reads `q_finished`, they are not.
-#[test]
-fn the_queues_partial_indexes_read_without_a_bound_are_whole_reads() {
-    let every_done = "->  Bitmap Index Scan on idem_records_q_finished  (cost=0.00..4.13 rows=114 width=0)\n      Index Cond: (state = 'done'::text)";
-    assert_eq!(whole_reads(every_done).len(), 1);
-    let expired = "->  Index Scan using idem_records_q_finished on idem_records_queue\n      Index Cond: ((state = 'done'::text) AND (finished_at < $1))";
-    assert!(whole_reads(expired).is_empty());
-    let every_unfinished = "->  Bitmap Index Scan on idem_records_q_waiting  (cost=0.00..4.13 rows=4 width=0)\n->  Function Scan on d";
-    assert_eq!(whole_reads(every_unfinished).len(), 1);
-    let available = "->  Index Scan using idem_records_q_waiting on idem_records_queue j\n      Index Cond: ((queue = $4) AND (available_at <= now()))";
-    assert!(whole_reads(available).is_empty());
+    assert_eq!(whole_reads("Seq Scan on idem_records_effects e").len(), 1);
 }
 
 /// Any of idem's indexes read with no condition is every entry in the index's order; read with

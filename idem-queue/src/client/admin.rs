@@ -4,33 +4,20 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use idem_core::{Operation, StoreError};
-use sqlx::Row;
 
-use crate::db::statements as sql;
-use crate::job::{
-    parse_payload, Attempt, Cancel, DeadJob, JobFilter, JobInfo, JobResult, JobState, JobStatus,
-    QueueStats,
-};
+use crate::job::{Cancel, DeadJob, JobFilter, JobInfo, JobResult, JobState, JobStatus, QueueStats};
 use crate::queue::{failed, Queue};
 use idem_store_postgres::extend::Resend;
-use idem_store_postgres::extend::{duration_micros, from_micros};
 
 impl Queue {
     /// Counts of jobs by state (one statement, counting the table).
     pub async fn stats(&self) -> Result<QueueStats, StoreError> {
-        let row = sqlx::query(&self.sql.stats)
-            .fetch_one(self.store.pool())
+        let stats = self
+            .sql
+            .admin
+            .stats(self.store.pool())
             .await
             .map_err(failed(Operation::Get))?;
-        let count = |i: usize| row.get::<i64, _>(i).unsigned_abs();
-        let stats = QueueStats {
-            queued: count(0),
-            running: count(1),
-            stale: count(2),
-            done: count(3),
-            dead: count(4),
-            cancelled: count(5),
-        };
         for (state, n) in [
             ("queued", stats.queued),
             ("running", stats.running),
@@ -48,7 +35,7 @@ impl Queue {
     /// Every `every`, reads [`stats`](Self::stats) and
     /// [`record_schedule_metrics`](Self::record_schedule_metrics) on the current Tokio runtime,
     /// which set the `idem_queue_jobs` and `idem_schedule_*` gauges (see
-    /// [`metrics`](super::metrics)), until the returned handle is aborted. Failures are logged
+    /// [`metrics`](crate::metrics)), until the returned handle is aborted. Failures are logged
     /// and retried at the next tick.
     pub fn spawn_metrics(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let queue = self.clone();
@@ -85,24 +72,11 @@ impl Queue {
         if unstorable(key) {
             return Ok(None);
         }
-        let row = sqlx::query(&self.sql.status)
-            .bind(key)
-            .fetch_optional(self.store.pool())
+        self.sql
+            .admin
+            .status(self.store.pool(), key)
             .await
-            .map_err(failed(Operation::Get))?;
-        Ok(row.map(|row| {
-            let state = JobState::parse(row.get(0));
-            let attempts = row.get::<i32, _>(1).unsigned_abs();
-            let time = |i: usize| row.get::<Option<i64>, _>(i).map(from_micros);
-            JobStatus {
-                state,
-                attempts,
-                max_attempts: row.get::<i32, _>(2).unsigned_abs(),
-                last_error: row.get(3),
-                payload: parse_payload(row.get(4)),
-                attempt_log: Attempt::log(row.get(5), state, attempts, time(6), time(7)),
-            }
-        }))
+            .map_err(failed(Operation::Get))
     }
 
     /// The job `key` as operators see it (what `idem jobs show` prints), or `None`.
@@ -110,12 +84,11 @@ impl Queue {
         if unstorable(key) {
             return Ok(None);
         }
-        let row = sqlx::query(&self.sql.job)
-            .bind(key)
-            .fetch_optional(self.store.pool())
+        self.sql
+            .admin
+            .job(self.store.pool(), key)
             .await
-            .map_err(failed(Operation::Get))?;
-        Ok(row.as_ref().map(job_info))
+            .map_err(failed(Operation::Get))
     }
 
     /// Up to `limit` jobs, newest first, in the state `filter` names (every job without one):
@@ -125,32 +98,22 @@ impl Queue {
         filter: Option<JobFilter>,
         limit: usize,
     ) -> Result<Vec<JobInfo>, StoreError> {
-        let rows = sqlx::query(&self.sql.jobs)
-            .bind(filter.map(JobFilter::as_str))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.store.pool())
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.sql
+            .admin
+            .jobs(self.store.pool(), filter.map(JobFilter::as_str), limit)
             .await
-            .map_err(failed(Operation::Get))?;
-        Ok(rows.iter().map(job_info).collect())
+            .map_err(failed(Operation::Get))
     }
 
     /// Up to `limit` dead-lettered jobs, oldest first.
     pub async fn dead(&self, limit: usize) -> Result<Vec<DeadJob>, StoreError> {
-        let rows = sqlx::query(&self.sql.list_dead)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.store.pool())
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.sql
+            .admin
+            .dead(self.store.pool(), limit)
             .await
-            .map_err(failed(Operation::Get))?;
-        Ok(rows
-            .iter()
-            .map(|row| DeadJob {
-                key: row.get(0),
-                payload: parse_payload(row.get(1)),
-                attempts: row.get::<i32, _>(2).unsigned_abs(),
-                last_error: row.get(3),
-                failed_at: from_micros(row.get(4)),
-            })
-            .collect())
+            .map_err(failed(Operation::Get))
     }
 
     /// Puts a dead-lettered job back in the queue with a fresh attempt count, to run now.
@@ -160,13 +123,12 @@ impl Queue {
         if unstorable(key) {
             return Ok(false);
         }
-        let revived = sqlx::query(&self.sql.retry_dead)
-            .bind(key)
-            .execute(self.store.pool())
+        let revived = self
+            .sql
+            .admin
+            .retry_dead(self.store.pool(), key)
             .await
-            .map_err(failed(Operation::RetryDead))?
-            .rows_affected()
-            == 1;
+            .map_err(failed(Operation::RetryDead))?;
         if revived {
             self.wake_workers().await?;
         }
@@ -192,13 +154,11 @@ impl Queue {
         if unstorable(key) {
             return Ok(false);
         }
-        Ok(sqlx::query(&self.sql.discard)
-            .bind(key)
-            .execute(self.store.pool())
+        self.sql
+            .admin
+            .discard(self.store.pool(), key)
             .await
-            .map_err(failed(Operation::Discard))?
-            .rows_affected()
-            == 1)
+            .map_err(failed(Operation::Discard))
     }
 
     /// Deletes up to `limit` jobs done, and up to `limit` cancelled before they ever started,
@@ -209,13 +169,13 @@ impl Queue {
     /// job that finished less than a day ago (its call's keep) leaves its
     /// idempotency record, completed, for the rest of that day, so its key enqueued again is
     /// recognised as done and not run (the done row was the record until then: see the
-    /// [module docs](super)).
+    /// [crate docs](crate)).
     ///
     /// Purging also keeps claims fast: a claim reads past the index entries of every job run
     /// since the table was last vacuumed, and autovacuum comes once dead row versions reach a
     /// share of the table's rows (a hundredth: the queue's migrations set it), so the more
     /// finished jobs the table keeps, the longer between vacuums (see the crate's
-    /// [tuning notes](super#tuning)).
+    /// [tuning notes](crate#tuning)).
     pub async fn purge_done(&self, older_than: Duration, limit: usize) -> Result<u64, StoreError> {
         self.purge_done_from(older_than, limit, &Mutex::new(None))
             .await
@@ -247,17 +207,14 @@ impl Queue {
         from: &Mutex<Option<i64>>,
     ) -> Result<u64, StoreError> {
         let start = *from.lock().unwrap_or_else(|e| e.into_inner());
-        let row = idem_store_postgres::on_connection!(self.store, Resend::OnLostConnection, conn => sqlx::query(&self.sql.purge_done)
-            .bind(duration_micros(older_than))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(start)
-            .fetch_one(&mut *conn))
-        .map_err(failed(Operation::Purge))?;
-        let (deleted, end): (i64, Option<i64>) = (row.get(0), row.get(1));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let admin = &self.sql.admin;
+        let (deleted, end) = idem_store_postgres::on_connection!(self.store, Resend::OnLostConnection, conn => admin.purge_done(&mut *conn, older_than, limit, start))
+            .map_err(failed(Operation::Purge))?;
         if end.is_some() {
             *from.lock().unwrap_or_else(|e| e.into_inner()) = end;
         }
-        Ok(deleted.unsigned_abs())
+        Ok(deleted)
     }
 
     /// Every `every`, deletes jobs finished more than `older_than` ago, `batch` at a time, on
@@ -279,51 +236,11 @@ impl Queue {
 
     /// Wakes this queue's idle workers in every process.
     async fn wake_workers(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(sql::CHANNEL)
-            .bind(&self.sql.name)
-            .execute(self.store.pool())
+        self.sql
+            .admin
+            .notify(self.store.pool())
             .await
             .map_err(failed(Operation::Notify))
-            .map(|_| ())
-    }
-}
-
-/// A row of the `job` and `jobs` statements.
-pub(crate) fn job_info(row: &sqlx::postgres::PgRow) -> JobInfo {
-    let state = match row.get::<&str, _>(1) {
-        "queued" => JobFilter::Queued,
-        "running" => JobFilter::Running,
-        "stale" => JobFilter::Stale,
-        "done" => JobFilter::Done,
-        "cancelled" => JobFilter::Cancelled,
-        _ => JobFilter::Dead,
-    };
-    let attempts = row.get::<i32, _>(2).unsigned_abs();
-    let time = |i: usize| row.get::<Option<i64>, _>(i).map(from_micros);
-    let stored_state = match state {
-        JobFilter::Queued => JobState::Queued,
-        JobFilter::Running | JobFilter::Stale => JobState::Running,
-        JobFilter::Done => JobState::Done,
-        JobFilter::Dead => JobState::Dead,
-        JobFilter::Cancelled => JobState::Cancelled,
-    };
-    JobInfo {
-        key: row.get(0),
-        state,
-        attempts,
-        max_attempts: row.get::<i32, _>(3).unsigned_abs(),
-        worker: row.get(4),
-        last_error: row.get(5),
-        payload: parse_payload(row.get(6)),
-        created_at: time(7).unwrap_or(std::time::SystemTime::UNIX_EPOCH),
-        available_at: time(8).unwrap_or(std::time::SystemTime::UNIX_EPOCH),
-        finished_at: time(9),
-        attempt_log: Attempt::log(row.get(10), stored_state, attempts, time(11), time(9)),
-        queue: row.get(12),
-        priority: row.get(13),
-        serial_key: row.get(14),
-        cancel_requested_at: time(15),
     }
 }
 
@@ -344,14 +261,12 @@ impl Queue {
             return Ok(Cancel::NotFound);
         }
         loop {
-            let row = sqlx::query(&self.sql.cancel)
-                .bind(key)
-                .bind(reason)
-                .fetch_one(self.store.pool())
+            let (seen, now, asked) = self
+                .sql
+                .admin
+                .cancel(self.store.pool(), key, reason)
                 .await
                 .map_err(failed(Operation::Cancel))?;
-            let (seen, now, asked): (Option<String>, bool, bool) =
-                (row.get(0), row.get(1), row.get(2));
             return Ok(match (seen, now, asked) {
                 (None, _, _) => Cancel::NotFound,
                 (_, true, _) => Cancel::Cancelled,
@@ -372,24 +287,11 @@ impl Queue {
         if unstorable(key) {
             return Ok(None);
         }
-        let row = sqlx::query(&self.sql.result)
-            .bind(key)
-            .fetch_optional(self.store.pool())
+        self.sql
+            .admin
+            .result(self.store.pool(), key)
             .await
-            .map_err(failed(Operation::Get))?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let error: Option<String> = row.get(2);
-        Ok(Some(match JobState::parse(row.get(0)) {
-            JobState::Queued | JobState::Running => JobResult::Pending,
-            JobState::Done => JobResult::Done(
-                row.get::<Option<Vec<u8>>, _>(1)
-                    .and_then(|bytes| serde_json::from_slice(&bytes).ok()),
-            ),
-            JobState::Dead => JobResult::Dead(error),
-            JobState::Cancelled => JobResult::Cancelled(error),
-        }))
+            .map_err(failed(Operation::Get))
     }
 
     /// Waits up to `timeout` for the job `key` to end, and says how ([`result`](Queue::result));

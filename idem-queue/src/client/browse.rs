@@ -7,9 +7,8 @@ use std::time::SystemTime;
 use idem_core::{Operation, StoreError};
 use idem_store_postgres::extend::{from_micros, to_micros, SNAPSHOT};
 use idem_store_postgres::ClosingTransaction;
-use sqlx::Row;
 
-use crate::client::admin::job_info;
+use crate::db::browse::PageOf;
 use crate::job::{JobFilter, JobInfo, QueueStats};
 use crate::queue::{failed, Queue};
 
@@ -119,7 +118,14 @@ impl Queue {
     ) -> Result<JobPage, StoreError> {
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let scan = i64::try_from(query.scan.max(1)).unwrap_or(i64::MAX);
-        let state = query.state.map(JobFilter::as_str);
+        let of = PageOf {
+            state: query.state.map(JobFilter::as_str),
+            queue: query.queue.as_deref(),
+            prefix: query.key_prefix.as_deref(),
+            limit,
+            scan,
+        };
+        let browse = &self.sql.browse;
         // One snapshot for the page and for where its read stopped: a job deleted between two
         // would move the stop past jobs nobody read.
         let mut tx = ClosingTransaction::begin(self.store.pool(), Some(SNAPSHOT))
@@ -133,68 +139,43 @@ impl Queue {
                     // exactly is far beyond any job's finish.
                     None => (1_i64 << 53, ""),
                 };
-                let rows = sqlx::query(&self.sql.page_finished)
-                    .bind(state)
-                    .bind(query.queue.as_deref())
-                    .bind(query.key_prefix.as_deref())
-                    .bind(micros)
-                    .bind(key)
-                    .bind(limit)
-                    .bind(scan)
-                    .fetch_all(&mut *tx)
+                let jobs = browse
+                    .page_finished(&mut *tx, &of, micros, key)
                     .await
                     .map_err(failed(Operation::Get))?;
-                let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
                 if let Some(next) = full_page_next(&jobs, query, true) {
                     return Ok(JobPage {
                         jobs,
                         next: Some(next),
                     });
                 }
-                let last_read = sqlx::query(&self.sql.scan_end_finished)
-                    .bind(state)
-                    .bind(micros)
-                    .bind(key)
-                    .bind(scan - 1)
-                    .fetch_optional(&mut *tx)
+                let last_read = browse
+                    .scan_end_finished(&mut *tx, of.state, micros, key, scan - 1)
                     .await
                     .map_err(failed(Operation::Get))?
-                    .map(|row| format!("{}:{}", row.get::<i64, _>(0), row.get::<String, _>(1)));
+                    .map(|(micros, key)| format!("{micros}:{key}"));
                 return Ok(JobPage {
                     jobs,
                     next: last_read,
                 });
             }
-            let (statement, end, from) = match after {
-                Some(key) => (&self.sql.page_after, &self.sql.scan_end_after, key),
+            let (from, past) = match after {
+                Some(key) => (key, true),
                 // The first page starts at the prefix: keys below it cannot match.
-                None => (
-                    &self.sql.page_from,
-                    &self.sql.scan_end_from,
-                    query.key_prefix.as_deref().unwrap_or(""),
-                ),
+                None => (query.key_prefix.as_deref().unwrap_or(""), false),
             };
-            let rows = sqlx::query(statement)
-                .bind(state)
-                .bind(query.queue.as_deref())
-                .bind(query.key_prefix.as_deref())
-                .bind(from)
-                .bind(limit)
-                .bind(scan)
-                .fetch_all(&mut *tx)
+            let jobs = browse
+                .page(&mut *tx, &of, from, past)
                 .await
                 .map_err(failed(Operation::Get))?;
-            let jobs: Vec<JobInfo> = rows.iter().map(job_info).collect();
             if let Some(next) = full_page_next(&jobs, query, false) {
                 return Ok(JobPage {
                     jobs,
                     next: Some(next),
                 });
             }
-            let last_read = sqlx::query_scalar::<_, String>(end)
-                .bind(from)
-                .bind(scan - 1)
-                .fetch_optional(&mut *tx)
+            let last_read = browse
+                .scan_end(&mut *tx, from, past, scan - 1)
                 .await
                 .map_err(failed(Operation::Get))?;
             Ok(JobPage {
@@ -221,17 +202,15 @@ impl Queue {
             .iter()
             .filter(|key| !crate::client::admin::unstorable(key))
             .collect();
-        let rows = sqlx::query(&self.sql.states_of)
-            .bind(keys)
-            .fetch_all(self.store.pool())
+        let rows = self
+            .sql
+            .browse
+            .states_of(self.store.pool(), &keys)
             .await
             .map_err(failed(Operation::Get))?;
         Ok(rows
-            .iter()
-            .filter_map(|row| {
-                let state = crate::job::JobFilter::parse(row.get(1))?;
-                Some((row.get::<String, _>(0), state))
-            })
+            .into_iter()
+            .filter_map(|(key, state)| Some((key, JobFilter::parse(&state)?)))
             .collect())
     }
 
@@ -240,21 +219,24 @@ impl Queue {
     /// cancelled: the bulk of a big table) at most [`COUNTS_FINISHED`], so that the cost stays
     /// bounded; [`QueueCounts::partial`] says when there were more.
     pub async fn queue_counts(&self) -> Result<QueueCounts, StoreError> {
-        let rows = sqlx::query(&self.sql.queue_counts)
-            .bind(i64::try_from(COUNTS_FINISHED).unwrap_or(i64::MAX))
-            .fetch_all(self.store.pool())
+        let rows = self
+            .sql
+            .browse
+            .queue_counts(
+                self.store.pool(),
+                i64::try_from(COUNTS_FINISHED).unwrap_or(i64::MAX),
+            )
             .await
             .map_err(failed(Operation::Get))?;
         let mut queues = std::collections::BTreeMap::<String, QueueStats>::new();
-        for row in &rows {
-            let count = |i: usize| row.get::<i64, _>(i).unsigned_abs();
-            let stats = queues.entry(row.get(0)).or_default();
-            stats.queued += count(1);
-            stats.running += count(2);
-            stats.stale += count(3);
-            stats.done += count(4);
-            stats.dead += count(5);
-            stats.cancelled += count(6);
+        for (queue, part) in rows {
+            let stats = queues.entry(queue).or_default();
+            stats.queued += part.queued;
+            stats.running += part.running;
+            stats.stale += part.stale;
+            stats.done += part.done;
+            stats.dead += part.dead;
+            stats.cancelled += part.cancelled;
         }
         let finished: u64 = queues.values().map(|s| s.done + s.dead + s.cancelled).sum();
         Ok(QueueCounts {
@@ -270,17 +252,18 @@ impl Queue {
         &self,
         since: SystemTime,
     ) -> Result<Vec<FinishedInMinute>, StoreError> {
-        let rows = sqlx::query(&self.sql.finished_per_minute)
-            .bind(to_micros(since))
-            .fetch_all(self.store.pool())
+        let rows = self
+            .sql
+            .browse
+            .finished_per_minute(self.store.pool(), to_micros(since))
             .await
             .map_err(failed(Operation::Get))?;
         Ok(rows
-            .iter()
-            .map(|row| FinishedInMinute {
-                minute: from_micros(row.get(0)),
-                done: row.get::<i64, _>(1).unsigned_abs(),
-                dead: row.get::<i64, _>(2).unsigned_abs(),
+            .into_iter()
+            .map(|(minute, done, dead)| FinishedInMinute {
+                minute: from_micros(minute),
+                done,
+                dead,
             })
             .collect())
     }

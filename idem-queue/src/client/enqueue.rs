@@ -1,12 +1,11 @@
 //! The client's side: storing jobs, idempotently on their keys.
 
 use idem_core::{Operation, StoreError};
-use sqlx::{PgExecutor, Row};
+use sqlx::PgExecutor;
 
 use crate::job::{EnqueueError, Enqueued, NewJob};
 use crate::queue::Queue;
 use idem_store_postgres::extend::store_error;
-use idem_store_postgres::extend::{duration_micros, to_micros};
 
 impl Queue {
     /// Stores `job` unless a job with its key is stored already, and says which. Idle workers
@@ -36,37 +35,19 @@ impl Queue {
         X: PgExecutor<'e>,
     {
         job.check().map_err(EnqueueError::Invalid)?;
-        let run_after = job.run_after.map(to_micros);
-        let statement = if job.replace {
-            &self.sql.enqueue_replacing
-        } else {
-            &self.sql.enqueue
-        };
-        let row = sqlx::query(statement)
-            .bind(job.key.as_str())
-            .bind(&job.payload)
-            .bind(job.max_attempts as i32)
-            .bind(run_after)
-            .bind(duration_micros(job.delay))
-            .bind(&job.queue)
-            .bind(job.priority)
-            .bind(job.serial_key.as_deref())
-            .bind(job.traceparent.as_deref())
-            .fetch_one(executor)
+        let stored = self
+            .sql
+            .enqueue
+            .enqueue(executor, &job)
             .await
             .map_err(|e| EnqueueError::Store(store_error(e).during(Operation::Enqueue)))?;
-        let written: bool = row.get(0);
-        if job.replace {
-            let inserted: bool = row.get(1);
-            match (written, inserted) {
-                (true, true) => return Ok(Enqueued::Queued),
-                (true, false) => return Ok(Enqueued::Replaced),
-                // Running or finished: answered as without `replace`.
-                (false, _) => {}
-            }
+        match (stored.written, stored.inserted) {
+            (true, true) => return Ok(Enqueued::Queued),
+            (true, false) => return Ok(Enqueued::Replaced),
+            // Running or finished (replaced or not): answered as without `replace`.
+            (false, _) => {}
         }
-        let same: Option<bool> = row.get(if job.replace { 2 } else { 1 });
-        self.answer(written, same, job).await
+        self.answer(stored.written, stored.same, job).await
     }
 
     /// The answer to an enqueue of `job`: stored now (`written`), or whether the stored job's
@@ -86,10 +67,10 @@ impl Queue {
             // The conflicting row committed after this statement's snapshot was taken: look
             // again, with a new snapshot.
             (false, None) => {
-                let same: Option<bool> = sqlx::query_scalar(&self.sql.same_payload)
-                    .bind(job.key.as_str())
-                    .bind(&job.payload)
-                    .fetch_optional(self.store.pool())
+                let same = self
+                    .sql
+                    .enqueue
+                    .same_payload(self.store.pool(), job.key.as_str(), &job.payload)
                     .await
                     .map_err(|e| EnqueueError::Store(store_error(e).during(Operation::Enqueue)))?;
                 match same {
@@ -133,47 +114,15 @@ impl Queue {
         if valid.is_empty() {
             return Ok(answers.into_iter().flatten().collect());
         }
-        let rows = sqlx::query(&self.sql.enqueue_many)
-            .bind(valid.iter().map(|j| j.key.as_str()).collect::<Vec<_>>())
-            .bind(valid.iter().map(|j| j.payload.as_str()).collect::<Vec<_>>())
-            .bind(
-                valid
-                    .iter()
-                    .map(|j| j.max_attempts as i32)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                valid
-                    .iter()
-                    .map(|j| j.run_after.map(to_micros))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                valid
-                    .iter()
-                    .map(|j| duration_micros(j.delay))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(valid.iter().map(|j| j.queue.as_str()).collect::<Vec<_>>())
-            .bind(valid.iter().map(|j| j.priority).collect::<Vec<_>>())
-            .bind(
-                valid
-                    .iter()
-                    .map(|j| j.serial_key.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                valid
-                    .iter()
-                    .map(|j| j.traceparent.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .fetch_all(self.store.pool())
+        let rows = self
+            .sql
+            .enqueue
+            .enqueue_many(self.store.pool(), &valid)
             .await
             .map_err(|e| store_error(e).during(Operation::Enqueue))?;
         let mut stored = Vec::with_capacity(valid.len());
-        for (row, job) in rows.iter().zip(valid) {
-            let answer = match self.answer(row.get(0), row.get(1), job).await {
+        for ((written, same), job) in rows.into_iter().zip(valid) {
+            let answer = match self.answer(written, same, job).await {
                 Err(EnqueueError::Store(e)) => return Err(e),
                 answer => answer,
             };

@@ -9,12 +9,14 @@
 //! [`grace`](Schedule::grace), the heartbeat check that says when a scheduled job did not run.
 //!
 //! `schedule.rs` is the schedule itself (parse, validate, compute ticks), `tick.rs` a tick as
-//! a job's key, `scheduler.rs` the loop that fires them, `state.rs` what operators read and change in the
-//! table (its statements are in the queue's `db/schedules.rs`).
+//! a job's key, `scheduler.rs` the loop that fires them, `state.rs` a schedule's state as its table keeps it,
+//! `operate.rs` what operators read and change there (the table's statements are the queue's
+//! `db/schedules.rs`).
 
+mod operate;
 mod schedule;
 mod scheduler;
-mod state;
+pub(crate) mod state;
 pub(crate) mod tick;
 
 pub use schedule::{Schedule, ScheduleError, DEFAULT_CATCH_UP, DEFAULT_GRACE, MAX_NAME_LEN};

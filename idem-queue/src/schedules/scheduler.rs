@@ -6,8 +6,6 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use idem_core::{Operation, StoreError};
-use idem_store_postgres::extend::{from_micros, to_micros};
-use sqlx::Row;
 use tokio::sync::watch;
 
 use super::schedule::{Schedule, ScheduleError};
@@ -192,24 +190,24 @@ impl Scheduler {
     }
 
     async fn database_now(&self) -> Result<SystemTime, StoreError> {
-        let now: i64 = sqlx::query_scalar(&self.queue.schedule_sql.now)
-            .fetch_one(self.queue.store.pool())
+        self.queue
+            .sql
+            .schedules
+            .now(self.queue.store.pool())
             .await
-            .map_err(failed(Operation::Get))?;
-        Ok(from_micros(now))
+            .map_err(failed(Operation::Get))
     }
 
     /// Enqueues `schedule`'s due ticks as of `now`, counts those past its catch-up window as
     /// missed, then checks the ticks whose grace has run out.
     async fn fire(&self, schedule: &Schedule, now: SystemTime) -> Result<PassReport, StoreError> {
-        let sql = &self.queue.schedule_sql;
+        let sql = &self.queue.sql.schedules;
         let pool = self.queue.store.pool();
-        let row = sqlx::query(&sql.load)
-            .bind(schedule.name())
-            .fetch_optional(pool)
+        let loaded = sql
+            .load(pool, schedule.name())
             .await
             .map_err(failed(Operation::Get))?;
-        let Some(row) = row else {
+        let Some(loaded) = loaded else {
             if schedule.is_stored() {
                 // A stored schedule removed by an operator: it stops here (its scheduler is
                 // about to be rebuilt without it), and its row is not written again.
@@ -219,11 +217,13 @@ impl Scheduler {
             self.declare_one(schedule, now).await?;
             return Ok(PassReport::default());
         };
-        let paused: bool = row.get(0);
-        let last_tick = from_micros(row.get(1));
-        let verified_through = from_micros(row.get(2));
-        let paused_at = row.get::<Option<i64>, _>(3).map(from_micros);
-        let resumed_at = row.get::<Option<i64>, _>(4).map(from_micros);
+        let (paused, last_tick, verified_through, paused_at, resumed_at) = (
+            loaded.paused,
+            loaded.last_tick,
+            loaded.verified_through,
+            loaded.paused_at,
+            loaded.resumed_at,
+        );
         // The ticks of the latest pause are passed over: after it began, and until it ended.
         let passed_over = |at: SystemTime| match (paused_at, resumed_at) {
             (Some(from), _) if paused => at > from,
@@ -269,17 +269,17 @@ impl Scheduler {
             latest = at;
         }
         let next = schedule.next_after(latest.max(now));
-        let advanced = sqlx::query(&sql.advance)
-            .bind(schedule.name())
-            .bind(to_micros(last_tick))
-            .bind(to_micros(latest))
-            .bind(pass.not_enqueued as i64)
-            .bind(next.map(to_micros))
-            .execute(pool)
+        let advanced = sql
+            .advance(
+                pool,
+                schedule.name(),
+                last_tick,
+                latest,
+                pass.not_enqueued as i64,
+                next,
+            )
             .await
-            .map_err(failed(Operation::Schedule))?
-            .rows_affected()
-            > 0;
+            .map_err(failed(Operation::Schedule))?;
         if !advanced {
             // Another replica moved it on first: its pass counted what was missed.
             pass.not_enqueued = 0;
@@ -312,12 +312,14 @@ impl Scheduler {
             return Ok(old);
         }
         let keys: Vec<String> = old.iter().map(|&at| schedule.tick_key(at)).collect();
-        let rows = sqlx::query(&self.queue.schedule_sql.jobs)
-            .bind(&keys)
-            .fetch_all(self.queue.store.pool())
+        let rows = self
+            .queue
+            .sql
+            .schedules
+            .jobs(self.queue.store.pool(), &keys)
             .await
             .map_err(failed(Operation::Get))?;
-        let found: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+        let found: Vec<String> = rows.into_iter().map(|(key, ..)| key).collect();
         Ok(old
             .into_iter()
             .zip(keys)
@@ -327,14 +329,17 @@ impl Scheduler {
     }
 
     async fn declare_one(&self, schedule: &Schedule, now: SystemTime) -> Result<(), StoreError> {
-        sqlx::query(&self.queue.schedule_sql.register)
-            .bind(schedule.name())
-            .bind(schedule.spec())
-            .bind(to_micros(now))
-            .execute(self.queue.store.pool())
+        self.queue
+            .sql
+            .schedules
+            .register(
+                self.queue.store.pool(),
+                schedule.name(),
+                &schedule.spec(),
+                now,
+            )
             .await
-            .map_err(failed(Operation::Schedule))?;
-        Ok(())
+            .map_err(failed(Operation::Schedule))
     }
 
     /// Enqueues the tick at `at`: `Some(stored now)` when it is in the queue (stored by this
@@ -393,33 +398,31 @@ impl Scheduler {
         };
         let keys: Vec<String> = ticks.iter().map(|&at| schedule.tick_key(at)).collect();
         let pool = self.queue.store.pool();
-        let rows = sqlx::query(&self.queue.schedule_sql.jobs)
-            .bind(&keys)
-            .fetch_all(pool)
+        let sql = &self.queue.sql.schedules;
+        let rows = sql
+            .jobs(pool, &keys)
             .await
             .map_err(failed(Operation::Get))?;
         let mut late = Vec::new();
         let mut success: Option<i64> = None;
-        for row in &rows {
-            let key: String = row.get(0);
-            let state: String = row.get(1);
+        for (key, state, finished) in rows {
             if state == "done" {
-                success = success.max(row.get::<Option<i64>, _>(2));
+                success = success.max(finished);
             } else {
                 late.push((key, state));
             }
         }
-        let verified = sqlx::query(&self.queue.schedule_sql.verify)
-            .bind(schedule.name())
-            .bind(to_micros(verified_through))
-            .bind(to_micros(last))
-            .bind(late.len() as i64)
-            .bind(success)
-            .execute(pool)
+        let verified = sql
+            .verify(
+                pool,
+                schedule.name(),
+                verified_through,
+                last,
+                late.len() as i64,
+                success,
+            )
             .await
-            .map_err(failed(Operation::Schedule))?
-            .rows_affected()
-            > 0;
+            .map_err(failed(Operation::Schedule))?;
         if !verified {
             return Ok(0);
         }

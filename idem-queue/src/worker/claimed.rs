@@ -4,15 +4,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use sqlx::postgres::PgRow;
-use sqlx::Row;
-
-/// A claimed row.
+/// A claimed job, as a claim's row names it.
 #[derive(Debug)]
-pub(crate) struct Claimed {
+pub struct Claimed {
+    /// The job's key.
     pub key: String,
+    /// Its payload, as JSON text.
     pub payload: String,
+    /// The claim's fence: the job's claims so far, this one included.
     pub attempt: i32,
+    /// How many attempts it may have.
     pub max_attempts: i32,
     /// The fence the claim reserved for the key's idempotency record, when the key had none
     /// (the job's row is the record until one is written): (fence, the claim's lease end in
@@ -38,26 +39,4 @@ pub(crate) struct Claimed {
 /// When a job claimed by a statement sent at `sent`, on `lease`, must start by.
 pub(crate) fn start_by(sent: Instant, lease: Duration) -> Instant {
     sent + lease / 2
-}
-
-impl Claimed {
-    /// Decodes a claimed job from the columns of `claim` (key, payload, attempts, max
-    /// attempts, record fence, record lease end, cancel requested, traceparent, lapsed, counted
-    /// attempt) starting at column `first`, to start by `start_by`.
-    pub(crate) fn decode(row: &PgRow, first: usize, start_by: Instant) -> Claimed {
-        Claimed {
-            key: row.get(first),
-            payload: row.get(first + 1),
-            attempt: row.get(first + 2),
-            max_attempts: row.get(first + 3),
-            record: row
-                .get::<Option<i64>, _>(first + 4)
-                .zip(row.get::<Option<i64>, _>(first + 5)),
-            cancel_requested: row.get::<Option<bool>, _>(first + 6).unwrap_or(false),
-            traceparent: row.get(first + 7),
-            lapsed: row.get::<Option<bool>, _>(first + 8).unwrap_or(false),
-            counted: row.get(first + 9),
-            start_by,
-        }
-    }
 }

@@ -12,7 +12,7 @@ use idem_store_postgres::PgStore;
 use tokio::sync::Notify;
 
 use crate::completer::rescue::Rescue;
-use crate::db::statements::QueueSql;
+use crate::db::QueueSql;
 use crate::worker::claimed::Claimed;
 
 /// A set of workers as the holder of claims in the queue's table.

@@ -10,7 +10,7 @@
 //! - renewing the call's lease also extends the job's claim, in the same statement (so a
 //!   running job is renewed by one loop: idem-core's, on its one policy), and
 //! - completing the call also marks the job done, in the same statement; when the store batches,
-//!   the completions of concurrent jobs share one statement (`job_completion.rs`), and
+//!   the completions of concurrent jobs share one statement (`completer/completion.rs`), and
 //! - that statement also claims the next job for the slot the finished job frees (unless the
 //!   workers are stopping): the job's task runs it next, so a job costs one statement where
 //!   there is work waiting (its share of a completion that claims), and no job is claimed
@@ -25,7 +25,6 @@ use idem_core::{
     Claim, ClaimRequest, Completion, EffectEntry, EffectRecord, Fence, Fenced, Key, Operation,
     Record, Store, StoreError,
 };
-use sqlx::Row;
 
 use crate::completer::completion::{JobCompleteOp, JobCompletion};
 use crate::queue::Queue;
@@ -148,7 +147,7 @@ impl Store for JobStore {
             // Only the first completion claims: one sent again (the first failed, or its
             // caller went away) may follow a first that claimed a job whose answer was lost,
             // and a second claim would take another.
-            // A queue with a global limit claims under its lock only (see `producer::claim`).
+            // A queue with a global limit claims under its lock only (see `ClaimSql::claim_limited`).
             next: self.state.workers.clone().filter(|workers| {
                 workers.global_limit.is_none()
                     && workers.prefetch == 0
@@ -173,24 +172,17 @@ impl Store for JobStore {
     }
 
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
-        let sql = &self.queue.sql.renew;
+        let sql = &self.queue.sql.complete;
         let holder = self.state.workers.as_ref().map(|w| w.worker.as_str());
-        let row = idem_store_postgres::on_connection!(self.inner(), Resend::OnLostConnection, conn => sqlx::query(sql)
-            .bind(key.as_str())
-            .bind(fence_param(fence))
-            .bind(duration_micros(lease))
-            .bind(self.attempt)
-            .bind(holder)
-            .fetch_one(&mut *conn))
-        .map_err(|e| store_error(e).during(Operation::Renew))?;
-        let (renewed, job, cancel): (i64, i64, bool) = (row.get(0), row.get(1), row.get(2));
-        if job == 0 {
+        let renewed = idem_store_postgres::on_connection!(self.inner(), Resend::OnLostConnection, conn => sql.renew(&mut *conn, key.as_str(), fence, lease, self.attempt, holder))
+            .map_err(|e| store_error(e).during(Operation::Renew))?;
+        if !renewed.job {
             tracing::debug!("the job's claim was settled or taken over before its renewal");
         }
-        if cancel && !self.state.cancel.send_replace(true) {
+        if renewed.cancel && !self.state.cancel.send_replace(true) {
             tracing::info!("the job was cancelled while it runs; its handler is told");
         }
-        Ok(if renewed == 1 {
+        Ok(if renewed.record {
             self.state.written.store(true, Ordering::SeqCst);
             Fenced::Applied
         } else {

@@ -1,4 +1,4 @@
-//! Wake-up on new work: one `LISTEN` connection per [`Workers`](super::Workers).
+//! Wake-up on new work: one `LISTEN` connection per [`Workers`](crate::Workers).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
-use crate::db::statements::CHANNEL;
+use crate::db::fragments::CHANNEL;
 
 /// How long to wait before reconnecting a lost listener. Polling covers the gap.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);

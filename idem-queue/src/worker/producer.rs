@@ -15,13 +15,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::completer::settle::{release_held, release_jobs};
+use crate::db::claim::ClaimFor;
 use crate::worker::claimed::Claimed;
 use crate::worker::executor::run;
 use crate::worker::held::Holder;
 use crate::worker::listen::listen;
 use crate::worker::shared::Shared;
 use crate::worker::started::write_starts;
-use idem_store_postgres::extend::duration_micros;
 use idem_store_postgres::extend::Resend;
 
 /// How long calls cut at the shutdown's deadline get to settle before their tasks are aborted.
@@ -398,62 +398,29 @@ fn log_join(joined: Result<(), JoinError>) {
 /// limit is reached), and whether it looked for jobs whose lease lapsed (`Rescue`).
 async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, bool), sqlx::Error> {
     let wanted = limit;
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let lease = duration_micros(holder.lease);
     let looked = holder.rescue.due();
-    let start_by = crate::worker::claimed::start_by(Instant::now(), holder.lease);
+    let claim = ClaimFor {
+        limit: i64::try_from(limit).unwrap_or(i64::MAX),
+        lease: holder.lease,
+        worker: &holder.worker,
+        queue: &holder.queue,
+        rescue: looked,
+        started: holder.prefetch == 0,
+        start_by: crate::worker::claimed::start_by(Instant::now(), holder.lease),
+    };
+    let sql = &holder.sql.claim;
     // Never sent again: a claim applied but unanswered would leave its jobs claimed while a
     // second claim took others; unanswered, they return to the queue when their lease lapses.
-    let (rows, blocked) = match holder.global_limit {
+    let (claimed, blocked) = match holder.global_limit {
         None => (
-            idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => sqlx::query(&holder.sql.claim)
-            .bind(limit)
-            .bind(lease)
-            .bind(&holder.worker)
-            .bind(&holder.queue)
-            .bind(looked)
-            .bind(holder.prefetch == 0)
-            .fetch_all(&mut *conn))?,
+            idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => sql.claim(conn, &claim))?,
             false,
         ),
         Some(global) => {
             let global = i64::try_from(global).unwrap_or(i64::MAX);
-            // The lock is named by the table and queue, hashed by the server.
-            let lock = format!("idem_queue:{}:{}", holder.sql.name, holder.queue);
-            // A transaction cut short (its caller went away) leaves the connection mid-way:
-            // the store closes it, its own or the pool's, and the server rolls it back.
-            idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => async {
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-                    .bind(&lock)
-                    .execute(&mut *tx)
-                    .await?;
-                let rows = sqlx::query(&holder.sql.claim_limited)
-                    .bind(limit)
-                    .bind(lease)
-                    .bind(&holder.worker)
-                    .bind(&holder.queue)
-                    .bind(global)
-                    .bind(looked)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                // Held back when the claim took fewer than it could and the limit is reached
-                // now (its own jobs counted: the transaction sees them running).
-                let blocked = (rows.len() as i64) < limit
-                    && sqlx::query_scalar::<_, bool>(&holder.sql.limit_reached)
-                        .bind(&holder.queue)
-                        .bind(global)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                tx.commit().await?;
-                Ok::<_, sqlx::Error>((rows, blocked))
-            })?
+            idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => sql.claim_limited(conn, &claim, global))?
         }
     };
-    let claimed: Vec<Claimed> = rows
-        .iter()
-        .map(|row| Claimed::decode(row, 0, start_by))
-        .collect();
     for job in &claimed {
         holder.held.hold(job);
     }

@@ -50,10 +50,6 @@ pub(crate) async fn mark_now(
 /// Writes the starts of the holder's claims of `keys` at `attempts`; returns how many of
 /// those claims are still the holder's.
 async fn mark(holder: &Holder, keys: &[String], attempts: &[i32]) -> Result<u64, sqlx::Error> {
-    let done = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sqlx::query(&holder.sql.mark_started)
-        .bind(keys)
-        .bind(attempts)
-        .bind(&holder.worker)
-        .execute(&mut *conn))?;
-    Ok(done.rows_affected())
+    let sql = &holder.sql.claim;
+    idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sql.mark_started(&mut *conn, keys, attempts, &holder.worker))
 }

@@ -1,4 +1,4 @@
-//! Running workers: the handle [`WorkerBuilder::start`](super::WorkerBuilder::start) returns,
+//! Running workers: the handle [`WorkerBuilder::start`](crate::WorkerBuilder::start) returns,
 //! and graceful shutdown.
 
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use tracing::Instrument;
 use crate::worker::producer::{produce, ProducerConfig, ShutdownReport};
 use crate::worker::shared::Shared;
 
-/// Running workers; from [`WorkerBuilder::start`](super::WorkerBuilder::start). Call
+/// Running workers; from [`WorkerBuilder::start`](crate::WorkerBuilder::start). Call
 /// [`shutdown`](Workers::shutdown) to stop them. Dropping them stops them too, with no time for
 /// running jobs: those are given back to the queue (or, if the runtime is gone, return when their
 /// lease lapses).

@@ -27,7 +27,7 @@ pub(crate) enum Tuning {
 ///   batched statements take arrays, for which the default plans every execution anew (a
 ///   custom plan looks cheaper for the array in hand), and planning them costs more than
 ///   running them, the queue's completion that claims the next job most of all. (The queue's
-///   claims pick their jobs as an array for this: see `idem-queue`'s `sql.rs`.)
+///   claims pick their jobs as an array for this: see `idem-queue`'s `db/claim.rs`.)
 /// - `jit = off`: the statements are short lookups, never worth compiling. A generic plan
 ///   prices a batch's `LIMIT` at a tenth of the table, so a claim over several named queues on
 ///   a large queue table can cost above `jit_above_cost`, and compiling it at every execution

@@ -16,7 +16,7 @@ mod wire;
 pub use open_transactions::PoolProbe;
 pub use plans::{
     arrays_scanned_per_row, custom_plan, fresh_claim, generic_plan, generic_plan_json,
-    page_statements, statements, whole_reads,
+    page_statements, statements, whole_reads, whole_reads_bounded, RECORDS_INDEXES,
 };
 pub use store::{
     database_url, lock_row, lock_row_where, named_pool, pg_store, pool, unique_schema,

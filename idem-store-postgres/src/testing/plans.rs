@@ -96,15 +96,26 @@ fn parameters(statement: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// What in `plan` reads one of idem's tables whole: a sequential scan; a use of any of their
-/// indexes with no condition at all (every entry, in the index's order); a use of a primary
-/// key (the records' `(key, scope)`, the queue's `key`) whose condition does not name the key
-/// (a condition on the scope alone reads every entry); or a use of one of the queue's partial
-/// indexes whose condition does not bound its column: `q_waiting` without `queue` reads
-/// every queued job of every named queue (a backlog), `q_leases` without `queue` every running
-/// one, `q_finished` without `finished_at` every done or dead one (a table's bulk, until
-/// purged).
+/// The store's indexes that a read must bound, each with what its condition must name: the
+/// records' and the journal's primary keys by the key (a condition on the scope alone reads
+/// every entry of the scope).
+pub const RECORDS_INDEXES: &[(&str, &str)] = &[
+    ("idem_records_pkey", "key ="),
+    ("idem_records_effects_pkey", "key ="),
+];
+
+/// What in `plan` reads one of the store's tables whole: [`whole_reads_bounded`] by
+/// [`RECORDS_INDEXES`].
 pub fn whole_reads(plan: &str) -> Vec<String> {
+    whole_reads_bounded(plan, RECORDS_INDEXES)
+}
+
+/// What in `plan` reads one of the tables named `idem_records*` whole (the store's, and those
+/// a crate building on it keeps beside them): a sequential scan; a use of any of their indexes
+/// with no condition at all (every entry, in the index's order); or a use of one of `bounded`'s
+/// indexes whose condition does not name what it must (a primary key's key; a partial index's
+/// bounding column).
+pub fn whole_reads_bounded(plan: &str, bounded: &[(&str, &str)]) -> Vec<String> {
     let lines: Vec<&str> = plan.lines().collect();
     let mut found = Vec::new();
     for (i, line) in lines.iter().enumerate() {
@@ -128,21 +139,10 @@ pub fn whole_reads(plan: &str) -> Vec<String> {
         } else {
             ""
         };
-        let pkey = [
-            "idem_records_pkey",
-            "idem_records_queue_pkey",
-            "idem_records_effects_pkey",
-        ]
-        .iter()
-        .any(|index| uses(index));
-        let unbounded_partial = [
-            ("idem_records_q_waiting", "queue"),
-            ("idem_records_q_leases", "queue"),
-            ("idem_records_q_finished", "finished_at"),
-        ]
-        .iter()
-        .any(|(index, column)| uses(index) && !condition.contains(column));
-        if condition.is_empty() || (pkey && !condition.contains("key =")) || unbounded_partial {
+        let unbounded = bounded
+            .iter()
+            .any(|(index, named)| uses(index) && !condition.contains(named));
+        if condition.is_empty() || unbounded {
             found.push(format!("{} / {}", line.trim(), next.trim()));
         }
     }
