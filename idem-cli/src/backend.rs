@@ -3,6 +3,7 @@
 //! store's own [`Inspect`] (the command holds no store's queries), answered as the same
 //! [`RecordRow`]s, so every command prints the same fields whatever the store.
 
+use crate::error::Failure;
 use idem_core::Purge;
 use idem_core::StoreError;
 use idem_core::{Inspect, InspectedRecord, RecordFilter, RecordState, RecordStatus};
@@ -108,11 +109,6 @@ fn row_of(inspected: &InspectedRecord, now: SystemTime) -> RecordRow {
     }
 }
 
-/// A store's error, as the commands report a database's (the commands speak `sqlx::Error`).
-fn failed(e: StoreError) -> sqlx::Error {
-    sqlx::Error::Protocol(e.to_string())
-}
-
 fn scoped(key: &str, scope: &str) -> Result<idem_core::Key, StoreError> {
     idem_core::Key::new(key)
         .and_then(|k| k.with_stored_scope(scope))
@@ -148,13 +144,9 @@ impl Backend {
     }
 
     /// The records of `key` (in `scope`, or in every scope).
-    pub async fn find(
-        &self,
-        key: &str,
-        scope: Option<&str>,
-    ) -> Result<Vec<RecordRow>, sqlx::Error> {
+    pub async fn find(&self, key: &str, scope: Option<&str>) -> Result<Vec<RecordRow>, Failure> {
         let now = SystemTime::now();
-        let found = self.inspector().find(key, scope).await.map_err(failed)?;
+        let found = self.inspector().find(key, scope).await?;
         Ok(found.iter().map(|r| row_of(r, now)).collect())
     }
 
@@ -165,7 +157,7 @@ impl Backend {
         scope: Option<&str>,
         prefix: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<RecordRow>, sqlx::Error> {
+    ) -> Result<Vec<RecordRow>, Failure> {
         let now = SystemTime::now();
         let filter = RecordFilter {
             status: filter_status(state),
@@ -174,17 +166,14 @@ impl Backend {
             limit: usize::try_from(limit).unwrap_or(0),
             ..RecordFilter::default()
         };
-        let found = self.inspector().list(&filter).await.map_err(failed)?;
+        let found = self.inspector().list(&filter).await?;
         Ok(found.iter().map(|r| row_of(r, now)).collect())
     }
 
     /// Deletes a completed record; how many records went.
-    pub async fn delete_completed(&self, key: &str, scope: &str) -> Result<u64, sqlx::Error> {
+    pub async fn delete_completed(&self, key: &str, scope: &str) -> Result<u64, Failure> {
         Ok(u64::from(
-            self.inspector()
-                .forget(&scoped(key, scope).map_err(failed)?)
-                .await
-                .map_err(failed)?,
+            self.inspector().forget(&scoped(key, scope)?).await?,
         ))
     }
 
@@ -193,8 +182,8 @@ impl Backend {
         &self,
         key: &str,
         scope: Option<&str>,
-    ) -> Result<Vec<Map<String, Value>>, sqlx::Error> {
-        let entries = self.inspector().journal(key, scope).await.map_err(failed)?;
+    ) -> Result<Vec<Map<String, Value>>, Failure> {
+        let entries = self.inspector().journal(key, scope).await?;
         Ok(entries
             .into_iter()
             .map(|e| {
@@ -215,8 +204,8 @@ impl Backend {
     }
 
     /// Expired records and journal entries.
-    pub async fn count_expired(&self) -> Result<(i64, i64), sqlx::Error> {
-        let counts = self.inspector().count_expired().await.map_err(failed)?;
+    pub async fn count_expired(&self) -> Result<(i64, i64), Failure> {
+        let counts = self.inspector().count_expired().await?;
         Ok((counts.records as i64, counts.effects as i64))
     }
 

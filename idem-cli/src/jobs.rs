@@ -1,7 +1,7 @@
 //! The work queue's commands: stats, list, show, retry, discard, cancel.
 
+use crate::error::Failure;
 use idem_queue::{Cancel, JobFilter, JobInfo, JobResult, Queue};
-use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
 use crate::args::Jobs;
@@ -53,28 +53,16 @@ fn job(info: &JobInfo) -> Map<String, Value> {
 /// The state of the queue's job `key` (`stale` for a lapsed claim), if the queue has one: a
 /// job's row is its idempotency record until it is purged, so `idem show` points at it where
 /// the records table has nothing. A schema from before the queue has no job.
-pub async fn state_of(ctx: &Ctx, key: &str) -> Result<Option<String>, sqlx::Error> {
+pub async fn state_of(ctx: &Ctx, key: &str) -> Result<Option<String>, Failure> {
     let Some((_, store, _)) = ctx.backend.postgres() else {
         return Ok(None);
     };
     match Queue::new(store).job(key).await {
         Ok(job) => Ok(job.map(|job| job.state.as_str().to_owned())),
         // No queue table: a schema from before the queue, or never migrated for it.
-        Err(e) if undefined_table(&e) => Ok(None),
-        Err(e) => Err(store_failed(e)),
+        Err(e) if crate::error::undefined_table(&e) => Ok(None),
+        Err(e) => Err(e.into()),
     }
-}
-
-/// Whether `error` comes from a table that does not exist.
-fn undefined_table(error: &idem_core::StoreError) -> bool {
-    let mut source = std::error::Error::source(error);
-    while let Some(e) = source {
-        if let Some(sqlx::Error::Database(db)) = e.downcast_ref::<sqlx::Error>() {
-            return db.code().as_deref() == Some("42P01");
-        }
-        source = e.source();
-    }
-    false
 }
 
 fn not_found(out: &mut Out<'_>, id: &str) -> i32 {
@@ -85,11 +73,7 @@ fn not_found(out: &mut Out<'_>, id: &str) -> i32 {
     NOT_FOUND
 }
 
-fn store_failed(e: idem_core::StoreError) -> sqlx::Error {
-    sqlx::Error::Protocol(e.to_string())
-}
-
-pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sqlx::Error> {
+pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, Failure> {
     let Some((_, store, _)) = ctx.backend.postgres() else {
         out.message(
             "the work queue is PostgreSQL's: `idem jobs` needs a postgres:// --database-url",
@@ -100,7 +84,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
     let queue = Queue::new(store);
     match command {
         Jobs::Stats => {
-            let stats = queue.stats().await.map_err(store_failed)?;
+            let stats = queue.stats().await?;
             out.object(&Map::from_iter([
                 ("queued".into(), json!(stats.queued)),
                 ("running".into(), json!(stats.running)),
@@ -114,7 +98,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
         Jobs::List { state, limit } => {
             let filter = state.map(JobFilter::from);
             let limit = usize::try_from(*limit).unwrap_or(0);
-            let found = queue.jobs(filter, limit).await.map_err(store_failed)?;
+            let found = queue.jobs(filter, limit).await?;
             let jobs: Vec<_> = found.iter().map(job).collect();
             out.rows(
                 "jobs",
@@ -133,11 +117,11 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             );
             Ok(OK)
         }
-        Jobs::Show { id } => match queue.job(id).await.map_err(store_failed)? {
+        Jobs::Show { id } => match queue.job(id).await? {
             Some(info) => {
                 let mut shown = job(&info);
                 shown.insert("attempt_log".into(), attempt_log(&info.attempt_log));
-                let result = match queue.result(id).await.map_err(store_failed)? {
+                let result = match queue.result(id).await? {
                     Some(JobResult::Done(Some(value))) => value,
                     _ => Value::Null,
                 };
@@ -148,14 +132,14 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             None => Ok(not_found(out, id)),
         },
         Jobs::Retry { id: Some(id), .. } => {
-            if queue.retry_dead(id).await.map_err(store_failed)? {
+            if queue.retry_dead(id).await? {
                 out.message(
                     &format!("retried {id:?}: back in the queue, its attempts counted from 0"),
                     Map::from_iter([("retried".into(), json!([id]))]),
                 );
                 return Ok(OK);
             }
-            match queue.job(id).await.map_err(store_failed)? {
+            match queue.job(id).await? {
                 None => Ok(not_found(out, id)),
                 Some(info) => {
                     let state = info.state.as_str();
@@ -168,7 +152,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             }
         }
         Jobs::Retry { id: None, .. } => {
-            let retried = queue.retry_all_dead().await.map_err(store_failed)?;
+            let retried = queue.retry_all_dead().await?;
             out.message(
                 &format!("retried {} dead jobs", retried.len()),
                 Map::from_iter([("retried".into(), json!(retried))]),
@@ -176,14 +160,14 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
             Ok(OK)
         }
         Jobs::Discard { id } => {
-            if queue.discard(id).await.map_err(store_failed)? {
+            if queue.discard(id).await? {
                 out.message(
                     &format!("discarded the job {id:?}"),
                     Map::from_iter([("discarded".into(), json!(id))]),
                 );
                 return Ok(OK);
             }
-            match queue.job(id).await.map_err(store_failed)? {
+            match queue.job(id).await? {
                 None => Ok(not_found(out, id)),
                 Some(info) => {
                     let state = info.state.as_str();
@@ -195,35 +179,33 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Jobs) -> Result<i32, sq
                 }
             }
         }
-        Jobs::Cancel { id, reason } => {
-            match queue.cancel(id, reason).await.map_err(store_failed)? {
-                Cancel::Cancelled => {
-                    out.message(
-                        &format!("cancelled {id:?}: it will not run"),
-                        Map::from_iter([("cancelled".into(), json!(id))]),
-                    );
-                    Ok(OK)
-                }
-                Cancel::Requested => {
-                    out.message(
-                        &format!(
+        Jobs::Cancel { id, reason } => match queue.cancel(id, reason).await? {
+            Cancel::Cancelled => {
+                out.message(
+                    &format!("cancelled {id:?}: it will not run"),
+                    Map::from_iter([("cancelled".into(), json!(id))]),
+                );
+                Ok(OK)
+            }
+            Cancel::Requested => {
+                out.message(
+                    &format!(
                         "{id:?} is running: its worker is told at its next lease renewal, and it \
                          ends cancelled unless it finishes first"
                     ),
-                        Map::from_iter([("requested".into(), json!(id))]),
-                    );
-                    Ok(OK)
-                }
-                Cancel::Finished(state) => {
-                    let state = state.as_str();
-                    out.message(
-                        &format!("{id:?} is {state} already: nothing cancelled"),
-                        Map::from_iter([("state".into(), json!(state))]),
-                    );
-                    Ok(REFUSED)
-                }
-                Cancel::NotFound => Ok(not_found(out, id)),
+                    Map::from_iter([("requested".into(), json!(id))]),
+                );
+                Ok(OK)
             }
-        }
+            Cancel::Finished(state) => {
+                let state = state.as_str();
+                out.message(
+                    &format!("{id:?} is {state} already: nothing cancelled"),
+                    Map::from_iter([("state".into(), json!(state))]),
+                );
+                Ok(REFUSED)
+            }
+            Cancel::NotFound => Ok(not_found(out, id)),
+        },
     }
 }

@@ -48,6 +48,7 @@
 mod args;
 mod backend;
 mod connect;
+mod error;
 mod jobs;
 mod output;
 mod records;
@@ -56,8 +57,8 @@ mod signal;
 mod ui;
 mod worker;
 
+use crate::error::Failure;
 use clap::Parser;
-use idem_store_postgres::sqlx;
 use std::io::Write;
 
 pub use args::{Args, Command};
@@ -118,28 +119,21 @@ where
         Ok(status) => status,
         Err(e) => {
             // A table that does not exist: the store (or its work queue) was never migrated.
-            let undefined = e
-                .as_database_error()
-                .and_then(|db| db.code())
-                .is_some_and(|code| code == "42P01");
-            let hint = if undefined {
+            let hint = if e.undefined_table() {
                 " (run `idem migrate` to create idem's tables)"
             } else {
                 ""
             };
-            let _ = writeln!(err, "error: the database failed: {e}{hint}");
+            let _ = writeln!(err, "error: {e}{hint}");
             FAILED
         }
     }
 }
 
-async fn execute(ctx: &Ctx, out: &mut Out<'_>, command: &Command) -> Result<i32, sqlx::Error> {
+async fn execute(ctx: &Ctx, out: &mut Out<'_>, command: &Command) -> Result<i32, Failure> {
     match command {
         Command::Migrate => {
-            ctx.backend
-                .migrate()
-                .await
-                .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+            ctx.backend.migrate().await?;
             let name = ctx.backend.name();
             out.message(
                 &format!("migrated {name}"),

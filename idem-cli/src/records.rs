@@ -1,9 +1,9 @@
 //! The records commands: show, list, release, forget, effects, purge, on any store the
 //! [`Backend`](crate::backend::Backend) reaches.
 
+use crate::error::Failure;
 use idem_core::Released;
 use idem_queue::QUEUE_SCOPE;
-use idem_store_postgres::sqlx;
 use serde_json::{json, Map};
 
 use crate::args::State;
@@ -19,7 +19,7 @@ async fn one(
     out: &mut Out<'_>,
     key: &str,
     scope: Option<&str>,
-) -> Result<Result<RecordRow, i32>, sqlx::Error> {
+) -> Result<Result<RecordRow, i32>, Failure> {
     let mut rows = ctx.backend.find(key, scope).await?;
     Ok(match rows.len() {
         0 => {
@@ -49,7 +49,7 @@ async fn not_found(
     out: &mut Out<'_>,
     key: &str,
     scope: Option<&str>,
-) -> Result<(), sqlx::Error> {
+) -> Result<(), Failure> {
     let job = match scope {
         None | Some(QUEUE_SCOPE) => crate::jobs::state_of(ctx, key).await?,
         Some(_) => None,
@@ -82,7 +82,7 @@ pub async fn show(
     out: &mut Out<'_>,
     key: &str,
     scope: Option<&str>,
-) -> Result<i32, sqlx::Error> {
+) -> Result<i32, Failure> {
     let rows = ctx.backend.find(key, scope).await?;
     if rows.is_empty() {
         not_found(ctx, out, key, scope).await?;
@@ -115,7 +115,7 @@ pub async fn list(
     scope: Option<&str>,
     prefix: Option<&str>,
     limit: i64,
-) -> Result<i32, sqlx::Error> {
+) -> Result<i32, Failure> {
     let rows = ctx.backend.list(state, scope, prefix, limit).await?;
     let records: Vec<_> = rows.iter().map(RecordRow::to_json).collect();
     out.rows("records", &LIST_COLUMNS, &records);
@@ -128,7 +128,7 @@ pub async fn release(
     key: &str,
     scope: Option<&str>,
     force: bool,
-) -> Result<i32, sqlx::Error> {
+) -> Result<i32, Failure> {
     let row = match one(ctx, out, key, scope).await? {
         Ok(row) => row,
         Err(status) => return Ok(status),
@@ -141,17 +141,14 @@ pub async fn release(
         .unwrap_or_else(|| "an unknown holder".into());
     // The rules are the store's operator API's, shared with the dashboard: a completed record
     // is not a claim, a live lease needs --force, and the release is fenced to the claim seen.
-    let scoped = idem_core::Key::new(key)
-        .and_then(|k| k.with_stored_scope(&scope))
-        .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+    let scoped = idem_core::Key::new(key).and_then(|k| k.with_stored_scope(&scope))?;
     let released = idem_core::release_claim(
         ctx.backend.inspector(),
         &scoped,
         idem_core::Fence(fence.unsigned_abs()),
         force,
     )
-    .await
-    .map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+    .await?;
     match released {
         Released::Released => {}
         Released::Completed => {
@@ -195,7 +192,7 @@ pub async fn forget(
     key: &str,
     scope: Option<&str>,
     yes: bool,
-) -> Result<i32, sqlx::Error> {
+) -> Result<i32, Failure> {
     let row = match one(ctx, out, key, scope).await? {
         Ok(row) => row,
         Err(status) => return Ok(status),
@@ -236,7 +233,7 @@ pub async fn effects(
     out: &mut Out<'_>,
     key: &str,
     scope: Option<&str>,
-) -> Result<i32, sqlx::Error> {
+) -> Result<i32, Failure> {
     let entries = ctx.backend.journal(key, scope).await?;
     if entries.is_empty() && ctx.backend.find(key, scope).await?.is_empty() {
         not_found(ctx, out, key, scope).await?;
@@ -262,7 +259,7 @@ pub async fn purge(
     out: &mut Out<'_>,
     dry_run: bool,
     batch: usize,
-) -> Result<i32, sqlx::Error> {
+) -> Result<i32, Failure> {
     if dry_run {
         let (records, effects) = ctx.backend.count_expired().await?;
         out.message(
@@ -287,8 +284,7 @@ pub async fn purge(
                 }
                 batches.push(purged);
             })
-            .await
-            .map_err(|e| sqlx::Error::Protocol(e.to_string()))?
+            .await?
     };
     out.message(
         &format!(

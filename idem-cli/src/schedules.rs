@@ -1,8 +1,8 @@
 //! The schedules' commands: list, pause, resume, remove, through the queue's API.
 
+use crate::error::Failure;
 use idem_queue::http::HttpTarget;
 use idem_queue::{Queue, Schedule, ScheduleState};
-use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
 use crate::args::Schedules;
@@ -24,11 +24,7 @@ fn row(state: &ScheduleState) -> Map<String, Value> {
     ])
 }
 
-fn failed(e: idem_core::StoreError) -> sqlx::Error {
-    sqlx::Error::Protocol(e.to_string())
-}
-
-pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Schedules) -> Result<i32, sqlx::Error> {
+pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Schedules) -> Result<i32, Failure> {
     let Some((_, store, _)) = ctx.backend.postgres() else {
         out.message(
             "schedules are the work queue's, in PostgreSQL: `idem schedules` needs a postgres:// \
@@ -40,7 +36,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Schedules) -> Result<i3
     let queue = Queue::new(store);
     let (name, done, verb) = match command {
         Schedules::List => {
-            let states = queue.schedules().await.map_err(failed)?;
+            let states = queue.schedules().await?;
             let rows: Vec<_> = states.iter().map(row).collect();
             out.rows(
                 "schedules",
@@ -69,7 +65,7 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, command: &Schedules) -> Result<i3
         Schedules::Resume { name } => (name, queue.resume_schedule(name).await, "resumed"),
         Schedules::Remove { name } => (name, queue.remove_schedule(name).await, "removed"),
     };
-    if done.map_err(failed)? {
+    if done? {
         out.message(
             &format!("{verb} the schedule {name:?}"),
             Map::from_iter([(verb.into(), json!(name))]),
@@ -95,7 +91,7 @@ async fn add(
     post: &str,
     body: &str,
     catch_up: Option<std::time::Duration>,
-) -> Result<i32, sqlx::Error> {
+) -> Result<i32, Failure> {
     let refuse = |out: &mut Out<'_>, why: String| {
         out.message(&format!("error: {why}; nothing stored"), Map::new());
         Ok(USAGE)
@@ -125,8 +121,8 @@ async fn add(
         Some(window) => schedule.catch_up(window),
         None => schedule,
     };
-    queue.migrate().await.map_err(failed)?;
-    queue.store_schedule(&schedule).await.map_err(failed)?;
+    queue.migrate().await?;
+    queue.store_schedule(&schedule).await?;
     out.message(
         &format!(
             "stored the schedule {name:?}: {} POSTs to {post}",

@@ -1,10 +1,10 @@
 //! `idem ui`: the web dashboard over the store, until SIGTERM.
 
+use crate::error::Failure;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use idem_core::Inspect;
-use idem_store_postgres::sqlx;
 use idem_ui::Dashboard;
 use serde_json::{json, Map};
 
@@ -20,7 +20,7 @@ pub async fn run(
     token: Option<String>,
     read_only: bool,
     https: bool,
-) -> Result<i32, sqlx::Error> {
+) -> Result<i32, Failure> {
     let token = token.filter(|t| !t.is_empty());
     if let Err(refusal) = idem_ui::check_bind(addr, token.as_deref()) {
         out.message(&refusal, Map::new());
@@ -60,9 +60,6 @@ pub async fn run(
         );
     }
     let _ = out.w.flush();
-    dashboard
-        .serve(listener, shutdown_signal())
-        .await
-        .map_err(sqlx::Error::Io)?;
+    dashboard.serve(listener, shutdown_signal()).await?;
     Ok(OK)
 }

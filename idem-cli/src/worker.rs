@@ -1,10 +1,10 @@
 //! `idem worker`: the stored schedules and their HTTP jobs, until SIGTERM, then a drain.
 
+use crate::error::Failure;
 use std::time::Duration;
 
 use idem_queue::http::HTTP_QUEUE;
 use idem_queue::{Queue, Schedule, SchedulerHandle};
-use idem_store_postgres::sqlx;
 use serde_json::{json, Map, Value};
 
 use crate::connect::Ctx;
@@ -18,10 +18,6 @@ const RELOAD_EVERY: Duration = Duration::from_secs(5);
 /// How long running jobs get to finish at shutdown.
 const DRAIN: Duration = Duration::from_secs(30);
 
-fn failed(e: idem_core::StoreError) -> sqlx::Error {
-    sqlx::Error::Protocol(e.to_string())
-}
-
 /// The definitions of `schedules`, to tell when they changed.
 fn definitions(schedules: &[Schedule]) -> Vec<Value> {
     schedules
@@ -30,7 +26,7 @@ fn definitions(schedules: &[Schedule]) -> Vec<Value> {
         .collect()
 }
 
-pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32, sqlx::Error> {
+pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32, Failure> {
     let Some((_, store, table)) = ctx.backend.postgres() else {
         out.message(
             "the worker runs the work queue, in PostgreSQL: `idem worker` needs a postgres:// \
@@ -40,12 +36,10 @@ pub async fn run(ctx: &Ctx, out: &mut Out<'_>, concurrency: usize) -> Result<i32
         return Ok(USAGE);
     };
     let queue = Queue::new(store);
-    queue.migrate().await.map_err(failed)?;
+    queue.migrate().await?;
     // It serves the HTTP jobs' named queue only, whose jobs its handler runs; a program's jobs
     // put there would be dead-lettered. Refuse, saying why.
-    let others = idem_queue::http::foreign_work(&queue)
-        .await
-        .map_err(failed)?;
+    let others = idem_queue::http::foreign_work(&queue).await?;
     if others > 0 {
         out.message(
             &format!(

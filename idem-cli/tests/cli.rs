@@ -89,6 +89,18 @@ async fn usage_errors_exit_2_with_the_usage() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("--database-url"));
 }
 
+/// A table that was never created (here the work queue's: the schema's store is migrated, its
+/// queue is not) fails the command with status 4 and says how to create it.
+#[tokio::test]
+async fn a_table_never_migrated_is_named_with_the_command_that_creates_it() {
+    let test = TestStore::new("cli_unmigrated", 2).await;
+    let output = idem(&test, &["jobs", "list"]);
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status(&output), 4, "{err}");
+    assert!(err.contains("the database failed"), "{err}");
+    assert!(err.contains("run `idem migrate`"), "{err}");
+}
+
 #[tokio::test]
 async fn a_missing_key_or_job_exits_1() {
     let test = TestStore::new("cli_missing", 2).await;
