@@ -150,8 +150,8 @@ async fn every_statement_finds_its_rows_by_key_as_the_queue_grows() {
 /// `key IN (SELECT .. LIMIT $n ..)`, the generic plan would update them through a hash join
 /// over a sequential scan of the whole queue, and the store's connections could not keep
 /// one generic plan for the queue's statements (they would plan each execution anew
-/// instead, for longer than it runs). (On a fresh store, every statement is checked in
-/// `tests/plans.rs`; this one has 5,000 jobs queued and analyzed.)
+/// instead, for longer than it runs). (Every statement is checked on a fresh queue above;
+/// this one has 5,000 jobs queued and analyzed.)
 #[tokio::test]
 async fn claims_find_their_jobs_by_key_in_a_generic_plan() {
     let (_test, pool, schema, queue) = setup("q_plans").await;

@@ -2,6 +2,8 @@
 //! microseconds since the Unix epoch, from the clock of the process that runs the statement
 //! (the processes sharing a database file share a machine, and so a clock).
 
+use idem_sql::InspectSql;
+
 /// The statements on one store's tables.
 #[derive(Debug)]
 pub(crate) struct Sql {
@@ -35,35 +37,8 @@ pub(crate) struct Sql {
     /// `$1` key, `$2` scope, `$3` effect, `$4` state, `$5` output, `$6` fence, `$7` now,
     /// `$8` expires. Never over a done entry that has not expired.
     pub record_effect: String,
-    /// `$1` key, `$2` scope or NULL: a key's records, by scope (the operator's, as the rest
-    /// below).
-    pub find: String,
-    /// `$1` status or NULL, `$2` scope or NULL, `$3` key prefix or NULL, `$4` limit, `$5` now:
-    /// newest first.
-    pub list: String,
-    /// As `list`'s parameters, then `$6` and `$7` the key and scope the page starts at
-    /// (inclusive), `$8` the most rows read: a page in primary-key order.
-    pub page_from: String,
-    /// As `page_from`, starting just after `$6`, `$7` (the previous page's last record).
-    pub page_after: String,
-    /// `$1` key, `$2` scope, `$3` rows to pass: the record a page that started at `$1`, `$2`
-    /// read last when it read `$3 + 1` rows (none: it reached the end).
-    pub scan_end_from: String,
-    /// As `scan_end_from`, starting just after `$1`, `$2`.
-    pub scan_end_after: String,
-    /// `$1` now, `$2` the most records read: counts by scope and status.
-    pub counts: String,
-    /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
-    pub completed_per_minute: String,
-    /// `$1` key, `$2` scope, `$3` fence, `$4` now: deletes an unfinished claim whose lease has
-    /// lapsed.
-    pub release_lapsed: String,
-    /// `$1` key, `$2` scope: deletes a completed record.
-    pub forget: String,
-    /// `$1` key, `$2` scope or NULL: a key's journal entries.
-    pub journal: String,
-    /// `$1` now: the expired records and journal entries, counted.
-    pub count_expired: String,
+    /// The operator's statements, in the order `idem_sql` binds them (the clock last).
+    pub inspect: InspectSql,
     /// The schema, version 1.
     pub create: String,
     /// Version 2: who holds a claim (`host:pid`, `idem_core::holder`).
@@ -80,16 +55,17 @@ impl Sql {
         let status = "CASE WHEN completed_us IS NOT NULL THEN
                 (CASE WHEN expires_us > $5 THEN 'completed' ELSE 'expired' END)
             WHEN expires_us > $5 THEN 'claimed' ELSE 'stale' END";
-        // The inner range reads at most `$8` rows of the primary key; the outer filter stops
-        // it as soon as the page is full.
+        // The inner range reads at most `$7` rows of the primary key; the outer filter stops
+        // it as soon as the page is full. The clock is `$8`.
         let page = |from: &str| {
             format!(
                 "SELECT {inspected}
-                 FROM (SELECT * FROM {t} WHERE (key, scope) {from} ($6, $7)
-                       ORDER BY key, scope LIMIT $8)
+                 FROM (SELECT * FROM {t} WHERE (key, scope) {from} ($5, $6)
+                       ORDER BY key, scope LIMIT $7)
                  WHERE ($1 IS NULL OR {status} = $1) AND ($2 IS NULL OR scope = $2)
                    AND ($3 IS NULL OR substr(key, 1, length($3)) = $3)
-                 ORDER BY key, scope LIMIT $4"
+                 ORDER BY key, scope LIMIT $4",
+                status = status.replace("$5", "$8"),
             )
         };
         let scan_end = |from: &str| {
@@ -99,45 +75,49 @@ impl Sql {
             )
         };
         Sql {
-            find: format!(
-                "SELECT {inspected} FROM {t}
-                 WHERE key = $1 AND ($2 IS NULL OR scope = $2) ORDER BY scope"
-            ),
-            list: format!(
-                "SELECT {inspected} FROM {t}
-                 WHERE ($1 IS NULL OR {status} = $1) AND ($2 IS NULL OR scope = $2)
-                   AND ($3 IS NULL OR substr(key, 1, length($3)) = $3)
-                 ORDER BY coalesce(completed_us, expires_us) DESC LIMIT $4"
-            ),
-            page_from: page(">="),
-            page_after: page(">"),
-            scan_end_from: scan_end(">="),
-            scan_end_after: scan_end(">"),
-            counts: format!(
-                "SELECT scope, {status}, count(*)
-                 FROM (SELECT scope, completed_us, expires_us FROM {t} LIMIT $2)
-                 GROUP BY 1, 2 ORDER BY 1, 2"
-            )
-            .replace("$5", "$1"),
-            completed_per_minute: format!(
-                "SELECT completed_us / 60000000 * 60000000, count(*) FROM {t}
-                 WHERE completed_us >= $1 GROUP BY 1 ORDER BY 1"
-            ),
-            release_lapsed: format!(
-                "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND fence = $3
-                   AND completed_us IS NULL AND expires_us <= $4"
-            ),
-            forget: format!(
-                "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_us IS NOT NULL"
-            ),
-            journal: format!(
-                "SELECT scope, effect, state, fence, output, expires_us FROM {e}
-                 WHERE key = $1 AND ($2 IS NULL OR scope = $2) ORDER BY effect"
-            ),
-            count_expired: format!(
-                "SELECT (SELECT count(*) FROM {t} WHERE expires_us <= $1),
-                        (SELECT count(*) FROM {e} WHERE expires_us <= $1)"
-            ),
+            inspect: InspectSql {
+                find: format!(
+                    "SELECT {inspected} FROM {t}
+                     WHERE key = $1 AND ($2 IS NULL OR scope = $2) ORDER BY scope"
+                ),
+                list: format!(
+                    "SELECT {inspected} FROM {t}
+                     WHERE ($1 IS NULL OR {status} = $1) AND ($2 IS NULL OR scope = $2)
+                       AND ($3 IS NULL OR substr(key, 1, length($3)) = $3)
+                     ORDER BY coalesce(completed_us, expires_us) DESC LIMIT $4"
+                ),
+                page_from: page(">="),
+                page_after: page(">"),
+                scan_end_from: scan_end(">="),
+                scan_end_after: scan_end(">"),
+                counts: format!(
+                    "SELECT scope, {status}, count(*)
+                     FROM (SELECT scope, completed_us, expires_us FROM {t} LIMIT $1)
+                     GROUP BY 1, 2 ORDER BY 1, 2",
+                    status = status.replace("$5", "$2"),
+                ),
+                completed_per_minute: format!(
+                    "SELECT completed_us / 60000000 * 60000000, count(*) FROM {t}
+                     WHERE completed_us >= $1 GROUP BY 1 ORDER BY 1"
+                ),
+                release_lapsed: format!(
+                    "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND fence = $3
+                       AND completed_us IS NULL AND expires_us <= $4
+                     RETURNING 1"
+                ),
+                forget: format!(
+                    "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_us IS NOT NULL
+                     RETURNING 1"
+                ),
+                journal: format!(
+                    "SELECT scope, effect, state, fence, output, NULL, expires_us FROM {e}
+                     WHERE key = $1 AND ($2 IS NULL OR scope = $2) ORDER BY effect"
+                ),
+                count_expired: format!(
+                    "SELECT (SELECT count(*) FROM {t} WHERE expires_us <= $1),
+                            (SELECT count(*) FROM {e} WHERE expires_us <= $1)"
+                ),
+            },
             get: format!(
                 "SELECT fence, fingerprint, token, completed_us, expires_us, output
                  FROM {t} WHERE key = $1 AND scope = $2"

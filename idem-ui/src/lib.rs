@@ -47,8 +47,8 @@
 //!   completed per minute and jobs dead-lettered per minute over the last three hours.
 //! - **Lists** (`/records`, `/jobs`, `/schedules`) with filters (status or state, scope or queue, key prefix)
 //!   and keyset paging: each page starts where the last ended, from an index range, so page
-//!   1,000 of ten million records costs what the first does (the query plans are checked in
-//!   idem-store-postgres's `tests/plans.rs`). Finished jobs are listed newest first, the rest in key order.
+//!   1,000 of ten million records costs what the first does (the query plans are checked by
+//!   the plan tests of idem-store-postgres and idem-queue). Finished jobs are listed newest first, the rest in key order.
 //! - **Detail** (`/record`, `/job`, `/schedule`): a record's fence, holder, lease, output size
 //!   and journal; a job's payload, attempt log with errors, and timings; a schedule's recent
 //!   ticks and their jobs.

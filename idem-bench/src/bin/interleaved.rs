@@ -10,8 +10,8 @@
 //! ```
 //!
 //! Every body is empty and every key fresh. Without `--database-url` it starts a throwaway
-//! PostgreSQL. A second table gives each point as a share of its run's best point (issue #12's
-//! goal 2 asks 64 callers for 0.8 of the best in the sweep).
+//! PostgreSQL. A second table gives each point as a share of its run's best point: how much of
+//! the store's best a number of callers keeps.
 
 use idem_bench::spread::Spread;
 use idem_store_postgres::sqlx;

@@ -282,12 +282,7 @@ impl CompleteSql {
         conn: &mut PgConnection,
         c: &Completing<'_>,
     ) -> Result<(bool, bool), sqlx::Error> {
-        let row = sqlx::query(&self.complete_and_done_one)
-            .bind(c.key)
-            .bind(c.fence)
-            .bind(c.output)
-            .bind(c.keep)
-            .bind(c.attempt)
+        let row = Self::bind_one(&self.complete_and_done_one, c)
             .fetch_one(&mut *conn)
             .await?;
         Ok((row.try_get(0)?, row.try_get(1)?))
@@ -301,12 +296,7 @@ impl CompleteSql {
         c: &Completing<'_>,
         next: &ClaimNext<'_>,
     ) -> Result<Vec<CompletionRow>, sqlx::Error> {
-        let rows = sqlx::query(&self.complete_and_claim_one)
-            .bind(c.key)
-            .bind(c.fence)
-            .bind(c.output)
-            .bind(c.keep)
-            .bind(c.attempt)
+        let rows = Self::bind_one(&self.complete_and_claim_one, c)
             .bind(next.wanted.first().copied().unwrap_or(1))
             .bind(duration_micros(next.lease))
             .bind(next.worker)
@@ -354,6 +344,19 @@ impl CompleteSql {
         rows.iter()
             .map(|row| completion_row(row, next.start_by))
             .collect()
+    }
+
+    /// `statement` with one completion bound, as scalars (`$1` to `$5`).
+    fn bind_one<'q>(
+        statement: &'q str,
+        c: &Completing<'q>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        sqlx::query(statement)
+            .bind(c.key)
+            .bind(c.fence)
+            .bind(c.output)
+            .bind(c.keep)
+            .bind(c.attempt)
     }
 
     /// `statement` with a batch's completions bound, as arrays (`$1` to `$5`).

@@ -11,5 +11,5 @@ mod sql;
 pub(crate) use ops::*;
 pub(crate) use requests::{OwnedClaim, OwnedCompletion};
 pub use rows::fence_param;
-pub(crate) use rows::{fence, fenced, judge, token_param, ClaimRow, Judged};
+pub(crate) use rows::{fenced, judge, token_param, ClaimRow, Judged};
 pub use sql::{batch_rows, RecordsSql};

@@ -11,6 +11,7 @@
 //! No other file spells the records table's SQL.
 
 use crate::time::{batch_start_sql, micros_sql};
+use idem_sql::InspectSql;
 
 /// Parameters, by position, of each statement:
 /// claim: $1 key, $2 fingerprint, $3 lease (µs), $4 the claim's token (or NULL), $5 scope;
@@ -45,7 +46,8 @@ pub struct RecordsSql {
     pub(crate) get: String,
     pub(crate) look_up: String,
     pub(crate) purge: String,
-    /// The operator's statements (`inspect.rs`): through the pool, not on the hot path.
+    /// The operator's statements (`inspect.rs`), in the order `idem_sql` binds them: through
+    /// the pool, not on the hot path.
     pub(crate) inspect: InspectSql,
     pub(crate) effect: String,
     pub(crate) record_effect: String,
@@ -59,40 +61,6 @@ pub struct RecordsSql {
     pub(crate) claim_fresh_prepare: String,
     /// The name [`claim_fresh_prepare`](Self::claim_fresh_prepare) prepares.
     fresh_claim: String,
-}
-
-/// The statements that answer an operator ([`idem_core::Inspect`]). Each reads or edits by
-/// key, or scans: they run through the pool, never on the store's own connections.
-#[derive(Debug)]
-pub(crate) struct InspectSql {
-    /// `$1` key, `$2` scope or NULL: a key's records, by scope.
-    pub find: String,
-    /// `$1` status or NULL, `$2` scope or NULL, `$3` key prefix or NULL, `$4` limit: newest
-    /// first.
-    pub list: String,
-    /// `$1` status or NULL, `$2` scope or NULL, `$3` key prefix or NULL, `$4` limit, `$5` and
-    /// `$6` the key and scope the page starts at (inclusive; a prefix, or `''`, on the first
-    /// page), `$7` the most rows read: a page in primary-key order.
-    pub page_from: String,
-    /// As `page_from`, starting just after `$5`, `$6` (the previous page's last record).
-    pub page_after: String,
-    /// `$1` key, `$2` scope, `$3` rows to pass: the record a page that started at `$1`, `$2`
-    /// read last when it read `$3 + 1` rows (none: it reached the end).
-    pub scan_end_from: String,
-    /// As `scan_end_from`, starting just after `$1`, `$2`.
-    pub scan_end_after: String,
-    /// `$1` the most records read: counts by scope and status.
-    pub counts: String,
-    /// `$1` since (epoch µs): completions per minute (epoch µs of the minute, count).
-    pub completed_per_minute: String,
-    /// `$1` key, `$2` fence: deletes an unfinished claim whose lease has lapsed.
-    pub release_lapsed: String,
-    /// `$1` key, `$2` scope: deletes a completed record.
-    pub forget: String,
-    /// `$1` key, `$2` scope or NULL: a key's journal entries.
-    pub journal: String,
-    /// The expired records and journal entries, counted.
-    pub count_expired: String,
 }
 
 /// The columns a claim of one key writes, in the order of its `SELECT`: the claim in lease and
@@ -224,10 +192,13 @@ impl RecordsSql {
             ),
             release_lapsed: format!(
                 "DELETE FROM {t}
-                 WHERE key = $1 AND fence = $2 AND completed_at IS NULL AND expires_at <= now()"
+                 WHERE key = $1 AND scope = $2 AND fence = $3 AND completed_at IS NULL
+                   AND expires_at <= now()
+                 RETURNING 1"
             ),
             forget: format!(
-                "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_at IS NOT NULL"
+                "DELETE FROM {t} WHERE key = $1 AND scope = $2 AND completed_at IS NOT NULL
+                 RETURNING 1"
             ),
             journal: format!(
                 "SELECT scope, effect, state::int, fence, output, {recorded}, {expires}
