@@ -534,12 +534,12 @@ async fn a_renewal_writes_a_reserved_record_while_the_job_is_the_attempts() {
                 .renew(pool, &key, fence, lease, 1, Some("test-worker"))
                 .await
                 .unwrap();
-            (renewed.record, renewed.job)
+            (renewed.records, renewed.jobs)
         }
     };
     let (kept, kept_fence) = (&claimed[0].0, claimed[0].1);
-    assert_eq!(renew(kept, kept_fence).await, (true, true));
-    assert_eq!(renew(kept, kept_fence).await, (true, true));
+    assert_eq!(renew(kept, kept_fence).await, (1, 1));
+    assert_eq!(renew(kept, kept_fence).await, (1, 1));
     // The kept job's record, written by its renewal: (key, fence, completed, purge_at =
     // expires_at, holder).
     let written = |completed| {
@@ -549,12 +549,12 @@ async fn a_renewal_writes_a_reserved_record_while_the_job_is_the_attempts() {
     assert_eq!(records(&pool, &schema).await, written(false));
     assert_eq!(
         renew(kept, kept_fence + 1000).await,
-        (false, true),
+        (0, 1),
         "another fence's renewal is refused"
     );
     take_over(&pool, &schema).await;
     let (taken, taken_fence) = (&claimed[1].0, claimed[1].1);
-    assert_eq!(renew(taken, taken_fence).await, (false, false));
+    assert_eq!(renew(taken, taken_fence).await, (0, 0));
     assert_eq!(
         records(&pool, &schema).await.len(),
         1,

@@ -163,9 +163,9 @@ impl JobCompleteOp {
                     completed,
                     done,
                 } => {
-                    let answer = answers
-                        .get_mut(at)
-                        .ok_or_else(|| sqlx::Error::Protocol(format!("no completion {at}")))?;
+                    let answer = answers.get_mut(at).ok_or_else(|| {
+                        sqlx::Error::Protocol(format!("no completion at position {}", at + 1))
+                    })?;
                     (answer.0, answer.1) = (completed, done);
                 }
                 CompletionRow::Claimed { job, queue } => claimed.push((job, queue)),

@@ -105,10 +105,10 @@ pub enum CompletionRow {
 /// A renewal's answer.
 #[derive(Debug, Clone, Copy)]
 pub struct Renewed {
-    /// The call's record was written or renewed.
-    pub record: bool,
-    /// The job's claim was extended (still this attempt's).
-    pub job: bool,
+    /// The call's records written or renewed: 1, or 0 when the record is another run's.
+    pub records: u64,
+    /// The job's claims extended: 1, or 0 when the claim is no longer this attempt's.
+    pub jobs: u64,
     /// An operator asked to cancel the job.
     pub cancel: bool,
 }
@@ -392,8 +392,8 @@ impl CompleteSql {
             .fetch_one(executor)
             .await?;
         Ok(Renewed {
-            record: row.try_get::<i64, _>(0)? == 1,
-            job: row.try_get::<i64, _>(1)? > 0,
+            records: row.try_get::<i64, _>(0)?.unsigned_abs(),
+            jobs: row.try_get::<i64, _>(1)?.unsigned_abs(),
             cancel: row.try_get(2)?,
         })
     }

@@ -176,13 +176,13 @@ impl Store for JobStore {
         let holder = self.state.workers.as_ref().map(|w| w.worker.as_str());
         let renewed = idem_store_postgres::on_connection!(self.inner(), Resend::OnLostConnection, conn => sql.renew(&mut *conn, key.as_str(), fence, lease, self.attempt, holder))
             .map_err(|e| store_error(e).during(Operation::Renew))?;
-        if !renewed.job {
+        if renewed.jobs == 0 {
             tracing::debug!("the job's claim was settled or taken over before its renewal");
         }
         if renewed.cancel && !self.state.cancel.send_replace(true) {
             tracing::info!("the job was cancelled while it runs; its handler is told");
         }
-        Ok(if renewed.record {
+        Ok(if renewed.records == 1 {
             self.state.written.store(true, Ordering::SeqCst);
             Fenced::Applied
         } else {
