@@ -362,7 +362,7 @@ impl Scheduler {
             }
         };
         match self.queue.enqueue(job).await {
-            Ok(enqueued) => Ok(Some(enqueued == crate::Enqueued::Queued)),
+            Ok(enqueued) => Ok(Some(enqueued == crate::job::Enqueued::Queued)),
             // The tick is there with another payload (a deploy changed it meanwhile): it runs
             // as first enqueued.
             Err(EnqueueError::KeyReused { .. }) => {
