@@ -209,5 +209,5 @@ pub async fn foreign_work(queue: &crate::queue::Queue) -> Result<u64, idem_core:
         .admin
         .without_http_target(queue.store().pool(), HTTP_QUEUE)
         .await
-        .map_err(|e| idem_store_postgres::extend::store_error(e).during(idem_core::Operation::Get))
+        .map_err(|e| idem_postgres_core::extend::store_error(e).during(idem_core::Operation::Get))
 }

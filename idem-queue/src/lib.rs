@@ -388,8 +388,9 @@
 //! Every statement, its parameters and the decoding of its rows are typed calls in `db/`,
 //! split by concern; nothing else writes SQL. The queue sits on top of
 //! [`PgStore`](idem_store_postgres::PgStore): the store knows nothing of
-//! it, and the queue reaches job records only through the store's extension interface
-//! ([`idem_store_postgres::extend`]). For claim-then-process on a table of your own, see
+//! it, and the queue reaches job records only through [`idem_postgres_core::extend`], the
+//! layer the store is built on, at the store's exact version. For claim-then-process on a table
+//! of your own, see
 //! [`own_table`](idem_store_postgres::own_table).
 //!
 //! ## Tuning

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use idem_core::{Operation, StoreError};
-use idem_store_postgres::extend::store_error;
-use idem_store_postgres::extend::Batcher;
+use idem_postgres_core::extend::store_error;
+use idem_postgres_core::extend::Batcher;
 use idem_store_postgres::PgStore;
 
 use crate::completer::completion::JobCompleteOp;
@@ -14,8 +14,8 @@ use crate::db::QueueSql;
 /// history in `<table>_queue_migrations`. Migration 8 first shipped (in two texts) building its
 /// indexes in a transaction, which held writes to the queue until it committed; it now builds
 /// them concurrently, and a database that applied an earlier text is up to date.
-static MIGRATIONS: idem_store_postgres::extend::Migrations =
-    idem_store_postgres::extend::Migrations::new("idem-queue", "queue_migrations", &MIGRATOR)
+static MIGRATIONS: idem_postgres_core::extend::Migrations =
+    idem_postgres_core::extend::Migrations::new("idem-queue", "queue_migrations", &MIGRATOR)
         .rewritten(&[
             (
                 8,

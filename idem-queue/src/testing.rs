@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::StoreError;
-use idem_store_postgres::extend::{submit, Op};
+use idem_postgres_core::extend::{submit, Op};
 use sqlx::PgConnection;
 
 use crate::completer::completion::{JobCompleteOp, JobCompletion};

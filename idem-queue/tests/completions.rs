@@ -10,9 +10,9 @@ mod support;
 use std::time::Duration;
 
 use idem_core::{Claim, ClaimRequest, ClaimToken, Fence, Key, Store};
+use idem_postgres_core::extend::fence_param;
 use idem_queue::testing::{self, ClaimFor, Completion, Slots};
 use idem_queue::{NewJob, Queue, DEFAULT_QUEUE, QUEUE_SCOPE};
-use idem_store_postgres::extend::fence_param;
 use idem_store_postgres::sqlx::{self, PgPool};
 use idem_store_postgres::PgStore;
 use support::TestStore;

@@ -14,7 +14,7 @@
 //! - [Purging](#purging) expired records, and [inspection](#inspection) for operators.
 //! - [Claim, then process](#claim-then-process-on-your-own-table) on a table of your own
 //!   ([`own_table`]).
-//! - [Building on the store](#building-on-the-store) ([`extend`]), as `idem-queue` does.
+//! - [Building on the store](#building-on-the-store), as `idem-queue` does.
 //!
 //! ## Setup
 //!
@@ -226,12 +226,12 @@
 //!
 //! ## Building on the store
 //!
-//! [`extend`] is the store's lower layer, for a crate whose tables sit beside the records and
-//! whose statements write records in the same statement as their own rows, as the work queue
-//! (`idem-queue`) does: the records table's statements to compose with, the store's
-//! connections ([`on_connection!`]), its batching, its error classification, and versioned
-//! migrations ([`extend::Migrations`]) for the new tables. An application using the store
-//! needs none of it.
+//! The store's layers (its connections, batching, records statements, error classification and
+//! migrations) live in `idem-postgres-core`, which this crate presents. A crate whose tables sit
+//! beside the records and whose statements write records in the same statement as their own
+//! rows, as the work queue (`idem-queue`) does, builds on that crate's `extend` module, pinned
+//! to the exact version of this one: its layers make no promise of stability of their own, and
+//! this crate's API does not include them. An application using the store needs none of it.
 //!
 //! ## Feature flags
 //!
@@ -255,36 +255,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
-mod batch;
-mod closing;
-mod connections;
-mod duplicate_rate;
-mod error;
-pub mod extend;
-mod fences;
-mod fresh_claim;
-mod ident;
-mod inspect;
-mod lease_ops;
-mod migrate;
-pub mod own_table;
-mod records;
-mod store;
+pub use idem_postgres_core::own_table;
 #[cfg(feature = "testing")]
-pub mod testing;
-mod time;
-mod transaction;
-mod tx_conn;
-mod unseen;
-
-pub use closing::ClosingTransaction;
-pub use ident::MAX_IDENT_LEN;
-pub use sqlx;
-pub use store::{
-    PgStore, PgStoreBuilder, DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_LOCK_TIMEOUT, DEFAULT_SCHEMA,
-    DEFAULT_TABLE,
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub use idem_postgres_core::testing;
+pub use idem_postgres_core::{
+    sqlx, ClosingTransaction, PgStore, PgStoreBuilder, PgTransaction, DEFAULT_BATCHES_IN_FLIGHT,
+    DEFAULT_LOCK_TIMEOUT, DEFAULT_SCHEMA, DEFAULT_TABLE, MAX_IDENT_LEN,
 };
-pub use transaction::PgTransaction;
 
 /// The README's example, compiled with the doc tests so that it stays true.
 #[cfg(doctest)]

@@ -274,7 +274,7 @@ async fn a_transaction_through_on_connection_dropped_as_it_begins_leaves_no_pool
         .unwrap();
     let store = test.store.clone();
     let transaction = tokio::spawn(async move {
-        idem_store_postgres::on_connection!(store, idem_store_postgres::extend::Resend::Never, conn => async {
+        idem_postgres_core::on_connection!(store, idem_postgres_core::extend::Resend::Never, conn => async {
             let tx = conn.begin_with("BEGIN; SELECT pg_advisory_xact_lock(4242)").await?;
             tx.commit().await
         })

@@ -7,7 +7,7 @@ use idem_core::{Operation, StoreError};
 
 use crate::job::{Cancel, DeadJob, JobFilter, JobInfo, JobResult, JobState, JobStatus, QueueStats};
 use crate::queue::{failed, Queue};
-use idem_store_postgres::extend::Resend;
+use idem_postgres_core::extend::Resend;
 
 impl Queue {
     /// Counts of jobs by state (one statement, counting the table).
@@ -209,7 +209,7 @@ impl Queue {
         let start = *from.lock().unwrap_or_else(|e| e.into_inner());
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let admin = &self.sql.admin;
-        let (deleted, end) = idem_store_postgres::on_connection!(self.store, Resend::OnLostConnection, conn => admin.purge_done(&mut *conn, older_than, limit, start))
+        let (deleted, end) = idem_postgres_core::on_connection!(self.store, Resend::OnLostConnection, conn => admin.purge_done(&mut *conn, older_than, limit, start))
             .map_err(failed(Operation::Purge))?;
         if end.is_some() {
             *from.lock().unwrap_or_else(|e| e.into_inner()) = end;

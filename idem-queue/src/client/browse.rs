@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use idem_core::{Operation, StoreError};
-use idem_store_postgres::extend::{from_micros, to_micros, SNAPSHOT};
+use idem_postgres_core::extend::{from_micros, to_micros, SNAPSHOT};
 use idem_store_postgres::ClosingTransaction;
 
 use crate::db::browse::PageOf;

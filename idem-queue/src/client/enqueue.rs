@@ -5,7 +5,7 @@ use sqlx::PgExecutor;
 
 use crate::job::{EnqueueError, Enqueued, NewJob};
 use crate::queue::Queue;
-use idem_store_postgres::extend::store_error;
+use idem_postgres_core::extend::store_error;
 
 impl Queue {
     /// Stores `job` unless a job with its key is stored already, and says which. Idle workers

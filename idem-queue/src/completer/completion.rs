@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_core::{Operation, StoreError};
-use idem_store_postgres::extend::store_error;
-use idem_store_postgres::extend::Resend;
-use idem_store_postgres::extend::{hash_record, Op};
+use idem_postgres_core::extend::store_error;
+use idem_postgres_core::extend::Resend;
+use idem_postgres_core::extend::{hash_record, Op};
 use idem_store_postgres::PgStore;
 use sqlx::PgConnection;
 
@@ -250,11 +250,11 @@ impl Op for JobCompleteOp {
         store: &PgStore,
         batch: &[JobCompletion],
     ) -> Result<Vec<Self::Answer>, sqlx::Error> {
-        idem_store_postgres::on_connection!(store, Resend::Never, conn => JobCompleteOp::many_on(conn, batch))
+        idem_postgres_core::on_connection!(store, Resend::Never, conn => JobCompleteOp::many_on(conn, batch))
     }
 
     async fn one(store: &PgStore, c: &JobCompletion) -> Result<Self::Answer, StoreError> {
-        idem_store_postgres::on_connection!(store, Resend::Never, conn => JobCompleteOp::single(conn, c))
+        idem_postgres_core::on_connection!(store, Resend::Never, conn => JobCompleteOp::single(conn, c))
             .map_err(|e| store_error(e).during(Self::OPERATION))
     }
 

@@ -7,13 +7,13 @@ use std::time::Duration;
 use crate::completer::settlement::Settle;
 use crate::worker::claimed::Claimed;
 use crate::worker::held::Holder;
-use idem_store_postgres::extend::Resend;
+use idem_postgres_core::extend::Resend;
 
 /// Records how `job`'s claim ended, fenced by its attempt: a claim taken over meanwhile (its
 /// lease lapsed) is left to its new owner.
 pub(crate) async fn settle(holder: &Holder, job: &Claimed, settle: Settle) {
     let sql = &holder.sql.settle;
-    match idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sql.settle(&mut *conn, &job.key, job.attempt, &settle))
+    match idem_postgres_core::on_connection!(holder.store, Resend::OnLostConnection, conn => sql.settle(&mut *conn, &job.key, job.attempt, &settle))
     {
         Ok(0) => tracing::warn!(
             "the job's claim was taken over before it was settled (its lease lapsed)"
@@ -60,7 +60,7 @@ async fn release<'a>(holder: &Holder, claims: impl Iterator<Item = (&'a str, i32
         return 0;
     }
     let sql = &holder.sql.settle;
-    let result = idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sql.release(&mut *conn, &keys, &attempts, Duration::ZERO, false));
+    let result = idem_postgres_core::on_connection!(holder.store, Resend::OnLostConnection, conn => sql.release(&mut *conn, &keys, &attempts, Duration::ZERO, false));
     match result {
         Ok(released) => usize::try_from(released).unwrap_or(usize::MAX),
         Err(e) => {

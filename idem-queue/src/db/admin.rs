@@ -13,7 +13,7 @@ use crate::job::{
     parse_payload, Attempt, DeadJob, JobInfo, JobResult, JobState, JobStatus, QueueStats,
 };
 use crate::job_record::{JOB_KEEP, QUEUE_SCOPE};
-use idem_store_postgres::extend::{batch_start_sql, duration_micros, from_micros, micros_sql};
+use idem_postgres_core::extend::{batch_start_sql, duration_micros, from_micros, micros_sql};
 
 /// The operators' statements.
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use sqlx::{PgExecutor, Row};
 
 use crate::db::fragments::{from_micros_sql, job_columns, job_info, Table, LAPSED_SQL};
 use crate::job::{JobInfo, QueueStats};
-use idem_store_postgres::extend::micros_sql;
+use idem_postgres_core::extend::micros_sql;
 
 /// The dashboards' statements.
 #[derive(Debug)]

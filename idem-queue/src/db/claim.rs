@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::db::fragments::{in_state, logged, Table, COUNTED, MICROS};
 use crate::job_record::QUEUE_SCOPE;
 use crate::worker::claimed::Claimed;
-use idem_store_postgres::extend::{duration_micros, micros_sql, unseen};
+use idem_postgres_core::extend::{duration_micros, micros_sql, unseen};
 
 /// The parts every claiming statement is built of: the queue's claims, and the completions
 /// that claim the next jobs for the slots they free.

@@ -12,7 +12,7 @@ use crate::db::claim::{decode_claimed, Claiming};
 use crate::db::fragments::{in_state, Table, MICROS};
 use crate::job_record::QUEUE_SCOPE;
 use crate::worker::claimed::Claimed;
-use idem_store_postgres::extend::{batch_rows, duration_micros, fence_param, unseen};
+use idem_postgres_core::extend::{batch_rows, duration_micros, fence_param, unseen};
 
 /// The statements that complete jobs' calls, and renew them.
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use sqlx::{PgExecutor, Row};
 
 use crate::db::fragments::{Table, MICROS};
 use crate::job::NewJob;
-use idem_store_postgres::extend::{duration_micros, to_micros};
+use idem_postgres_core::extend::{duration_micros, to_micros};
 
 /// The statements that store jobs.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! What the queue's statements share: the table they are written for, how a state is
 //! compared, a job's columns as operators see them (and their decoding), its attempt log.
 
-use idem_store_postgres::extend::{from_micros, micros_sql, RecordsSql};
+use idem_postgres_core::extend::{from_micros, micros_sql, RecordsSql};
 use idem_store_postgres::PgStore;
 use sqlx::postgres::PgRow;
 use sqlx::Row;

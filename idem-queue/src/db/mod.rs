@@ -9,7 +9,7 @@
 //! claim, `admin.rs` and `browse.rs` what operators read and do, `schedules.rs` the schedules'
 //! table. `fragments.rs` is what they share. Where a statement touches a job's idempotency
 //! record, it goes through the store's records interface
-//! ([`RecordsSql`](idem_store_postgres::extend::RecordsSql)) rather than spelling the records
+//! ([`RecordsSql`](idem_postgres_core::extend::RecordsSql)) rather than spelling the records
 //! SQL again.
 
 pub(crate) mod admin;

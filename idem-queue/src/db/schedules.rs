@@ -4,7 +4,7 @@
 
 use std::time::SystemTime;
 
-use idem_store_postgres::extend::{from_micros, micros_sql, to_micros};
+use idem_postgres_core::extend::{from_micros, micros_sql, to_micros};
 use sqlx::postgres::PgRow;
 use sqlx::{PgExecutor, Row};
 

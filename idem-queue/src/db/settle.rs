@@ -8,7 +8,7 @@ use sqlx::PgExecutor;
 
 use crate::completer::settlement::Settle;
 use crate::db::fragments::{in_state, logged, Table, COUNTED, MICROS};
-use idem_store_postgres::extend::{batch_rows, duration_micros, unseen};
+use idem_postgres_core::extend::{batch_rows, duration_micros, unseen};
 
 /// The statements that settle claims.
 #[derive(Debug)]

@@ -22,7 +22,7 @@ use crate::worker::claimed::Claimed;
 use crate::worker::job_store::JobStore;
 use crate::worker::shared::Shared;
 use idem_core::Codec;
-use idem_store_postgres::extend::from_micros;
+use idem_postgres_core::extend::from_micros;
 
 /// The longest error text kept with a job.
 const MAX_ERROR_LEN: usize = 2000;

@@ -30,11 +30,11 @@ use crate::completer::completion::{JobCompleteOp, JobCompletion};
 use crate::queue::Queue;
 use crate::worker::claimed::Claimed;
 use crate::worker::held::Holder;
-use idem_store_postgres::extend::duration_micros;
-use idem_store_postgres::extend::fence_param;
-use idem_store_postgres::extend::store_error;
-use idem_store_postgres::extend::Resend;
-use idem_store_postgres::extend::{self as batch, Op};
+use idem_postgres_core::extend::duration_micros;
+use idem_postgres_core::extend::fence_param;
+use idem_postgres_core::extend::store_error;
+use idem_postgres_core::extend::Resend;
+use idem_postgres_core::extend::{self as batch, Op};
 use idem_store_postgres::PgStore;
 
 /// The store a job's call runs on. Clones share the job's state.
@@ -174,7 +174,7 @@ impl Store for JobStore {
     async fn renew(&self, key: &Key, fence: Fence, lease: Duration) -> Result<Fenced, StoreError> {
         let sql = &self.queue.sql.complete;
         let holder = self.state.workers.as_ref().map(|w| w.worker.as_str());
-        let renewed = idem_store_postgres::on_connection!(self.inner(), Resend::OnLostConnection, conn => sql.renew(&mut *conn, key.as_str(), fence, lease, self.attempt, holder))
+        let renewed = idem_postgres_core::on_connection!(self.inner(), Resend::OnLostConnection, conn => sql.renew(&mut *conn, key.as_str(), fence, lease, self.attempt, holder))
             .map_err(|e| store_error(e).during(Operation::Renew))?;
         if renewed.jobs == 0 {
             tracing::debug!("the job's claim was settled or taken over before its renewal");

@@ -22,7 +22,7 @@ use crate::worker::held::Holder;
 use crate::worker::listen::listen;
 use crate::worker::shared::Shared;
 use crate::worker::started::write_starts;
-use idem_store_postgres::extend::Resend;
+use idem_postgres_core::extend::Resend;
 
 /// How long calls cut at the shutdown's deadline get to settle before their tasks are aborted.
 pub(crate) const SETTLE_AFTER_CUT: Duration = Duration::from_secs(5);
@@ -413,12 +413,12 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
     // second claim took others; unanswered, they return to the queue when their lease lapses.
     let (claimed, blocked) = match holder.global_limit {
         None => (
-            idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => sql.claim(conn, &claim))?,
+            idem_postgres_core::on_connection!(holder.store, Resend::Never, conn => sql.claim(conn, &claim))?,
             false,
         ),
         Some(global) => {
             let global = i64::try_from(global).unwrap_or(i64::MAX);
-            idem_store_postgres::on_connection!(holder.store, Resend::Never, conn => sql.claim_limited(conn, &claim, global))?
+            idem_postgres_core::on_connection!(holder.store, Resend::Never, conn => sql.claim_limited(conn, &claim, global))?
         }
     };
     for job in &claimed {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::worker::held::Holder;
-use idem_store_postgres::extend::Resend;
+use idem_postgres_core::extend::Resend;
 
 /// How long after a job starts its start is written, unless its outcome is written first.
 pub(crate) const MARK_DELAY: Duration = Duration::from_millis(50);
@@ -51,5 +51,5 @@ pub(crate) async fn mark_now(
 /// those claims are still the holder's.
 async fn mark(holder: &Holder, keys: &[String], attempts: &[i32]) -> Result<u64, sqlx::Error> {
     let sql = &holder.sql.claim;
-    idem_store_postgres::on_connection!(holder.store, Resend::OnLostConnection, conn => sql.mark_started(&mut *conn, keys, attempts, &holder.worker))
+    idem_postgres_core::on_connection!(holder.store, Resend::OnLostConnection, conn => sql.mark_started(&mut *conn, keys, attempts, &holder.worker))
 }

@@ -24,6 +24,7 @@ pub const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 /// that closes its connection likewise); use it for the application's own:
 ///
 /// ```no_run
+/// # use idem_postgres_core as idem_store_postgres;
 /// # async fn run(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
 /// use idem_store_postgres::ClosingTransaction;
 ///

@@ -176,6 +176,7 @@ impl PgStore {
 /// The handler receives the open transaction; run its queries on `&mut **tx`:
 ///
 /// ```no_run
+/// # use idem_postgres_core as idem_store_postgres;
 /// use idem_core::idempotent;
 /// use idem_store_postgres::PgStore;
 ///

@@ -23,6 +23,7 @@
 //! claim anew, which for a statement this short costs about as much as running it:
 //!
 //! ```no_run
+//! # use idem_postgres_core as idem_store_postgres;
 //! use idem_store_postgres::own_table::ClaimBatch;
 //! use idem_store_postgres::sqlx::{PgPool, Row};
 //!

@@ -45,6 +45,7 @@ pub const DEFAULT_TABLE: &str = "idem_records";
 /// [`PgTransaction`](crate::PgTransaction)).
 ///
 /// ```no_run
+/// # use idem_postgres_core as idem_store_postgres;
 /// use idem_core::{idempotent, Outcome};
 /// use idem_store_postgres::{sqlx::PgPool, PgStore};
 ///

@@ -180,11 +180,11 @@ impl StoreConnection<'_> {
 /// one). Evaluates to `Result<_, sqlx::Error>`; use it in an `async` context.
 ///
 /// ```no_run
-/// # async fn f(store: idem_store_postgres::PgStore) -> Result<(), idem_store_postgres::sqlx::Error> {
-/// use idem_store_postgres::extend::Resend;
+/// # async fn f(store: idem_postgres_core::PgStore) -> Result<(), idem_postgres_core::sqlx::Error> {
+/// use idem_postgres_core::extend::Resend;
 /// let key = "job-1";
-/// let n: i64 = idem_store_postgres::on_connection!(store, Resend::OnLostConnection, conn =>
-///     idem_store_postgres::sqlx::query_scalar("SELECT count(*) FROM my_jobs WHERE key = $1")
+/// let n: i64 = idem_postgres_core::on_connection!(store, Resend::OnLostConnection, conn =>
+///     idem_postgres_core::sqlx::query_scalar("SELECT count(*) FROM my_jobs WHERE key = $1")
 ///         .bind(key)
 ///         .fetch_one(&mut *conn))?;
 /// # Ok(()) }
