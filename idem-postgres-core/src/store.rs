@@ -398,7 +398,9 @@ impl PgStore {
     }
 
     /// The records table's statements, for a crate whose own statements write records in the
-    /// same statement as its rows (see [`extend`](crate::extend)).
+    /// same statement as its rows (see [`extend`](crate::extend)). Hidden from the store's
+    /// documentation: it belongs to the layers, not to the store's API.
+    #[doc(hidden)]
     pub fn records(&self) -> &RecordsSql {
         &self.shared.sql
     }
@@ -411,7 +413,9 @@ impl PgStore {
     /// How many statements of one batched operation the store puts on the wire at once, or
     /// `None` when it does not batch ([`through_pool`](PgStoreBuilder::through_pool)): for a
     /// crate that batches its own statements the way the store does (see
-    /// [`extend`](crate::extend)).
+    /// [`extend`](crate::extend)). Hidden from the store's documentation, as
+    /// [`records`](Self::records) is.
+    #[doc(hidden)]
     pub fn batch_drivers(&self) -> Option<usize> {
         self.batches().map(|batches| batches.claims.drivers())
     }

@@ -49,9 +49,9 @@
 //! | `<table>` (`idem_records`) | one row per key and scope: fence, fingerprint, completion, lease or keep end, replayed output, claim token, holder (`host:pid`), next purge time |
 //! | `<table>_fence` | the sequence fences come from: never reused, even after a purge |
 //! | `<table>_effects` | the effect journal ([`idem_core::journal`]) |
-//! | `<table>_migrations` | which of this crate's migrations are applied |
+//! | `<table>_migrations` | which of the store's migrations are applied |
 //!
-//! The migrations are versioned SQL files embedded in the crate. `migrate` applies the missing
+//! The migrations are versioned SQL files embedded in the store. `migrate` applies the missing
 //! ones, each in a transaction of its own (an index built concurrently outside one), under an
 //! advisory lock that every idem migration takes, so
 //! concurrent start-ups take turns and the later ones find nothing to do. The history is kept
