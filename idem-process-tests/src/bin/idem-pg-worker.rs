@@ -10,6 +10,8 @@
 //! idem-pg-worker storm --sqlite PATH --schema S ..     (the same modes, on SQLite)
 //! idem-pg-worker storm --redis URL[,URL..] --log BASE --schema PREFIX ..   (on Redis; several
 //!     URLs: a Redis Cluster)
+//! idem-pg-worker storm --dynamodb URL --log BASE --schema TABLE ..   (on a DynamoDB-compatible
+//!     server, in table TABLE)
 //! idem-pg-worker hold-lock --sqlite PATH --schema S --work-ms W
 //! DATABASE_URL=.. idem-pg-worker drop-after-ok --schema S --keys N [--no-drain]
 //! ```
@@ -19,7 +21,7 @@
 //! Every handler body inserts a row into `<schema>.executions` (no unique constraint, so a body
 //! that runs twice shows up twice) before it returns; on SQLite it appends `key pid` to the file
 //! `PATH.executions` instead (and lost claims to `PATH.lost`); on Redis to `BASE.executions` and
-//! `BASE.lost`, with `--schema` as the store's key prefix. `hold-lock` takes SQLite's write lock
+//! `BASE.lost`, with `--schema` as the store's key prefix (on DynamoDB, its table). `hold-lock` takes SQLite's write lock
 //! (`BEGIN IMMEDIATE`), prints `LOCKED`, and holds it for `--work-ms`. `crash` bodies then sleep up
 //! to `--work-ms`, so workers killed with SIGKILL die mid-body. `tx-crash` bodies run in
 //! transactional mode: their row in `executions` is written in the call's transaction (so it
@@ -30,6 +32,7 @@
 use clap::{Parser, ValueEnum};
 use idem_core::{idempotent, Error, Outcome, Store};
 use idem_process_tests::{Random, WorkerFlags};
+use idem_store_dynamodb::DynamoDbStore;
 use idem_store_postgres::sqlx::{self, PgPool};
 use idem_store_postgres::PgStore;
 use idem_store_redis::RedisStore;
@@ -191,7 +194,11 @@ struct Args {
     /// of a Redis Cluster.
     #[arg(long, value_delimiter = ',')]
     redis: Vec<String>,
-    /// Where bodies record their runs on Redis: `BASE.executions`, `BASE.lost`.
+    /// Run on a DynamoDB-compatible server at this URL instead of PostgreSQL, in the table
+    /// named by `--schema`.
+    #[arg(long)]
+    dynamodb: Option<String>,
+    /// Where bodies record their runs on Redis or DynamoDB: `BASE.executions`, `BASE.lost`.
     #[arg(long)]
     log: Option<PathBuf>,
     /// The first key.
@@ -226,6 +233,17 @@ async fn main() {
             let sink = Sink::Files {
                 executions: append(path.with_extension("executions")),
                 lost: append(path.with_extension("lost")),
+            };
+            (Arc::new(store), sink)
+        }
+        None if args.dynamodb.is_some() => {
+            let url = args.dynamodb.as_deref().expect("checked");
+            let client = idem_store_dynamodb::testing::local_client(url);
+            let store = DynamoDbStore::new(client, &args.worker.schema);
+            let log = args.log.clone().expect("--log BASE with --dynamodb");
+            let sink = Sink::Files {
+                executions: append(log.with_extension("executions")),
+                lost: append(log.with_extension("lost")),
             };
             (Arc::new(store), sink)
         }
