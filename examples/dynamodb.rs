@@ -4,7 +4,7 @@
 //! the stored answer.
 //!
 //! ```text
-//! cargo run --example dynamodb      # DYNAMODB_URL, or a local server (pip install 'moto[server]')
+//! cargo run --example dynamodb      # DYNAMODB_URL, or a local server (pip install 'moto[server]' waitress)
 //! ```
 //!
 //! On AWS, build the client with `aws_config::load_from_env().await` and

@@ -1,6 +1,6 @@
 //! The examples' DynamoDB: `DYNAMODB_URL`, or a local server (moto's, `scripts/dynamodb-local.py`)
 //! started for as long as the returned guard lives, with the Python in `IDEM_PYTHON` or
-//! `python3` (which needs `pip install 'moto[server]'`).
+//! `python3` (which needs `pip install 'moto[server]' waitress`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -37,7 +37,7 @@ pub fn local_dynamodb() -> Result<(String, Option<LocalServer>), String> {
         let _ = child.kill();
         return Err(format!(
             "the local DynamoDB server did not start (install it with `pip install \
-             'moto[server]'`, or set DYNAMODB_URL to a server of yours); it printed {url:?}"
+             'moto[server]' waitress`, or set DYNAMODB_URL to a server of yours); it printed {url:?}"
         ));
     }
     Ok((url, Some(LocalServer(child))))

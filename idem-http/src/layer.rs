@@ -205,7 +205,7 @@ impl IdempotencyLayer {
 
     /// Where the `type` links of the layer's problem answers point: your documentation of the
     /// layer's rules. Each answer adds `#` and an anchor naming its rule, such as
-    /// `#idempotency-key-reused` (the anchors of the repository README's table). By default
+    /// `#idempotency-key-reused` (the anchors of the table in the crate's guide). By default
     /// `type` is `about:blank`, RFC 9457's "no more than the status says".
     pub fn problem_base(self, base: impl Into<Cow<'static, str>>) -> IdempotencyLayer {
         let base = base.into();

@@ -132,8 +132,21 @@
 //! Every answer the layer makes itself is `application/problem+json` (RFC 9457). Its `type` is
 //! `about:blank` (the status and `detail` say what happened) unless
 //! [`problem_base`](IdempotencyLayer::problem_base) names your documentation: then it links to
-//! the entry for the rule broken (`#idempotency-key-reused`, ...; the repository README has a
-//! table of them to copy).
+//! the entry for the rule broken (`#idempotency-key-reused`, ...; this table, to copy into it):
+//!
+//! | anchor (`type`) | the request | the answer |
+//! | --- | --- | --- |
+//! | <a id="idempotency-caller-unknown"></a>`idempotency-caller-unknown` | the scope function names no caller | **401**; nothing runs |
+//! | <a id="idempotency-key-missing"></a>`idempotency-key-missing` | no `Idempotency-Key` | **400** (`require_key(false)`: passes through) |
+//! | <a id="idempotency-key-malformed"></a>`idempotency-key-malformed` | not 1 to 255 visible ASCII characters, as an sf-string or a bare token; or repeated | **400** |
+//! | <a id="idempotency-body-too-large"></a>`idempotency-body-too-large` | a body over `max_request_body` (1 MiB) | **413**, nothing claimed |
+//! | <a id="idempotency-body-unreadable"></a>`idempotency-body-unreadable` | the body broke off while it was read | **400**, nothing claimed |
+//! | <a id="idempotency-key-reused"></a>`idempotency-key-reused` | a known key with another query, body or fingerprinted header | **422**; nothing runs |
+//! | <a id="idempotency-in-progress"></a>`idempotency-in-progress` | the key's first request is still running | **409** with `Retry-After` (or, with `wait(d)`, its answer) |
+//! | <a id="idempotency-store-unavailable"></a>`idempotency-store-unavailable` | the store cannot be reached | **503** with `Retry-After`; nothing runs |
+//! | <a id="idempotency-replay-unreadable"></a>`idempotency-replay-unreadable` | the recorded answer cannot be read back | **500**; nothing runs again |
+//! | <a id="idempotency-response-failed"></a>`idempotency-response-failed` | the inner service's body failed while it was recorded | **500**; the key is released |
+//! | <a id="idempotency-unexpected"></a>`idempotency-unexpected` | an error the layer has no rule for | **500** |
 //!
 //! ## Options
 //!

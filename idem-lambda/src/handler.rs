@@ -33,7 +33,10 @@ impl Idempotency {
             async move {
                 let picked = key.key_of(&event.payload)?;
                 let context = event.context.clone();
-                this.run(picked, &context, handler(event)).await
+                // The handler is called only once the claim is held: a closure that does work
+                // before returning its future would otherwise do it for every duplicate.
+                this.run(picked, &context, async move { handler(event).await })
+                    .await
             }
         })
     }

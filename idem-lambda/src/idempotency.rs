@@ -9,6 +9,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::deadline::UntilDeadline;
+
 /// How long a completed invocation's record is kept by default (1 hour): Powertools'
 /// `expires_after_seconds`. A delivery after that runs again.
 pub const DEFAULT_KEEP: Duration = Duration::from_secs(3600);
@@ -119,6 +121,16 @@ impl Idempotency {
         }
     }
 
+    /// The call of one invocation: its scope, its lease the time to the deadline, renewed no
+    /// further than that.
+    fn call(&self, context: &Context) -> (UntilDeadline, Cow<'static, str>, Duration) {
+        let store = UntilDeadline {
+            inner: self.store.clone(),
+            deadline: (context.deadline != 0).then(|| context.deadline()),
+        };
+        (store, self.scope_for(context), Idempotency::lease(context))
+    }
+
     /// Runs `work` once for `key`: its answer, the stored answer of a duplicate, or
     /// [`AlreadyInProgress`].
     pub(crate) async fn run<R, F>(
@@ -132,9 +144,10 @@ impl Idempotency {
         F: Future<Output = Result<R, lambda_runtime::Error>>,
     {
         let name = key.as_str().to_owned();
-        let outcome = Call::new(&*self.store, key)
-            .scope(self.scope_for(context))
-            .lease(Idempotency::lease(context))
+        let (store, scope, lease) = self.call(context);
+        let outcome = Call::new(&store, key)
+            .scope(scope)
+            .lease(lease)
             .keep(self.keep)
             .run_replay(work)
             .await
@@ -149,6 +162,35 @@ impl Idempotency {
                 "the invocation with idempotency key {name:?} completed without a stored answer"
             )
             .into()),
+            Outcome::InProgress { lease_expires_at } => Err(Box::new(AlreadyInProgress {
+                key: name,
+                lease_expires_at,
+            })),
+        }
+    }
+
+    /// Runs `work` once for `key`, with no answer to replay (an SQS record): done now or
+    /// before is `Ok`, another invocation running it is [`AlreadyInProgress`].
+    pub(crate) async fn run_once<F>(
+        &self,
+        key: Key,
+        context: &Context,
+        work: F,
+    ) -> Result<(), lambda_runtime::Error>
+    where
+        F: Future<Output = Result<(), lambda_runtime::Error>>,
+    {
+        let name = key.as_str().to_owned();
+        let (store, scope, lease) = self.call(context);
+        let outcome = Call::new(&store, key)
+            .scope(scope)
+            .lease(lease)
+            .keep(self.keep)
+            .run(work)
+            .await
+            .map_err(into_lambda_error)?;
+        match outcome {
+            Outcome::Executed(()) | Outcome::Duplicate { .. } => Ok(()),
             Outcome::InProgress { lease_expires_at } => Err(Box::new(AlreadyInProgress {
                 key: name,
                 lease_expires_at,

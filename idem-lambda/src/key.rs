@@ -126,6 +126,20 @@ static RUNTIME: LazyLock<Runtime> = LazyLock::new(|| {
     runtime
 });
 
+/// Whether a selected value names no key: `null`, an empty string, or a list or object that is
+/// empty or holds only `null`s (Powertools' rule). Hashed, each of these would be one constant
+/// key, and every event without its key a duplicate of the first.
+fn is_missing(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Null => true,
+        Value::String(text) => text.is_empty(),
+        Value::Array(items) => items.iter().all(Value::is_null),
+        Value::Object(fields) => fields.values().all(Value::is_null),
+        Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
 /// The key a selected value names: a string as it is (when idem accepts it as a key), anything
 /// else (a number, an object of several fields) by the SHA-256 of its JSON with sorted keys, as
 /// Powertools hashes what its expression selects.
@@ -180,10 +194,10 @@ impl<E> EventKey<E> {
                 };
                 let json = serde_json::to_value(event).map_err(|e| search(e.to_string()))?;
                 let found = compiled.search(json).map_err(|e| search(e.to_string()))?;
-                if found.is_null() {
+                let value = serde_json::to_value(&*found).map_err(|e| search(e.to_string()))?;
+                if is_missing(&value) {
                     return Err(KeyError::Missing { path: path.clone() });
                 }
-                let value = serde_json::to_value(&*found).map_err(|e| search(e.to_string()))?;
                 key_of_value(&value)
             }),
         })
@@ -208,16 +222,45 @@ mod tests {
     }
 
     #[test]
-    fn several_fields_are_one_key_whatever_their_order() {
-        let key = EventKey::<serde_json::Value>::path("[user, order]").unwrap();
-        let a = key.key_of(&json!({"user": 1, "order": "x"})).unwrap();
+    fn an_object_of_several_fields_is_one_key_whatever_their_order() {
+        let key = EventKey::<serde_json::Value>::path("payment").unwrap();
+        let a = key
+            .key_of(&json!({"payment": {"user": 1, "order": "x"}}))
+            .unwrap();
         let b = key
-            .key_of(&json!({"order": "x", "user": 1, "noise": true}))
+            .key_of(&json!({"payment": {"order": "x", "user": 1}}))
             .unwrap();
         assert_eq!(a, b);
         assert!(a.as_str().starts_with("sha256:"));
-        let other = key.key_of(&json!({"user": 2, "order": "x"})).unwrap();
+        let other = key
+            .key_of(&json!({"payment": {"user": 2, "order": "x"}}))
+            .unwrap();
         assert_ne!(a, other);
+    }
+
+    #[test]
+    fn empty_and_all_null_selections_are_missing_not_one_shared_key() {
+        let pair = EventKey::<serde_json::Value>::path("[user, order]").unwrap();
+        assert!(matches!(
+            pair.key_of(&json!({"other": 1})),
+            Err(KeyError::Missing { .. })
+        ));
+        let id = EventKey::<serde_json::Value>::path("id").unwrap();
+        for empty in [
+            json!(""),
+            json!([]),
+            json!({}),
+            json!([null]),
+            json!({"a": null}),
+        ] {
+            assert!(
+                matches!(
+                    id.key_of(&json!({"id": empty})),
+                    Err(KeyError::Missing { .. })
+                ),
+                "{empty} names no key"
+            );
+        }
     }
 
     #[test]

@@ -8,13 +8,16 @@
 //!
 //! - the **key is taken from the event**, with a typed closure or a JMESPath expression
 //!   ([`EventKey`]), Powertools' `event_key_jmespath` and its `powertools_json()` included;
-//! - the **claim lasts until the invocation's deadline** (Powertools' `in_progress_expiration`),
-//!   so a retry after a timeout takes the event over at once, and a duplicate that arrives
-//!   while the first runs fails with [`AlreadyInProgress`] and is retried;
+//! - the **claim lasts until the invocation's deadline** (Powertools' `in_progress_expiration`)
+//!   and is never renewed past it, so a retry after a timeout takes the event over at once,
+//!   and a duplicate that arrives while the first runs fails with [`AlreadyInProgress`] and is
+//!   retried;
 //! - a **duplicate gets the stored answer** without running the handler;
 //! - a **handler error releases the key**, so the retry runs it again;
 //! - **SQS batches** run each record once and report failed ones in `batchItemFailures`
 //!   ([`Idempotency::sqs`]), keeping FIFO groups in order;
+//! - an event **without its key fails**: `null`, an empty string, or an empty or all-`null`
+//!   selection is no key (hashed, each would be one key that every such event shares);
 //! - **EventBridge** events, scheduled ones included, are keyed by their id
 //!   ([`Idempotency::eventbridge`]).
 //!
@@ -84,6 +87,7 @@
 
 #![warn(missing_docs)]
 
+mod deadline;
 mod eventbridge;
 mod handler;
 mod idempotency;

@@ -25,7 +25,10 @@ impl Idempotency {
     /// another invocation is running, is reported in `batchItemFailures`, so SQS delivers it
     /// again and leaves the rest deleted (turn on `ReportBatchItemFailures` on the event source
     /// mapping). On a FIFO queue, once a record of a message group failed, the group's later
-    /// records in the batch are reported failed without running, so the group stays in order.
+    /// records in the batch are reported failed without running, so the group stays in order,
+    /// while other groups go on (Powertools' `skip_group_on_error`; SQS's own advice is to stop
+    /// the whole batch, which keeps every group in order too, at the cost of redelivering
+    /// groups that had nothing to do with the failure).
     pub fn sqs<F, Fut>(
         &self,
         key: EventKey<SqsMessage>,
@@ -79,8 +82,11 @@ impl Idempotency {
             }
             let done = match key.key_of(&record) {
                 Ok(picked) => {
-                    self.run(picked, &context, handler(record, context.clone()))
-                        .await
+                    let record_context = context.clone();
+                    self.run_once(picked, &context, async move {
+                        handler(record, record_context).await
+                    })
+                    .await
                 }
                 Err(e) => Err(e.into()),
             };

@@ -106,7 +106,8 @@ impl RuntimeApi {
     }
 
     /// Invokes the function with `event`, its deadline `timeout` from now, and waits for its
-    /// answer.
+    /// answer: an [`Answer::Error`] if none came within the deadline and a minute more (the
+    /// function died, or never asked for the event).
     pub async fn invoke(&self, event: &serde_json::Value, timeout: Duration) -> Answer {
         let id = format!("request-{}", self.ids.fetch_add(1, Ordering::Relaxed));
         let deadline = SystemTime::now() + timeout;
@@ -122,9 +123,12 @@ impl RuntimeApi {
                 answer,
             })
             .expect("the Runtime API is running");
-        answered
-            .await
-            .expect("the Runtime API answers every invocation")
+        match tokio::time::timeout(timeout + Duration::from_secs(60), answered).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) | Err(_) => Answer::Error(format!(
+                "no answer within the deadline ({timeout:?}) and a minute more"
+            )),
+        }
     }
 }
 

@@ -80,9 +80,11 @@ impl Stored {
             // A record Powertools wrote: it expires once `expiration` (seconds) is in the past,
             // and an in-progress one also once `in_progress_expiration` (ms) is. These are the
             // first milliseconds at which its own condition sees it expired.
+            // Without a numeric `expiration` it never expires, as DynamoDB's comparison with a
+            // missing attribute is false in the claim's condition.
             None => {
                 let expiration = number(item, &layout.expiration)
-                    .map_or(0, |s| s.saturating_add(1).saturating_mul(1000));
+                    .map_or(u64::MAX, |s| s.saturating_add(1).saturating_mul(1000));
                 match number(item, &layout.in_progress_expiration) {
                     Some(ms) if status == INPROGRESS => expiration.min(ms.saturating_add(1)),
                     _ => expiration,

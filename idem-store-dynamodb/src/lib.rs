@@ -92,13 +92,19 @@
 //! a record Powertools validated reads as a mismatch. A sort-key layout
 //! ([`TableLayout::sort_key`]) is Powertools' `sort_key_attr` with its static partition value.
 //!
+//! Share the table for a migration, not the same keys between both at once: Powertools writes
+//! its completion and its release without a condition, so a Python run whose claim lapsed can
+//! overwrite or delete the record of the idem run that took the key over (idem's own writes are
+//! fenced). A Powertools record keeps no completion time: idem reports the end of its
+//! retention instead. [`Purge`](idem_core::Purge) leaves Powertools' records to the TTL.
+//!
 //! ## Time, TTL and what DynamoDB does late
 //!
 //! DynamoDB has no clock a condition can read, so the store writes times from the host's clock
 //! ([`DynamoDbStoreBuilder::clock`]), and hosts sharing a table must agree on the time to
 //! within a small part of a lease. Fences come from the same clock, and a claim never takes a
 //! fence smaller than the one it finds: a release leaves a tombstone (status `RELEASED`) that
-//! keeps it.
+//! keeps it until the TTL deletes it; after that, fences rest on the hosts' clocks alone.
 //!
 //! **Expired items are absent to idem, however late DynamoDB deletes them.** Its TTL deletes
 //! expired items within days, not at once; every decision compares `idem_until` (milliseconds)

@@ -141,11 +141,12 @@ fn next_fence(micros: u64) -> u64 {
 }
 
 /// The claim's inputs, owned: the request runs on a task of its own.
+#[derive(Clone)]
 struct Asked {
     key: Key,
     fingerprint: Option<Fingerprint>,
     lease: Duration,
-    token: Option<ClaimToken>,
+    token: ClaimToken,
 }
 
 /// A claim's answer on its way to its caller. If it is dropped before the caller took it (the
@@ -228,9 +229,7 @@ impl DynamoDbStore {
             .map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 4));
         let until = now.saturating_add(duration_ms(asked.lease));
         let mut fence = next_fence(micros);
-        // Without a token of the caller's, one of this claim's own: a put the SDK sent again
-        // after the first was applied and its answer lost then finds its own claim.
-        let token = asked.token.unwrap_or_else(ClaimToken::random);
+        let token = asked.token;
         for _ in 0..FENCE_RETRIES {
             let mut item: Item = layout.item_key(record_id(&asked.key));
             item.insert(layout.status.clone(), s(INPROGRESS));
@@ -393,12 +392,31 @@ impl Store for DynamoDbStore {
             key: request.key.clone(),
             fingerprint: request.fingerprint.cloned(),
             lease: request.lease,
-            token: request.token,
+            // Without a token of the caller's, one of this claim's own: a put applied whose
+            // answer was lost (retried by the SDK, or sent again to undo it) finds its claim.
+            token: request.token.unwrap_or_else(ClaimToken::random),
         };
         let (send, answer) = tokio::sync::oneshot::channel();
         let store = self.clone();
-        tokio::spawn(async move {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            StoreError::msg("the DynamoDB store runs on a Tokio runtime; there is none here")
+                .during(Operation::Claim)
+        })?;
+        // On idem's pending work, so `idem_core::pending::drain` waits for it at shutdown.
+        idem_core::pending::spawn(&runtime, async move {
             let claim = store.claim_now(&asked).await;
+            if claim.is_err() {
+                // The request may have been applied before its answer was lost (a timeout, a
+                // broken connection): send it once more with its token, and release what it
+                // finds its own. Once: during an outage this fails too, and the lease frees it.
+                let (store, asked) = (store.clone(), asked.clone());
+                idem_core::pending::spawn(&tokio::runtime::Handle::current(), async move {
+                    if let Ok(Claim::Acquired { fence, .. }) = store.claim_now(&asked).await {
+                        tracing::info!(key = %asked.key, "a claim that failed was applied; releasing it");
+                        let _ = store.release(&asked.key, fence).await;
+                    }
+                });
+            }
             let answer = Answer {
                 claim: Some(claim),
                 store,
@@ -479,7 +497,8 @@ impl Store for DynamoDbStore {
             .expression_attribute_names("#tok", own::TOKEN)
             .expression_attribute_values(":released", s(RELEASED))
             .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":exp", n(now / 1000));
+            // Already past for Powertools (`expiration < now`), which may claim over it at once.
+            .expression_attribute_values(":exp", n((now / 1000).saturating_sub(1)));
         self.send_fenced(update, Operation::Release).await
     }
 

@@ -14,7 +14,7 @@ pub fn dynamodb_url() -> String {
         panic!(
             "DYNAMODB_URL is not set. DynamoDB tests need a server that speaks its API: run them \
              with `scripts/test`, which starts a local one, or start it yourself with \
-             `python3 scripts/dynamodb-local.py` (after `pip install 'moto[server]'`) and set \
+             `python3 scripts/dynamodb-local.py` (after `pip install 'moto[server]' waitress`) and set \
              DYNAMODB_URL to the address it prints"
         )
     })
