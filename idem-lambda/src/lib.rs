@@ -81,9 +81,8 @@
 //!
 //! ## Testing a function
 //!
-//! With the `testing` feature, [`testing::RuntimeApi`] is a local Lambda Runtime API: run the
-//! function's binary with its [`function_env`](testing::RuntimeApi::function_env), and
-//! [`invoke`](testing::RuntimeApi::invoke) it through the real runtime loop.
+//! With the `testing` feature, `testing::RuntimeApi` is a local Lambda Runtime API: run the
+//! function's binary with its `function_env`, and `invoke` it through the real runtime loop.
 
 #![warn(missing_docs)]
 

@@ -133,7 +133,7 @@
 //! ## Testing against a local server
 //!
 //! The tests run against moto's DynamoDB-compatible server, started by `scripts/test` (see
-//! [`testing`] with the `testing` feature). It reproduces conditions, `ReturnValues` and
+//! `testing`, with the `testing` feature). It reproduces conditions, `ReturnValues` and
 //! transactions; it does not reproduce TTL deletion (it never deletes: the store treats expired
 //! items as absent anyway), throttling, or eventual consistency (the store reads consistently).
 

@@ -175,7 +175,7 @@ impl Drop for Answer {
 
 impl DynamoDbStore {
     /// A store in `table`, through `client`, with the default layout, clock and grace. The
-    /// table must exist ([`create_table`](DynamoDbStore::create_table) makes one).
+    /// table must exist ([`create_table`](crate::create_table) makes one).
     pub fn new(client: Client, table: impl Into<String>) -> DynamoDbStore {
         DynamoDbStore::builder(client, table)
             .build()
