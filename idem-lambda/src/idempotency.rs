@@ -1,6 +1,9 @@
 //! The configuration every idempotent handler shares, and one invocation's call.
 
-use idem_core::{Call, Error as IdemError, Key, Outcome, Replayable, Store, DEFAULT_LEASE};
+use idem_core::{
+    Call, Codec, Error as IdemError, JsonReplay, Key, NoReplay, Outcome, Replayable, Store,
+    DEFAULT_LEASE,
+};
 use lambda_runtime::Context;
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -121,18 +124,42 @@ impl Idempotency {
         }
     }
 
-    /// The call of one invocation: its scope, its lease the time to the deadline, renewed no
-    /// further than that.
-    fn call(&self, context: &Context) -> (UntilDeadline, Cow<'static, str>, Duration) {
+    /// Runs `work` once for `key` with `codec`: a duplicate's outcome, or the work's own;
+    /// another invocation running it is [`AlreadyInProgress`]. The claim is scoped, and its
+    /// lease is the time to the deadline, renewed no further than that.
+    async fn once<R, C, F>(
+        &self,
+        key: Key,
+        context: &Context,
+        codec: C,
+        work: F,
+    ) -> Result<Outcome<R>, lambda_runtime::Error>
+    where
+        C: Codec<R>,
+        F: Future<Output = Result<R, lambda_runtime::Error>>,
+    {
+        let name = key.as_str().to_owned();
         let store = UntilDeadline {
             inner: self.store.clone(),
             deadline: (context.deadline != 0).then(|| context.deadline()),
         };
-        (store, self.scope_for(context), Idempotency::lease(context))
+        let outcome = Call::new(&store, key)
+            .scope(self.scope_for(context))
+            .lease(Idempotency::lease(context))
+            .keep(self.keep)
+            .run_with(codec, work)
+            .await
+            .map_err(into_lambda_error)?;
+        match outcome {
+            Outcome::InProgress { lease_expires_at } => Err(Box::new(AlreadyInProgress {
+                key: name,
+                lease_expires_at,
+            })),
+            done => Ok(done),
+        }
     }
 
-    /// Runs `work` once for `key`: its answer, the stored answer of a duplicate, or
-    /// [`AlreadyInProgress`].
+    /// Runs `work` once for `key`: its answer, or the stored answer of a duplicate.
     pub(crate) async fn run<R, F>(
         &self,
         key: Key,
@@ -144,33 +171,17 @@ impl Idempotency {
         F: Future<Output = Result<R, lambda_runtime::Error>>,
     {
         let name = key.as_str().to_owned();
-        let (store, scope, lease) = self.call(context);
-        let outcome = Call::new(&store, key)
-            .scope(scope)
-            .lease(lease)
-            .keep(self.keep)
-            .run_replay(work)
-            .await
-            .map_err(into_lambda_error)?;
-        match outcome {
-            Outcome::Executed(answer) => Ok(answer),
-            Outcome::Duplicate {
-                value: Some(answer),
-                ..
-            } => Ok(answer),
-            Outcome::Duplicate { value: None, .. } => Err(format!(
-                "the invocation with idempotency key {name:?} completed without a stored answer"
-            )
-            .into()),
-            Outcome::InProgress { lease_expires_at } => Err(Box::new(AlreadyInProgress {
-                key: name,
-                lease_expires_at,
-            })),
-        }
+        self.once(key, context, JsonReplay, work)
+            .await?
+            .into_value()
+            .ok_or_else(|| {
+                format!("the invocation with idempotency key {name:?} completed without a stored answer")
+                    .into()
+            })
     }
 
     /// Runs `work` once for `key`, with no answer to replay (an SQS record): done now or
-    /// before is `Ok`, another invocation running it is [`AlreadyInProgress`].
+    /// before is `Ok`.
     pub(crate) async fn run_once<F>(
         &self,
         key: Key,
@@ -180,21 +191,6 @@ impl Idempotency {
     where
         F: Future<Output = Result<(), lambda_runtime::Error>>,
     {
-        let name = key.as_str().to_owned();
-        let (store, scope, lease) = self.call(context);
-        let outcome = Call::new(&store, key)
-            .scope(scope)
-            .lease(lease)
-            .keep(self.keep)
-            .run(work)
-            .await
-            .map_err(into_lambda_error)?;
-        match outcome {
-            Outcome::Executed(()) | Outcome::Duplicate { .. } => Ok(()),
-            Outcome::InProgress { lease_expires_at } => Err(Box::new(AlreadyInProgress {
-                key: name,
-                lease_expires_at,
-            })),
-        }
+        self.once(key, context, NoReplay, work).await.map(|_| ())
     }
 }

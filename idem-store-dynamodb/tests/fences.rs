@@ -3,10 +3,12 @@
 //! was outgrown cannot complete. One process's fences always grow, so the items here are
 //! written directly, as a host with a clock far ahead would have left them.
 
+use idem_core::clock::ManualClock;
 use idem_core::{Claim, ClaimRequest, Completion, Fence, Fenced, Key, Purge, Store};
 use idem_store_dynamodb::aws_sdk_dynamodb::types::AttributeValue;
 use idem_store_dynamodb::testing::{dynamodb_url, fresh_table, local_client};
 use idem_store_dynamodb::{DynamoDbStore, TableLayout};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A fence a clock a day ahead would take.
@@ -120,12 +122,15 @@ async fn a_purge_keeps_to_its_own_partition() {
             .unwrap()
     };
     let table = fresh_table(&client, "partitions", &layout("idempotency#a")).await;
+    let clock = ManualClock::new();
     let a = DynamoDbStore::builder(client.clone(), &table)
         .layout(layout("idempotency#a"))
+        .clock(Arc::new(clock.clone()))
         .build()
         .unwrap();
     let b = DynamoDbStore::builder(client, &table)
         .layout(layout("idempotency#b"))
+        .clock(Arc::new(clock.clone()))
         .build()
         .unwrap();
     let key = Key::new("k").unwrap();
@@ -133,7 +138,7 @@ async fn a_purge_keeps_to_its_own_partition() {
         let request = ClaimRequest {
             key: &key,
             fingerprint: None,
-            lease: Duration::from_millis(1),
+            lease: Duration::from_secs(1),
             token: None,
         };
         assert!(matches!(
@@ -141,7 +146,7 @@ async fn a_purge_keeps_to_its_own_partition() {
             Claim::Acquired { .. }
         ));
     }
-    tokio::time::sleep(Duration::from_millis(20)).await; // both 1 ms leases lapse
+    clock.advance(Duration::from_secs(2)); // both leases lapse
     assert_eq!(a.purge_expired(100).await.unwrap(), 1);
     assert!(a.get(&key).await.unwrap().is_none());
     assert!(
