@@ -560,7 +560,7 @@ impl Store for DynamoDbStore {
     }
 
     async fn effect(&self, key: &Key, effect: &str) -> Result<Option<EffectEntry>, StoreError> {
-        crate::journal::read(self, key, effect).await
+        self.read_effect(key, effect).await
     }
 
     async fn record_effect(
@@ -569,6 +569,6 @@ impl Store for DynamoDbStore {
         fence: Fence,
         record: EffectRecord<'_>,
     ) -> Result<Fenced, StoreError> {
-        crate::journal::write(self, key, fence, record).await
+        self.write_effect(key, fence, record).await
     }
 }
