@@ -115,7 +115,8 @@
 //! **Throttling** (`ProvisionedThroughputExceededException`, `ThrottlingException`,
 //! `RequestLimitExceeded`) and transient faults are retried by the SDK's retry strategy with
 //! exponential backoff and jitter (standard mode: 3 attempts by default; raise it with
-//! `aws_config::retry::RetryConfig`). A retried request is safe: a claim that was applied
+//! `aws_config::retry::RetryConfig`). The tests play throttling with a proxy in front of the
+//! local server, which never throttles. A retried request is safe: a claim that was applied
 //! before its answer was lost finds its own fence and is answered as acquired, a completion
 //! applies again under the same fence. **Conditional-check failures are never retried
 //! blindly**: they are answers (in progress, completed, lost fence). A claim sends again only
