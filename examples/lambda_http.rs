@@ -15,6 +15,8 @@
 
 #[path = "support/local_dynamodb.rs"]
 mod local_dynamodb;
+#[path = "support/local_lambda.rs"]
+mod local_lambda;
 
 use axum::http::StatusCode;
 use axum::routing::post;
@@ -27,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+use local_lambda::{Error, LocalFunction};
 
 /// The function: what Lambda runs.
 async fn function() -> Result<(), Error> {
@@ -94,11 +96,11 @@ async fn demo() -> Result<(), Error> {
     let table = format!("idem-http-{}", std::process::id());
     create_table(&client, &table, &TableLayout::default()).await?;
     let api = idem_lambda::testing::RuntimeApi::start().await;
-    let mut function = std::process::Command::new(std::env::current_exe()?)
-        .envs(api.function_env("charges"))
-        .env("DYNAMODB_URL", &url)
-        .env("IDEM_TABLE", &table)
-        .spawn()?;
+    let _function = LocalFunction::start(
+        &api,
+        "charges",
+        &[("DYNAMODB_URL", url.as_str()), ("IDEM_TABLE", &table)],
+    )?;
     for (what, key) in [("charge", "k-1"), ("retry", "k-1"), ("new charge", "k-2")] {
         let answer = api
             .invoke(&charge_event(key, "user-7"), Duration::from_secs(30))
@@ -112,16 +114,9 @@ async fn demo() -> Result<(), Error> {
             answer["statusCode"], answer["body"]
         );
     }
-    function.kill()?;
-    function.wait()?;
     Ok(())
 }
 
 fn main() -> Result<(), Error> {
-    let runtime = tokio::runtime::Runtime::new()?;
-    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
-        runtime.block_on(function())
-    } else {
-        runtime.block_on(demo())
-    }
+    local_lambda::function_or_demo(function, demo)
 }

@@ -17,6 +17,8 @@
 
 #[path = "support/local_dynamodb.rs"]
 mod local_dynamodb;
+#[path = "support/local_lambda.rs"]
+mod local_lambda;
 
 use aws_lambda_events::sqs::SqsMessage;
 use idem_lambda::{EventKey, Idempotency};
@@ -28,7 +30,7 @@ use serde::Deserialize;
 use serde_json::json;
 use std::time::Duration;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+use local_lambda::{Error, LocalFunction};
 
 #[derive(Deserialize)]
 struct Order {
@@ -99,12 +101,15 @@ async fn demo() -> Result<(), Error> {
     create_table(&client, &table, &TableLayout::default()).await?;
     create_table(&client, &ledger, &TableLayout::default()).await?;
     let api = idem_lambda::testing::RuntimeApi::start().await;
-    let mut function = std::process::Command::new(std::env::current_exe()?)
-        .envs(api.function_env("orders"))
-        .env("DYNAMODB_URL", &url)
-        .env("IDEM_TABLE", &table)
-        .env("LEDGER_TABLE", &ledger)
-        .spawn()?;
+    let _function = LocalFunction::start(
+        &api,
+        "orders",
+        &[
+            ("DYNAMODB_URL", url.as_str()),
+            ("IDEM_TABLE", &table),
+            ("LEDGER_TABLE", &ledger),
+        ],
+    )?;
     let batch = json!({"Records": [
         message("m-1", json!({"order_id": "o-1", "cents": 1250})),
         message("m-2", json!({"order_id": "o-2", "cents": 900, "declined": true})),
@@ -130,16 +135,9 @@ async fn demo() -> Result<(), Error> {
         };
         println!("{order} charged {charges} time(s)");
     }
-    function.kill()?;
-    function.wait()?;
     Ok(())
 }
 
 fn main() -> Result<(), Error> {
-    let runtime = tokio::runtime::Runtime::new()?;
-    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some() {
-        runtime.block_on(function())
-    } else {
-        runtime.block_on(demo())
-    }
+    local_lambda::function_or_demo(function, demo)
 }
