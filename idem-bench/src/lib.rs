@@ -1,6 +1,7 @@
 //! What idem's benchmark programs share: the PostgreSQL server they measure against, the CPU
 //! time a run costs the client and that server ([`cpu`]), and the median and range of repeated
-//! measurements ([`spread`]).
+//! measurements ([`spread`]), and how a queue benchmark's `--prefetch` configures workers
+//! ([`prefetch`]).
 
 pub mod cpu;
 pub mod spread;
@@ -81,4 +82,13 @@ where
         calls as f64 / started.elapsed().as_secs_f64(),
         executed.load(Ordering::Relaxed),
     )
+}
+
+/// Workers as a queue benchmark's `--prefetch` says: the queue's defaults (adaptive
+/// prefetching) without it, else always `n` jobs past the free slots (0: never).
+pub fn prefetch(workers: idem_queue::WorkerBuilder, n: Option<usize>) -> idem_queue::WorkerBuilder {
+    match n {
+        Some(n) => workers.prefetch(n),
+        None => workers,
+    }
 }

@@ -174,18 +174,30 @@ async fn workers_killed_or_stalled_mid_batch_lose_nothing() {
 /// had started and not settled when it died, and no job's attempts exceed its runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefetching_workers_killed_mid_batch_lose_nothing_and_count_only_started_jobs() {
+    killed_while_prefetching("q_kill_prefetch", Some(64)).await;
+}
+
+/// The same on the queue's defaults, which prefetch under a backlog: the kills land once
+/// each victim has turned prefetching on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_on_defaults_killed_while_prefetching_lose_nothing_and_count_only_started_jobs() {
+    killed_while_prefetching("q_kill_adaptive", None).await;
+}
+
+/// Kills worker processes (`prefetch`: always that many past their slots, else the defaults)
+/// while they hold jobs they claimed and did not start; see above.
+async fn killed_while_prefetching(name: &str, prefetch: Option<i64>) {
     let _turn = TURN.lock().await;
     const JOBS: u32 = 5_000;
     const KILLS: usize = 4;
     const CONCURRENCY: i64 = 8;
-    const PREFETCH: i64 = 64;
-    let schema = Schema::new("q_kill_prefetch").await;
+    let schema = Schema::new(name).await;
     let queue = enqueue(&schema, JOBS).await;
-    let prefetching = [
+    let mut prefetching = vec![
         ("work-ms", "40".to_owned()),
         ("lease-ms", "1000".to_owned()),
-        ("prefetch", PREFETCH.to_string()),
     ];
+    prefetching.extend(prefetch.map(|n| ("prefetch", n.to_string())));
     let mut live: Vec<Child> = (0..3)
         .map(|_| worker(&schema, JOBS, &prefetching))
         .collect();
@@ -339,15 +351,27 @@ async fn a_worker_stopped_mid_batch_gives_its_jobs_back() {
     let rest = worker(&schema, JOBS, &[]);
     summary(rest);
     let (runs, distinct) = all_done(&schema, &queue, JOBS).await;
-    // Only the jobs it gave back ran again (from the start, elsewhere).
-    assert_eq!(runs - distinct, released as i64, "released {released}");
+    // It gave back the jobs cut at the deadline (their attempt logged `released`) and, on
+    // the defaults, jobs it had prefetched and never started (nothing logged).
+    let cut = schema
+        .scalar(
+            r#"SELECT count(*) FROM {schema}.idem_records_queue
+               WHERE attempt_log @> '[{"outcome": "released"}]'"#,
+        )
+        .await;
+    assert!(
+        cut > 0 && cut <= released as i64,
+        "cut {cut}, released {released}"
+    );
+    // Only the jobs it cut ran again (from the start, elsewhere).
+    assert_eq!(runs - distinct, cut, "released {released}");
     let repeated_elsewhere = schema
         .scalar(&format!(
             "SELECT count(*) FROM (SELECT key FROM {{schema}}.executions GROUP BY key
              HAVING count(*) > 1 AND bool_or(pid = {stopped_pid})) r"
         ))
         .await;
-    assert_eq!(repeated_elsewhere, released as i64);
+    assert_eq!(repeated_elsewhere, cut);
     schema.drop_schema().await;
 }
 

@@ -57,6 +57,9 @@ impl Slots {
             stopping: Default::default(),
             rescue: Rescue::new(lease),
             prefetch: 0,
+            prefetching: Default::default(),
+            backlog: Default::default(),
+            job_micros: Default::default(),
             starts: Default::default(),
         }))
     }

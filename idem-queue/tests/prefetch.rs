@@ -181,3 +181,76 @@ async fn a_shutdown_past_its_deadline_logs_only_the_started_job() {
         );
     }
 }
+
+/// On the defaults, workers prefetch under a backlog and stop once it is gone. Of a backlog of
+/// 218 jobs, the first 200 run through and the rest wait at a gate: while two of them hold
+/// both slots, the workers hold claims on the other 16 (they prefetched). Once the queue is
+/// idle, a job arriving while another runs is claimed for the free slot only, the rest left
+/// queued for whoever is free first: prefetching turned itself off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_workers_prefetch_under_a_backlog_and_not_when_idle() {
+    const QUICK: usize = 200;
+    const HELD: usize = 18;
+    let test = TestStore::new("qp_adaptive", 8).await;
+    let queue = support::queue(&test).await;
+    enqueue(&queue, (0..QUICK + HELD).map(|i| format!("backlog:{i}"))).await;
+    let runs: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let counted = runs.clone();
+    let (open, gate) = tokio::sync::watch::channel(false);
+    // Jobs started so far; from the `QUICK`th on, each waits at the gate.
+    let (started, mut at_gate) = tokio::sync::watch::channel(0usize);
+    let workers = queue
+        .worker(move |job: Job| {
+            *counted
+                .lock()
+                .unwrap()
+                .entry(job.key().to_owned())
+                .or_default() += 1;
+            let mut nth = 0;
+            started.send_modify(|n| {
+                nth = *n;
+                *n += 1;
+            });
+            let mut gate = gate.clone();
+            async move {
+                if nth >= QUICK {
+                    let _ = gate.wait_for(|open| *open).await;
+                }
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .concurrency(2)
+        .start();
+    at_gate.wait_for(|n| *n == QUICK + 2).await.unwrap();
+    // The quick jobs' outcomes are written behind their handlers.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut stats = queue.stats().await.unwrap();
+    while stats.done < QUICK as u64 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await; // polls the queue's counts
+        stats = queue.stats().await.unwrap();
+    }
+    assert_eq!(
+        (stats.done, stats.running, stats.queued),
+        (QUICK as u64, HELD as u64, 0),
+        "under the backlog the workers prefetched every job left"
+    );
+    open.send_replace(true);
+    workers.wait_idle().await;
+    open.send_replace(false);
+    enqueue(&queue, std::iter::once("solo:0".to_owned())).await;
+    at_gate.wait_for(|n| *n == QUICK + HELD + 1).await.unwrap();
+    enqueue(&queue, (1..6).map(|i| format!("solo:{i}"))).await;
+    at_gate.wait_for(|n| *n == QUICK + HELD + 2).await.unwrap();
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(
+        (stats.running, stats.queued),
+        (2, 4),
+        "on an idle queue the workers claim for their free slot only"
+    );
+    open.send_replace(true);
+    workers.wait_idle().await;
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), QUICK + HELD + 6, "every job ran");
+    assert!(runs.values().all(|&n| n == 1), "no job ran twice");
+    workers.shutdown(Duration::from_secs(5)).await;
+}

@@ -13,7 +13,8 @@ const LEASE: Duration = Duration::from_secs(60);
 
 /// While work waits, a queued job costs one statement: its completion, which also marks it done
 /// and claims the next job for the slot it frees (so the worker's own claim runs only when
-/// the slot finds nothing). Counted on the wire with one worker.
+/// the slot finds nothing). Counted on the wire with one worker that never prefetches (on the
+/// defaults it would, once the first completion found the next job waiting).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_job_costs_one_statement_while_work_waits() {
     const JOBS: u64 = 40;
@@ -35,6 +36,7 @@ async fn a_queued_job_costs_one_statement_while_work_waits() {
     let workers = Queue::new(&store)
         .worker(|_job: Job| async { Ok::<_, std::io::Error>(()) })
         .concurrency(1)
+        .prefetch(0)
         .lease(LEASE) // no renewal falls due during the test
         .listen(false) // no LISTEN connection: only job statements cross the proxy
         .poll_interval(Duration::from_secs(3600))

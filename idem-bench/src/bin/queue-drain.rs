@@ -46,8 +46,9 @@ struct Args {
     #[arg(long, default_value_t = 16)]
     workers: usize,
     /// Jobs claimed past the free slots.
-    #[arg(long, default_value_t = idem_queue::DEFAULT_PREFETCH)]
-    prefetch: usize,
+    /// Without it, the queue's defaults (adaptive prefetching).
+    #[arg(long)]
+    prefetch: Option<usize>,
 }
 
 fn micros_now() -> u128 {
@@ -101,9 +102,8 @@ async fn main() {
                 started.send_replace(n);
                 async { Ok::<_, std::convert::Infallible>(()) }
             })
-            .concurrency(args.workers)
-            .prefetch(args.prefetch)
-            .start();
+            .concurrency(args.workers);
+        let workers = idem_bench::prefetch(workers, args.prefetch).start();
         workers.wait_idle().await;
         let mut waits = Vec::with_capacity(jobs);
         for n in 1..=jobs as u64 {
@@ -130,8 +130,8 @@ async fn main() {
     let started = micros_now();
     let workers = queue
         .worker(|_job: Job| async { Ok::<_, std::convert::Infallible>(()) })
-        .concurrency(args.workers)
-        .prefetch(args.prefetch)
+        .concurrency(args.workers);
+    let workers = idem_bench::prefetch(workers, args.prefetch)
         .poll_interval(Duration::from_millis(50))
         .start();
     let left = format!(

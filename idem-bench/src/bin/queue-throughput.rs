@@ -74,8 +74,9 @@ struct Args {
     #[arg(long)]
     database_url: Option<String>,
     /// Jobs idem's workers claim past their free slots (`WorkerBuilder::prefetch`).
-    #[arg(long, default_value_t = idem_queue::DEFAULT_PREFETCH)]
-    prefetch: usize,
+    /// Without it, the queue's defaults (adaptive prefetching).
+    #[arg(long)]
+    prefetch: Option<usize>,
     /// Rounds: every worker count once per round, in turn. A row is the worker count's median
     /// round by idem's default / hand-written ratio, with that ratio's range over the rounds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -111,7 +112,7 @@ async fn round(
     items: u64,
     batch: i64,
     workers: usize,
-    prefetch: usize,
+    prefetch: Option<usize>,
     enqueue_rates: &mut Vec<f64>,
 ) -> Round {
     let schema = format!("idem_bench_queue_{workers}");
@@ -188,12 +189,12 @@ async fn enqueue_idem(store: &PgStore, items: u64) -> f64 {
 }
 
 /// Drains the queue with `workers` concurrent jobs; returns items/s.
-async fn drain_idem(store: &PgStore, items: u64, workers: usize, prefetch: usize) -> f64 {
+async fn drain_idem(store: &PgStore, items: u64, workers: usize, prefetch: Option<usize>) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let finished = Arc::new(tokio::sync::Notify::new());
     let (handler_done, handler_finished) = (done.clone(), finished.clone());
     let started = Instant::now();
-    let running = Queue::new(store)
+    let workers = Queue::new(store)
         .worker(move |_job: Job| {
             let (done, finished) = (handler_done.clone(), handler_finished.clone());
             async move {
@@ -203,8 +204,8 @@ async fn drain_idem(store: &PgStore, items: u64, workers: usize, prefetch: usize
                 Ok::<_, std::convert::Infallible>(())
             }
         })
-        .concurrency(workers)
-        .prefetch(prefetch)
+        .concurrency(workers);
+    let running = idem_bench::prefetch(workers, prefetch)
         .poll_interval(Duration::from_millis(50))
         .start();
     finished.notified().await;

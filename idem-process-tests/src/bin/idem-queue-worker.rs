@@ -101,9 +101,10 @@ struct Args {
     /// At most this many of the queue's jobs run at once across every process.
     #[arg(long)]
     global_limit: Option<usize>,
-    /// Jobs claimed past the free slots.
-    #[arg(long, default_value_t = 0)]
-    prefetch: usize,
+    /// Always claim this many jobs past the free slots (0: never); without it, the queue's
+    /// defaults (prefetching under a backlog).
+    #[arg(long)]
+    prefetch: Option<usize>,
 }
 
 #[tokio::main]
@@ -133,8 +134,10 @@ async fn main() {
         })
         .queue(args.queue.clone(), concurrency)
         .lease(Duration::from_millis(args.lease_ms))
-        .prefetch(args.prefetch)
         .poll_interval(Duration::from_millis(100));
+    if let Some(prefetch) = args.prefetch {
+        workers = workers.prefetch(prefetch);
+    }
     if let Some(limit) = args.global_limit {
         workers = workers.global_limit(args.queue.clone(), limit);
     }

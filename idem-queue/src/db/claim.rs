@@ -111,9 +111,9 @@ impl Claiming {
             ..
         } = self;
         format!(
-            "SELECT p.key, p.lapsed, p.serial_key FROM (
-                 SELECT l.key, true AS lapsed, l.serial_key FROM (
-                     SELECT j.key, j.serial_key FROM {q} AS j
+            "SELECT p.key, p.lapsed, p.serial_key, p.priority, p.due FROM (
+                 SELECT l.key, true AS lapsed, l.serial_key, l.priority, l.due FROM (
+                     SELECT j.key, j.serial_key, j.priority, j.available_at AS due FROM {q} AS j
                      WHERE {rescue} AND j.state = 'running' AND j.available_at <= now()
                        AND j.queue = {queue} {also} AND {serial_lapsed}
                      ORDER BY j.available_at
@@ -121,8 +121,8 @@ impl Claiming {
                      FOR UPDATE SKIP LOCKED
                  ) AS l
                  UNION ALL
-                 SELECT w.key, false, w.serial_key FROM (
-                     SELECT j.key, j.serial_key FROM {q} AS j
+                 SELECT w.key, false, w.serial_key, w.priority, w.due FROM (
+                     SELECT j.key, j.serial_key, j.priority, j.available_at AS due FROM {q} AS j
                      WHERE j.state = 'queued' AND j.available_at <= now()
                        AND j.queue = {queue} {also} AND {serial}
                      ORDER BY j.priority DESC, j.available_at
@@ -326,13 +326,18 @@ impl ClaimSql {
         let pick = |queue: &str, limit: &str, also: &str, rescue: &str| {
             claiming.pick(queue, limit, also, rescue)
         };
+        // In the order they were picked (taken-over jobs first, then by priority), which is the
+        // order prefetching workers start them in.
+        let in_order = "FROM claimed c LEFT JOIN records r ON r.key = c.key
+                        JOIN picked p ON p.key = c.key
+                        ORDER BY p.lapsed DESC, p.priority DESC, p.due, c.key";
         ClaimSql {
             name: t.name.clone(),
             claim: format!(
                 "WITH {}, records AS ({unheld})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
                         c.cancel_requested, c.traceparent, c.lapsed, c.counted
-                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
+                 {in_order}",
                 claim_picked(
                     &pick(
                         &unseen("$4", "text"),
@@ -356,7 +361,7 @@ impl ClaimSql {
                  {}, records AS ({unheld})
                  SELECT c.key, c.payload::text, c.attempts, c.max_attempts, r.fence, {lease_end},
                         c.cancel_requested, c.traceparent, c.lapsed, c.counted
-                 FROM claimed c LEFT JOIN records r ON r.key = c.key",
+                 {in_order}",
                 claimed("(SELECT n FROM places)", "$2", "$3", "$4", "", "$6")
             ),
             limit_reached: format!(
@@ -489,5 +494,6 @@ pub(crate) fn decode_claimed(
         lapsed: row.try_get::<Option<bool>, _>(first + 8)?.unwrap_or(false),
         counted: row.try_get(first + 9)?,
         start_by,
+        start_noted: true,
     })
 }

@@ -23,9 +23,10 @@ use crate::worker::workers::Workers;
 /// [`WorkerBuilder::poll_interval`] says otherwise.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How many jobs workers claim past their free slots unless [`WorkerBuilder::prefetch`] says
-/// otherwise.
-pub const DEFAULT_PREFETCH: usize = 0;
+/// The most jobs workers claim past their free slots unless [`WorkerBuilder::prefetch`] says
+/// otherwise; by default they prefetch only under a backlog
+/// ([`WorkerBuilder::adaptive_prefetch`]).
+pub const DEFAULT_PREFETCH: usize = 500;
 
 /// Configures [`Workers`]; from [`Queue::worker`].
 pub struct WorkerBuilder {
@@ -34,6 +35,7 @@ pub struct WorkerBuilder {
     concurrency: usize,
     batch_size: Option<usize>,
     prefetch: usize,
+    adaptive: bool,
     lease: Duration,
     poll_interval: Duration,
     backoff: Backoff,
@@ -52,6 +54,7 @@ impl std::fmt::Debug for WorkerBuilder {
             .field("concurrency", &self.concurrency)
             .field("batch_size", &self.batch_size)
             .field("prefetch", &self.prefetch)
+            .field("adaptive", &self.adaptive)
             .field("lease", &self.lease)
             .field("poll_interval", &self.poll_interval)
             .field("backoff", &self.backoff)
@@ -88,6 +91,7 @@ impl WorkerBuilder {
             concurrency: 4,
             batch_size: None,
             prefetch: DEFAULT_PREFETCH,
+            adaptive: true,
             lease: idem_core::DEFAULT_LEASE,
             poll_interval: DEFAULT_POLL_INTERVAL,
             backoff: Backoff::default(),
@@ -132,13 +136,29 @@ impl WorkerBuilder {
         self
     }
 
-    /// How many jobs a claim may take past the free slots (default [`DEFAULT_PREFETCH`]), held
-    /// on their lease in this process and started as slots free up, so that a busy queue of
-    /// short jobs costs a claim statement per batch of jobs rather than one per job. 0 claims
-    /// only for free slots. Workers under a [`global_limit`](Self::global_limit) never
-    /// prefetch. What it costs and keeps: the crate's **Tuning** section.
+    /// Always prefetch: every claim takes up to `jobs` jobs past the free slots, held on their
+    /// lease in this process and started as slots free up, so that a busy queue of short jobs
+    /// costs a claim statement per batch of jobs rather than one per job. 0 never prefetches:
+    /// claims take only jobs a free slot can start. The default is
+    /// [`adaptive_prefetch`](Self::adaptive_prefetch)`(`[`DEFAULT_PREFETCH`]`)`. Workers under
+    /// a [`global_limit`](Self::global_limit) never prefetch. What it costs and keeps: the
+    /// crate's **Tuning** section.
     pub fn prefetch(mut self, jobs: usize) -> Self {
         self.prefetch = jobs;
+        self.adaptive = false;
+        self
+    }
+
+    /// Prefetch under a backlog only, up to `jobs` past the free slots (the default, at
+    /// [`DEFAULT_PREFETCH`]). The workers claim for free slots until a finished job's
+    /// completion finds the next job waiting; then they prefetch, holding as many jobs as
+    /// their slots start within a quarter of the lease at the pace jobs have run so far (so
+    /// slow jobs are not prefetched at all), until a claim comes back short with nothing held,
+    /// and they claim for free slots again. An idle queue's job starts as soon as without
+    /// prefetching; a backlog drains as fast as with it. 0 never prefetches.
+    pub fn adaptive_prefetch(mut self, jobs: usize) -> Self {
+        self.prefetch = jobs;
+        self.adaptive = true;
         self
     }
 
@@ -235,6 +255,11 @@ impl WorkerBuilder {
                     } else {
                         self.prefetch
                     },
+                    prefetching: std::sync::atomic::AtomicBool::new(
+                        global_limit.is_none() && self.prefetch > 0 && !self.adaptive,
+                    ),
+                    backlog: Default::default(),
+                    job_micros: Default::default(),
                     starts: Default::default(),
                 });
                 let shared = Arc::new(Shared {
@@ -256,6 +281,7 @@ impl WorkerBuilder {
                     } else {
                         self.prefetch
                     },
+                    adaptive: self.adaptive,
                 };
                 (shared, config)
             })

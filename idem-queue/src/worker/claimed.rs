@@ -34,6 +34,9 @@ pub struct Claimed {
     /// held past their time) may name a claim that has lapsed and been taken over, even
     /// completed: starting the job then would run it again after it was done.
     pub start_by: Instant,
+    /// Whether its claim noted its start (a claim for free slots), else its start is noted
+    /// when it starts (a prefetching claim: see `started`).
+    pub start_noted: bool,
 }
 
 /// When a job claimed by a statement sent at `sent`, on `lease`, must start by.

@@ -135,7 +135,9 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed, slot: Option<Slot>) -> Opti
     // `None`: settled with the call's completion (or owned by a newer claim).
     let outcome = settled.as_ref().map_or("done", Settle::outcome);
     metrics::counter!(crate::metrics::JOBS, "outcome" => outcome).increment(1);
-    metrics::histogram!(crate::metrics::JOB_SECONDS).record(started.elapsed().as_secs_f64());
+    let took = started.elapsed();
+    metrics::histogram!(crate::metrics::JOB_SECONDS).record(took.as_secs_f64());
+    shared.holder.job_took(took);
     // `None`: settled already (with the call's completion), or another claim owns the job.
     if let Some(how) = settled {
         settle(&shared.holder, &job, how).await;
@@ -146,11 +148,11 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed, slot: Option<Slot>) -> Opti
 
 /// Notes that a prefetched job starts (see `started`): before it runs when its last claim
 /// lapsed (so that a job that kills its worker is counted), else in the background.
-/// `Ok(false)`: its claim is no longer this attempt's. Jobs claimed to start at once need
+/// `Ok(false)`: its claim is no longer this attempt's. Jobs claimed for free slots need
 /// none: their claim noted the start.
 async fn note_start(shared: &Shared, job: &Claimed) -> Result<bool, sqlx::Error> {
     let holder = &shared.holder;
-    if holder.prefetch == 0 {
+    if job.start_noted {
         return Ok(true);
     }
     if job.lapsed {

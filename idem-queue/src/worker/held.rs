@@ -4,7 +4,7 @@
 //! job for its slot claims it for this holder.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,11 +36,79 @@ pub(crate) struct Holder {
     pub stopping: AtomicBool,
     /// When a claim of this queue also takes back jobs whose lease lapsed.
     pub rescue: Rescue,
-    /// How many jobs past the free slots a claim may take, to start as slots free up (0: none;
-    /// then each completion claims the next job for its slot).
+    /// How many jobs past the free slots a claim may take, to start as slots free up (0:
+    /// never).
     pub prefetch: usize,
+    /// Whether the workers prefetch now: then the producer claims past the free slots, else
+    /// each completion claims the next job for its slot. Always, for a fixed prefetch; under
+    /// a backlog only, for an adaptive one (see `producer`).
+    pub prefetching: AtomicBool,
+    /// Set by a completion that claimed the next job for its slot: the queue had more work
+    /// than slots when a job ended.
+    pub backlog: Backlog,
+    /// How long jobs take, from start to settled (a moving average, µs): how many jobs the
+    /// slots start within a lease, and so how many an adaptive prefetch holds.
+    pub job_micros: AtomicU64,
     /// Prefetched jobs' starts not written yet.
     pub starts: Starts,
+}
+
+impl Holder {
+    /// Notes that a job took `took` from its start to its settlement.
+    pub fn job_took(&self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+        let average = self.job_micros.load(Ordering::Relaxed);
+        // An eighth of each new job: a few slow jobs do not stop a queue of quick ones
+        // from prefetching, a run of slow ones does. Races lose a sample, harmlessly.
+        let next = if average == 0 {
+            micros
+        } else {
+            average - average / 8 + micros / 8
+        };
+        self.job_micros.store(next.max(1), Ordering::Relaxed);
+    }
+
+    /// How many jobs past `slots` free slots an adaptive prefetch holds now: as many as the
+    /// slots start within a quarter of the lease at the jobs' pace so far, at most
+    /// `prefetch`. Held jobs then start well within the half lease they are given (see
+    /// `Claimed::start_by`); a queue of slow jobs does not prefetch at all.
+    pub fn prefetch_now(&self, slots: usize) -> usize {
+        let job = Duration::from_micros(self.job_micros.load(Ordering::Relaxed));
+        started_within(slots, self.lease / 4, job).min(self.prefetch)
+    }
+}
+
+/// How many jobs `slots` slots start within `time`, each job taking `job`.
+fn started_within(slots: usize, time: Duration, job: Duration) -> usize {
+    let job = job.as_micros().max(1);
+    let started = (slots as u128).saturating_mul(time.as_micros()) / job;
+    usize::try_from(started).unwrap_or(usize::MAX)
+}
+
+/// Whether a completion found the queue backlogged since the producer last looked.
+#[derive(Debug, Default)]
+pub(crate) struct Backlog {
+    seen: AtomicBool,
+    wake: Notify,
+}
+
+impl Backlog {
+    /// A completion claimed the next job for its slot.
+    pub fn seen(&self) {
+        if !self.seen.swap(true, Ordering::SeqCst) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Whether a backlog was seen since the last call; forgets it.
+    pub fn take(&self) -> bool {
+        self.seen.swap(false, Ordering::SeqCst)
+    }
+
+    /// Waits until a backlog is seen.
+    pub async fn noticed(&self) {
+        self.wake.notified().await;
+    }
 }
 
 /// Starts not yet written: each job's key, with its attempt (the claim's fence).
@@ -107,5 +175,27 @@ impl Held {
     /// Every held claim: (key, attempt).
     pub fn snapshot(&self) -> Vec<(String, i32)> {
         self.map().iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::started_within;
+    use std::time::Duration;
+
+    #[test]
+    fn slow_jobs_leave_nothing_to_prefetch() {
+        let quarter = Duration::from_millis(7_500);
+        // No-op jobs: far more than any prefetch.
+        assert_eq!(
+            started_within(16, quarter, Duration::from_micros(150)),
+            800_000
+        );
+        // Jobs of a few seconds: a few per slot.
+        assert_eq!(started_within(4, quarter, Duration::from_secs(3)), 10);
+        // The article's 35 s job: none (so no prefetching).
+        assert_eq!(started_within(4, quarter, Duration::from_secs(35)), 0);
+        // No measure yet counts as instant, never as a division by zero.
+        assert_eq!(started_within(1, quarter, Duration::ZERO), 7_500_000);
     }
 }

@@ -12,9 +12,10 @@
 //! - completing the call also marks the job done, in the same statement; when the store batches,
 //!   the completions of concurrent jobs share one statement (`completer/completion.rs`), and
 //! - that statement also claims the next job for the slot the finished job frees (unless the
-//!   workers are stopping): the job's task runs it next, so a job costs one statement where
-//!   there is work waiting (its share of a completion that claims), and no job is claimed
-//!   before a slot is free to run it.
+//!   workers are stopping, or prefetching): the job's task runs it next, so a job costs one
+//!   statement where there is work waiting (its share of a completion that claims), and no job
+//!   is claimed before a slot is free to run it. A next job found tells the producer that the
+//!   queue is backlogged, which turns an adaptive prefetch on.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -150,7 +151,7 @@ impl Store for JobStore {
             // A queue with a global limit claims under its lock only (see `ClaimSql::claim_limited`).
             next: self.state.workers.clone().filter(|workers| {
                 workers.global_limit.is_none()
-                    && workers.prefetch == 0
+                    && !workers.prefetching.load(Ordering::SeqCst)
                     && !workers.stopping.load(Ordering::SeqCst)
                     && !self.state.completion_sent.swap(true, Ordering::SeqCst)
             }),
@@ -162,6 +163,9 @@ impl Store for JobStore {
         };
         self.state.marked_done.store(done, Ordering::SeqCst);
         if let Some(next) = next {
+            if let Some(workers) = &self.state.workers {
+                workers.backlog.seen();
+            }
             *self.state.next.lock().unwrap_or_else(|e| e.into_inner()) = Some(next);
         }
         Ok(if completed {

@@ -1,6 +1,7 @@
 //! The worker side: what runs jobs. `builder.rs` configures and starts a set of workers,
 //! `workers.rs` is the running handle and its shutdown, `producer.rs` claims jobs into free
-//! slots (one producer per named queue, prefetching when asked), `listen.rs` wakes idle
+//! slots (one producer per named queue, prefetching under a backlog), `tasks.rs` its job tasks
+//! and the slots they hold, `listen.rs` wakes idle
 //! producers on new work, `executor.rs` runs one claimed job as an idempotent call,
 //! `job_store.rs` is that call's view of the store (its first claim answered by the queue's
 //! claim, its renewal and completion extended to the job's row), `held.rs` the claims a set of
@@ -17,4 +18,5 @@ pub(crate) mod listen;
 pub(crate) mod producer;
 pub(crate) mod shared;
 pub(crate) mod started;
+pub(crate) mod tasks;
 pub(crate) mod workers;

@@ -1,6 +1,16 @@
-//! The producer: claims batches of jobs into this process's free slots (never more), starts
-//! each on the executor, sleeps until PostgreSQL notifies it of new work (or the poll interval
-//! passes), and on shutdown drains what runs until the deadline.
+//! The producer: claims batches of jobs into this process's free slots, starts each on the
+//! executor, sleeps until PostgreSQL notifies it of new work (or the poll interval passes),
+//! and on shutdown drains what runs until the deadline.
+//!
+//! It claims in one of two ways. For free slots only: a job waits behind no other, and each
+//! completion claims the next job for its slot in its own statement, a statement per job.
+//! Prefetching: claims take many jobs past the free slots, held until a slot frees, and
+//! outcomes are written behind the handlers, many to a statement. A fixed prefetch always
+//! prefetches; an adaptive one (the default) claims for free slots until a completion finds
+//! the next job waiting (a backlog), prefetches until a claim comes back short with nothing
+//! held (the backlog is gone), and then claims for free slots again. An idle queue's jobs
+//! thus take the path with the least between enqueue and start, and a backlog drains at
+//! prefetching's pace.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -9,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Notify};
 use tokio::task::{JoinError, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -22,6 +32,7 @@ use crate::worker::held::Holder;
 use crate::worker::listen::listen;
 use crate::worker::shared::Shared;
 use crate::worker::started::write_starts;
+use crate::worker::tasks::Tasks;
 use idem_postgres_core::extend::Resend;
 
 /// How long calls cut at the shutdown's deadline get to settle before their tasks are aborted.
@@ -33,8 +44,19 @@ pub(crate) struct ProducerConfig {
     pub batch_size: usize,
     pub poll_interval: Duration,
     pub listen: bool,
-    /// Jobs claimed past the free slots (0: none).
+    /// Jobs claimed past the free slots (0: none); the most, when adaptive.
     pub prefetch: usize,
+    /// Whether prefetching turns on under a backlog only, holding as many jobs as the slots
+    /// start within a quarter lease ([`Holder::prefetch_now`](crate::worker::held::Holder::prefetch_now)).
+    pub adaptive: bool,
+}
+
+/// Why a way of claiming stopped.
+enum Ended {
+    /// The workers stop; this many held jobs were given back.
+    Stopping(usize),
+    /// The other way of claiming suits the queue now.
+    Switch,
 }
 
 /// What [`Workers::shutdown`](crate::Workers::shutdown) did with the jobs that were running.
@@ -71,7 +93,7 @@ pub(crate) async fn produce(
             listen(pool, name, wake.clone(), listening.clone()).in_current_span(),
         ))
     });
-    let mut tasks = JoinSet::new();
+    let mut tasks = Tasks::new(config.concurrency);
     // Prefetched jobs' starts are written until the workers stopped (running jobs finish in
     // the shutdown, and their starts count should the process die meanwhile).
     let _starts = (config.prefetch > 0).then(|| {
@@ -79,37 +101,49 @@ pub(crate) async fn produce(
             write_starts(Arc::clone(&shared.holder)).in_current_span(),
         ))
     });
-    let released = if config.prefetch > 0 {
-        prefetching(
-            &shared,
-            &config,
-            &mut stopping,
-            &idle,
-            &wake,
-            &listening,
-            &mut tasks,
-        )
-        .await
-    } else {
-        claiming_for_slots(
-            &shared,
-            &config,
-            &mut stopping,
-            &idle,
-            &wake,
-            &listening,
-            &mut tasks,
-        )
-        .await;
-        0
+    let prefetching_now = &shared.holder.prefetching;
+    let released = loop {
+        let ended = if prefetching_now.load(Ordering::SeqCst) {
+            prefetching(
+                &shared,
+                &config,
+                &mut stopping,
+                &idle,
+                &wake,
+                &listening,
+                &mut tasks,
+            )
+            .await
+        } else {
+            claiming_for_slots(
+                &shared,
+                &config,
+                &mut stopping,
+                &idle,
+                &wake,
+                &listening,
+                &mut tasks,
+            )
+            .await
+        };
+        match ended {
+            Ended::Stopping(released) => break released,
+            Ended::Switch => {
+                let now = !prefetching_now.load(Ordering::SeqCst);
+                tracing::debug!(prefetching = now, "the queue's backlog changed");
+                prefetching_now.store(now, Ordering::SeqCst);
+            }
+        }
     };
-    let mut report = stop(&shared, &stopping, tasks).await;
+    let mut report = stop(&shared, &stopping, tasks.into_set()).await;
     report.released += released;
     report
 }
 
 /// Claims for free slots only: each completion claims the next job for its slot, and the
-/// producer claims for slots that none refilled. Returns when `stopping` names a deadline.
+/// producer claims for slots that none refilled. Returns when `stopping` names a deadline, or,
+/// prefetching adaptively, when a completion found the queue backlogged and the jobs are quick
+/// enough to prefetch.
 async fn claiming_for_slots(
     shared: &Arc<Shared>,
     config: &ProducerConfig,
@@ -117,8 +151,10 @@ async fn claiming_for_slots(
     idle: &watch::Sender<bool>,
     wake: &Notify,
     listening: &AtomicBool,
-    tasks: &mut JoinSet<()>,
-) {
+    tasks: &mut Tasks,
+) -> Ended {
+    let adaptive = config.adaptive && config.prefetch > 0;
+    let backlog = &shared.holder.backlog;
     'produce: loop {
         if stopping.borrow().is_some() {
             break;
@@ -126,10 +162,14 @@ async fn claiming_for_slots(
         while let Some(joined) = tasks.try_join_next() {
             log_join(joined);
         }
+        if adaptive && backlog.take() && shared.holder.prefetch_now(config.concurrency) > 0 {
+            return Ended::Switch;
+        }
         let free = config.concurrency.saturating_sub(tasks.len());
         if free == 0 {
             tokio::select! {
                 Some(joined) = tasks.join_next() => log_join(joined),
+                () = backlog.noticed(), if adaptive => {}
                 changed = stopping.changed() => if changed.is_err() { break },
             }
             continue;
@@ -143,7 +183,7 @@ async fn claiming_for_slots(
         let mut drained = false;
         // Whether the global limit held work back from this claim.
         let mut held_back = false;
-        let starved = match claim(&shared.holder, want).await {
+        let starved = match claim(&shared.holder, want, true).await {
             Ok((jobs, blocked, looked)) => {
                 let got = jobs.len();
                 held_back = blocked;
@@ -154,7 +194,7 @@ async fn claiming_for_slots(
                 drained = got < want && announced && !blocked && looked;
                 idle.send_replace(got == 0 && drained && tasks.is_empty());
                 for job in jobs {
-                    tasks.spawn(run(shared.clone(), job, None).in_current_span());
+                    tasks.spawn_whole(run(shared.clone(), job, None).in_current_span());
                 }
                 // A short claim that did not look is followed at once by one that does
                 // (unless the global limit held it back: then it waits for the poll), so
@@ -174,6 +214,7 @@ async fn claiming_for_slots(
                     () = &mut notified => break,
                     () = &mut poll => break,
                     changed = stopping.changed() => if changed.is_err() { break 'produce } else { break },
+                    () = backlog.noticed(), if adaptive => break,
                     // A job ending does not make new work: no claim, but it may make us idle.
                     // Unless a look for lapsed jobs is due (a completion's claim that did not
                     // look came back short, say), or the global limit held work back (the
@@ -190,6 +231,7 @@ async fn claiming_for_slots(
             }
         }
     }
+    Ended::Stopping(0)
 }
 
 /// What a claim sent by [`prefetching`] answers: the claim's result, how many jobs it asked
@@ -203,7 +245,9 @@ type Sent = (Result<(Vec<Claimed>, bool, bool), sqlx::Error>, usize, bool);
 /// thought) goes back to the queue, its attempt not counted, rather than start on a lease
 /// about to lapse (`Claimed::start_by`, which every claimed job keeps). Returns when
 /// `stopping` names a deadline, once the claim on the wire, if any, is answered, having given
-/// back the jobs it held and did not start; returns how many it gave back.
+/// back the jobs it held and did not start (saying how many). Prefetching adaptively, it also
+/// returns once a claim came back short and nothing is held or on the wire: the backlog is
+/// gone, and the next jobs are best claimed for free slots.
 async fn prefetching(
     shared: &Arc<Shared>,
     config: &ProducerConfig,
@@ -211,16 +255,14 @@ async fn prefetching(
     idle: &watch::Sender<bool>,
     wake: &Arc<Notify>,
     listening: &AtomicBool,
-    tasks: &mut JoinSet<()>,
-) -> usize {
-    let slots = Arc::new(Semaphore::new(config.concurrency));
-    let capacity = config.concurrency + config.prefetch;
+    tasks: &mut Tasks,
+) -> Ended {
     // Jobs running or writing their outcome, together at most the jobs a claim could hold: a
     // slot frees when its handler ends, and no job starts while that many are on their way (so
     // a crash repeats at most `concurrency + prefetch` jobs, and a slow database holds the next
     // jobs back). Fewer (as many as slots, say) would leave one worker waiting for each
     // outcome's statement.
-    let most_tasks = capacity;
+    let most_tasks = config.concurrency + config.prefetch;
     let mut held: VecDeque<Claimed> = VecDeque::new();
     let mut sent: Option<Pin<Box<dyn Future<Output = Sent> + Send>>> = None;
     // Whether the claim in `sent` was polled: one never polled was never sent.
@@ -240,6 +282,16 @@ async fn prefetching(
             log_join(joined);
             ended = true;
         }
+        let prefetch = if config.adaptive {
+            shared.holder.prefetch_now(config.concurrency)
+        } else {
+            config.prefetch
+        };
+        // The backlog is gone (or the jobs slowed down past prefetching): claim for free
+        // slots, at once (the short claim may have missed jobs announced since).
+        if config.adaptive && held.is_empty() && sent.is_none() && (starved || prefetch == 0) {
+            return Ended::Switch;
+        }
         // Before calling themselves idle (their last job ended), or once a look for lapsed
         // jobs is due, the workers claim: a job may have lapsed since the last look, and
         // nothing announces a lapse.
@@ -258,7 +310,7 @@ async fn prefetching(
             release_jobs(&shared.holder, &expired).await;
         }
         while !held.is_empty() && tasks.len() < most_tasks {
-            let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            let Some(slot) = tasks.try_slot() else {
                 break;
             };
             let Some(job) = held.pop_front() else {
@@ -266,9 +318,8 @@ async fn prefetching(
             };
             tasks.spawn(run(shared.clone(), job, Some(slot)).in_current_span());
         }
-        let running = config.concurrency - slots.available_permits();
-        let want = capacity.saturating_sub(running + held.len());
-        let low = held.len() <= config.prefetch / 2;
+        let want = (config.concurrency + prefetch).saturating_sub(tasks.busy() + held.len());
+        let low = held.len() <= prefetch / 2;
         if sent.is_none() && !starved && want > 0 && low {
             notified = Box::pin(Arc::clone(wake).notified_owned());
             notified.as_mut().enable();
@@ -277,7 +328,7 @@ async fn prefetching(
             let on_wire = Arc::clone(&on_wire);
             sent = Some(Box::pin(async move {
                 on_wire.store(true, Ordering::SeqCst);
-                (claim(&holder, want).await, want, announced)
+                (claim(&holder, want, false).await, want, announced)
             }));
         }
         idle.send_replace(drained && held.is_empty() && tasks.is_empty() && sent.is_none());
@@ -303,7 +354,7 @@ async fn prefetching(
                     poll.as_mut().reset(Instant::now() + config.poll_interval);
                 }
             }
-            _ = Arc::clone(&slots).acquire_owned(), if !held.is_empty() && tasks.len() < most_tasks => {}
+            () = tasks.slot_freed(), if !held.is_empty() && tasks.len() < most_tasks => {}
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 log_join(joined);
                 if starved && (tasks.is_empty() || shared.holder.rescue.pending()) {
@@ -327,7 +378,7 @@ async fn prefetching(
             }
         }
     }
-    release_jobs(&shared.holder, &unstarted).await
+    Ended::Stopping(release_jobs(&shared.holder, &unstarted).await)
 }
 
 /// Stops the workers at the deadline `stopping` names: waits for running jobs until then, cuts
@@ -396,7 +447,13 @@ fn log_join(joined: Result<(), JoinError>) {
 /// of its running jobs the statement reads (on a snapshot taken after the lock) is not stale.
 /// Also says whether the global limit held jobs back (it claimed fewer than `limit`, and the
 /// limit is reached), and whether it looked for jobs whose lease lapsed (`Rescue`).
-async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, bool), sqlx::Error> {
+/// `started`: whether the claim notes the jobs' start (claims for free slots), else each start
+/// is noted when it happens (see `started`).
+async fn claim(
+    holder: &Holder,
+    limit: usize,
+    started: bool,
+) -> Result<(Vec<Claimed>, bool, bool), sqlx::Error> {
     let wanted = limit;
     let looked = holder.rescue.due();
     let claim = ClaimFor {
@@ -405,7 +462,7 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
         worker: &holder.worker,
         queue: &holder.queue,
         rescue: looked,
-        started: holder.prefetch == 0,
+        started,
         start_by: crate::worker::claimed::start_by(Instant::now(), holder.lease),
     };
     let sql = &holder.sql.claim;
@@ -421,7 +478,9 @@ async fn claim(holder: &Holder, limit: usize) -> Result<(Vec<Claimed>, bool, boo
             idem_postgres_core::on_connection!(holder.store, Resend::Never, conn => sql.claim_limited(conn, &claim, global))?
         }
     };
-    for job in &claimed {
+    let mut claimed = claimed;
+    for job in &mut claimed {
+        job.start_noted = started;
         holder.held.hold(job);
     }
     let lapsed = claimed.iter().filter(|job| job.lapsed).count();
