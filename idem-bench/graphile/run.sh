@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # idem's queue and graphile-worker side by side on one PostgreSQL, in turns: 20,000 no-op
 # jobs, all enqueued first, drained at one concurrency (default 16) in one process. Each round
-# runs idem's queue (its default store) with its defaults and with a prefetch of 500 (as
-# graphile-worker's `localQueue`), graphile-worker with its own performance test's settings,
-# and graphile-worker with its defaults.
+# runs idem's queue (its default store) with its defaults (prefetching under a backlog, up to
+# 500) and always prefetching 500 (as graphile-worker's `localQueue`), graphile-worker with its
+# own performance test's settings, and graphile-worker with its defaults.
 #
 #   idem-bench/graphile/run.sh [DATABASE_URL] [ROUNDS] [CONCURRENCY] [PROCESSES]
 #
@@ -55,10 +55,12 @@ if [ "$processes" -gt 1 ]; then
   cargo build --release -q -p idem-bench --bin queue-drain --manifest-path "$root/Cargo.toml"
   for round in $(seq 1 "$rounds"); do
     echo "round $round ($processes processes of concurrency $workers)"
-    for prefetch in 0 500; do
+    for prefetch in defaults 500; do
+      flag=()
+      [ "$prefetch" = defaults ] || flag=(--prefetch "$prefetch")
       "$root/target/release/queue-drain" --database-url "$url" --enqueue 20000
       spread "idem queue, prefetch $prefetch" "$root/target/release/queue-drain" \
-        --database-url "$url" --drain --workers "$workers" --prefetch "$prefetch"
+        --database-url "$url" --drain --workers "$workers" "${flag[@]}"
     done
     for settings in perf defaults; do
       DATABASE_URL=$url node "$dir/bench.mjs" --role enqueue --jobs 20000
@@ -70,9 +72,11 @@ if [ "$processes" -gt 1 ]; then
 fi
 for round in $(seq 1 "$rounds"); do
   echo "round $round"
-  for prefetch in 0 500; do
+  for prefetch in defaults 500; do
+    flag=()
+    [ "$prefetch" = defaults ] || flag=(--prefetch "$prefetch")
     "$root/target/release/queue-throughput" --database-url "$url" --items 20000 \
-      --workers "$workers" --prefetch "$prefetch" --purge-jobs 0 |
+      --workers "$workers" "${flag[@]}" --purge-jobs 0 |
       awk -F'|' -v p="$prefetch" '/^\| *[0-9]+ /{gsub(/ /, "", $4); print "idem queue, prefetch " p ": " $4 " jobs/s"}'
   done
   DATABASE_URL=$url node "$dir/bench.mjs" --jobs 20000 --concurrency "$workers" --settings perf

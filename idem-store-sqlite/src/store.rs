@@ -1,7 +1,9 @@
 //! `SqliteStore`: the claim lifecycle on one SQLite database file. Every step that reads and
-//! writes runs in one transaction that holds the write lock from its start: SQLite has one
+//! writes runs in a transaction that holds the write lock from its start: SQLite has one
 //! writer at a time, so the read and the write of a claim are one atomic step for every
-//! connection and every process on the file. A claim that finds a live record answers from a plain read (see `claim_in_tx`).
+//! connection and every process on the file. A claim that finds a live record answers from a
+//! plain read (`answer_live`); claims that write, and completions, share transactions
+//! (`group_commit`).
 
 use async_trait::async_trait;
 use idem_core::{
@@ -15,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::group_commit::{claim_locked, ClaimParts, ClaimWrite, CompleteWrite, Writer};
 use crate::sql::Sql;
 use crate::write_transaction::write_transaction;
 
@@ -59,7 +62,9 @@ pub struct SqliteStore {
 #[derive(Debug)]
 pub(crate) struct Inner {
     table: String,
-    pub(crate) sql: Sql,
+    pub(crate) sql: Arc<Sql>,
+    /// Writes claims and completions, many to a transaction.
+    writer: Writer,
 }
 
 /// A table name idem can put in its statements: a lowercase letter or `_`, then lowercase
@@ -79,7 +84,7 @@ pub(crate) fn now_us() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
-fn micros(d: Duration) -> i64 {
+pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX / 4)
 }
 
@@ -88,13 +93,21 @@ pub(crate) fn at(us: i64) -> SystemTime {
 }
 
 pub(crate) fn store_error(e: sqlx::Error) -> StoreError {
-    let busy = matches!(&e, sqlx::Error::Database(d) if d.message().contains("locked") || d.message().contains("busy"));
-    let message = if busy {
+    StoreError::new(error_message(is_busy(&e)), e)
+}
+
+/// Whether `e` is SQLite's lock held past the busy timeout.
+pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.message().contains("locked") || d.message().contains("busy"))
+}
+
+/// What a failure says, `busy` or not.
+pub(crate) fn error_message(busy: bool) -> &'static str {
+    if busy {
         "the SQLite database stayed locked by another writer past the busy timeout"
     } else {
         "the SQLite store failed"
-    };
-    StoreError::new(message, e)
+    }
 }
 
 impl SqliteStore {
@@ -133,12 +146,14 @@ impl SqliteStore {
             ))
             .during(Operation::Setup));
         }
+        let sql = Arc::new(Sql::new(table));
         Ok(SqliteStore {
-            pool,
             inner: Arc::new(Inner {
                 table: table.to_owned(),
-                sql: Sql::new(table),
+                writer: Writer::new(pool.clone(), Arc::clone(&sql)),
+                sql,
             }),
+            pool,
         })
     }
 
@@ -171,56 +186,22 @@ impl SqliteStore {
             .map(|row| judge(&row, fingerprint(request), token(request))))
     }
 
-    /// The claim inside `tx`, a transaction holding SQLite's write lock:
-    /// the record is read again and, fresh or lapsed, claimed with a new fence.
-    async fn claim_locked(
-        &self,
-        tx: &mut Transaction<'static, Sqlite>,
-        request: &ClaimRequest<'_>,
-    ) -> Result<Claim, sqlx::Error> {
-        let sql = &self.inner.sql;
-        let (key, scope) = (request.key.as_str(), request.key.scope());
-        let row = sqlx::query(&sql.get)
-            .bind(key)
-            .bind(scope)
-            .fetch_optional(&mut **tx)
-            .await?;
-        let now = now_us();
-        let (statement, taken_over) = match &row {
-            None => (&sql.insert, false),
-            Some(row) if row.get::<i64, _>("expires_us") <= now => (&sql.take_over, true),
-            Some(row) => return Ok(judge(row, fingerprint(request), token(request))),
-        };
-        let fence: i64 = sqlx::query(&sql.next_fence)
-            .fetch_one(&mut **tx)
-            .await?
-            .get(0);
-        let expires = now.saturating_add(micros(request.lease));
-        sqlx::query(statement)
-            .bind(key)
-            .bind(scope)
-            .bind(fence)
-            .bind(fingerprint(request))
-            .bind(token(request))
-            .bind(expires)
-            .bind(idem_core::holder())
-            .execute(&mut **tx)
-            .await?;
-        Ok(Claim::Acquired {
-            fence: Fence(fence as u64),
-            lease_expires_at: at(expires),
-            taken_over,
-        })
-    }
-
-    async fn claim_now(&self, request: ClaimRequest<'_>) -> Result<Claim, sqlx::Error> {
-        if let Some(claim) = self.answer_live(&request).await? {
+    /// A live record's answer from a read; else the claim, written with the other callers'
+    /// writes (`group_commit`).
+    async fn claim_now(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        if let Some(claim) = self.answer_live(&request).await.map_err(store_error)? {
             return Ok(claim);
         }
-        let mut tx = self.begin_immediate().await?;
-        let claim = self.claim_locked(&mut tx, &request).await?;
-        tx.commit().await?;
-        Ok(claim)
+        self.inner
+            .writer
+            .claim(ClaimWrite {
+                key: request.key.as_str().to_owned(),
+                scope: request.key.scope().to_owned(),
+                fingerprint: fingerprint(&request).map(str::to_owned),
+                token: token(&request),
+                lease: request.lease,
+            })
+            .await
     }
 
     /// A transaction holding SQLite's write lock from its start (see [`write_transaction`]).
@@ -271,7 +252,7 @@ fn token(request: &ClaimRequest<'_>) -> Option<i64> {
     request.token.map(|t| t.0 as i64)
 }
 
-fn applied(rows: u64) -> Fenced {
+pub(crate) fn applied(rows: u64) -> Fenced {
     if rows == 1 {
         Fenced::Applied
     } else {
@@ -280,7 +261,11 @@ fn applied(rows: u64) -> Fenced {
 }
 
 /// The answer for a live record (a claim in progress, or a completion within its keep).
-fn judge(row: &sqlx::sqlite::SqliteRow, fingerprint: Option<&str>, token: Option<i64>) -> Claim {
+pub(crate) fn judge(
+    row: &sqlx::sqlite::SqliteRow,
+    fingerprint: Option<&str>,
+    token: Option<i64>,
+) -> Claim {
     let stored: Option<String> = row.get("fingerprint");
     if let (Some(stored), Some(asked)) = (stored.as_deref(), fingerprint) {
         if stored != asked {
@@ -307,7 +292,7 @@ fn judge(row: &sqlx::sqlite::SqliteRow, fingerprint: Option<&str>, token: Option
 #[async_trait]
 impl Store for SqliteStore {
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        self.claim_now(request).await.map_err(store_error)
+        self.claim_now(request).await
     }
 
     async fn complete(
@@ -316,12 +301,16 @@ impl Store for SqliteStore {
         fence: Fence,
         completion: Completion<'_>,
     ) -> Result<Fenced, StoreError> {
-        let done = self
-            .completion(key, fence, completion)
-            .execute(&self.pool)
+        self.inner
+            .writer
+            .complete(CompleteWrite {
+                key: key.as_str().to_owned(),
+                scope: key.scope().to_owned(),
+                fence: fence.0 as i64,
+                keep: completion.keep,
+                output: completion.output.map(<[u8]>::to_vec),
+            })
             .await
-            .map_err(store_error)?;
-        Ok(applied(done.rows_affected()))
     }
 
     async fn release(&self, key: &Key, fence: Fence) -> Result<Fenced, StoreError> {
@@ -476,7 +465,16 @@ impl TransactionalStore for SqliteStore {
             });
         }
         let mut tx = self.begin_immediate().await.map_err(failed)?;
-        let claim = self.claim_locked(&mut tx, &request).await.map_err(failed)?;
+        let parts = ClaimParts {
+            key: request.key.as_str(),
+            scope: request.key.scope(),
+            fingerprint: fingerprint(&request),
+            token: token(&request),
+            lease: request.lease,
+        };
+        let claim = claim_locked(&mut tx, &self.inner.sql, &parts)
+            .await
+            .map_err(failed)?;
         if matches!(claim, Claim::Acquired { .. }) {
             return Ok(TxClaim {
                 claim,

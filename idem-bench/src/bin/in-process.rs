@@ -113,14 +113,16 @@ macro_rules! load {
     }};
 }
 
-/// Nanoseconds per call with fresh ids, one spawned task alone.
+/// Nanoseconds per call, one spawned task alone: call `i` with `$id = i % $distinct`, each
+/// running its body when `$fresh` says so (fresh ids, or completed ones).
 macro_rules! alone {
-    ($calls:expr, $store:expr, |$s:ident, $id:ident| $call:expr) => {{
-        let (calls, $s) = ($calls, $store);
+    ($calls:expr, $distinct:expr, $fresh:expr, $store:expr, |$s:ident, $id:ident| $call:expr) => {{
+        let (calls, distinct, fresh, $s) = ($calls, $distinct, $fresh, $store);
         tokio::spawn(async move {
             let started = Instant::now();
-            for $id in 0..calls {
-                assert!($call, "a fresh key must run");
+            for i in 0..calls {
+                let $id = i % distinct;
+                assert_eq!($call, fresh, "a fresh key runs, a completed one does not");
             }
             started.elapsed().as_nanos() as f64 / calls as f64
         })
@@ -176,11 +178,25 @@ fn main() {
             );
         }
         let single = calls / 4;
-        let ours_alone = alone!(single, MemoryStore::new(), |s, id| ours(&s, id).await);
-        let their_store = Arc::new(TheirStore::new(1024, Duration::from_secs(3600)));
-        let their_alone = alone!(single, their_store, |s, id| theirs(&s, id).await);
-        println!(
-            "\nOne spawned task alone, fresh keys: idem {ours_alone:.0} ns per call, `idempotent` {their_alone:.0} ns per call"
-        );
+        println!("\nOne spawned task alone, {single} calls:\n");
+        println!("| workload | idem `MemoryStore` (ns per call) | `idempotent` 0.3 memory store (ns per call) | idempotent / idem |");
+        println!("| --- | ---: | ---: | ---: |");
+        for (name, duplicates) in [("fresh keys", false), ("only duplicates", true)] {
+            let ours_store = MemoryStore::new();
+            let their_store = Arc::new(TheirStore::new(1024, Duration::from_secs(3600)));
+            let distinct = if duplicates { DISTINCT_DUPLICATES } else { u64::MAX };
+            if duplicates {
+                for id in 0..DISTINCT_DUPLICATES {
+                    assert!(ours(&ours_store, id).await);
+                    assert!(theirs(&their_store, id).await);
+                }
+            }
+            let ours_alone = alone!(single, distinct, !duplicates, ours_store, |s, id| ours(&s, id).await);
+            let their_alone = alone!(single, distinct, !duplicates, their_store, |s, id| theirs(&s, id).await);
+            println!(
+                "| {name} | {ours_alone:.0} | {their_alone:.0} | {:.2} |",
+                their_alone / ours_alone
+            );
+        }
     });
 }
