@@ -117,7 +117,8 @@
 //! | [`queue`](WorkerBuilder::queue) | [`DEFAULT_QUEUE`] at the concurrency | a named queue to serve, with its own concurrency; call it once per queue |
 //! | [`global_limit`](WorkerBuilder::global_limit) | none | at most this many of a queue's jobs running across every process |
 //! | [`batch_size`](WorkerBuilder::batch_size) | the concurrency | the most jobs one claim statement takes for free slots |
-//! | [`prefetch`](WorkerBuilder::prefetch) | [`DEFAULT_PREFETCH`], 0 | jobs claimed past the free slots, held on their lease and started as slots free up (see [Tuning](#tuning)) |
+//! | [`adaptive_prefetch`](WorkerBuilder::adaptive_prefetch) | on, up to [`DEFAULT_PREFETCH`] (500) | under a backlog, claims take jobs past the free slots, held on their lease and started as slots free up; on an idle queue, claims take only what free slots start (see [Tuning](#tuning)) |
+//! | [`prefetch`](WorkerBuilder::prefetch) | (adaptive) | always prefetch `n` jobs; `prefetch(0)` never does |
 //! | [`lease`](WorkerBuilder::lease) | [`idem_core::DEFAULT_LEASE`], 30 s | how long a claim holds without renewal; renewed every third of it while the job runs, so a slow-but-alive worker keeps its jobs and a crashed one's come back once it lapses |
 //! | [`timeout`](WorkerBuilder::timeout) | none | stops a handler that runs longer and counts a failed attempt (`timed out after ..`); a job done just at its limit is done |
 //! | [`backoff`](WorkerBuilder::backoff) | [`Backoff::default`]: 1 s doubling, capped at 1 hour | the wait after each failed attempt: between half and all of `base * 2^(n-1)`, so waits grow and workers that failed together do not retry together |
@@ -373,8 +374,12 @@
 //!   row twice and nothing else, as a hand-written claim-then-process loop does.
 //! - **A job's completion claims the next.** The statement that marks a job done also claims
 //!   the next job for the slot it frees (until the workers stop), and the completions of jobs
-//!   that finish together share one statement: while work waits, a job costs its share of one
-//!   statement, and no job is claimed before a slot is free to run it.
+//!   that finish together share one statement: a job costs its share of one statement, and no
+//!   job is claimed before a slot is free to run it.
+//! - **Under a backlog, workers prefetch.** Once a completion finds the next job waiting,
+//!   claims take many jobs past the free slots (held on their lease, started as slots free
+//!   up, outcomes written behind the handlers, many to a statement) until the backlog is gone:
+//!   a job then costs a fiftieth of a statement or so ([Tuning](#tuning)).
 //! - **Idle workers sleep** until PostgreSQL notifies them of new work (`LISTEN idem_queue`,
 //!   sent by the table's insert trigger at commit), with polling as the fallback.
 //!
@@ -411,29 +416,40 @@
 //!   `autovacuum_vacuum_scale_factor = 0.01` on its table (a value you set there yourself is kept).
 //!   Purge finished jobs you no longer need as duplicates; a long-running transaction anywhere in
 //!   the database holds every vacuum back.
-//! - **Prefetching.** By default a claim takes only as many jobs as there are free slots, and
-//!   each job's completion claims the next in the same statement: a job waits behind no
-//!   other, and a cancel or a more urgent job enqueued meanwhile is seen by the next claim.
-//!   A queue of many short jobs spends most of its time on those statements; with
-//!   [`prefetch`](WorkerBuilder::prefetch)`(n)` a claim takes up to `n` jobs more, a slot
-//!   frees as soon as its handler ends (the outcome is written behind it, many jobs'
-//!   outcomes to a statement), and a claim is sent while jobs run, once the held jobs fall to
-//!   half of `n`. It costs what prefetching costs anywhere: held jobs are `running` to everyone
-//!   else (a cancel reaches them as it reaches a running job, at their first renewal), they
-//!   keep their place while more urgent jobs arrive, and a job not started within half its
-//!   lease goes back uncounted. It keeps what the queue promises: held jobs are leased, so a
-//!   dead worker's come back within a lease like its running ones; a held job that never
-//!   started is not counted as an attempt when it comes back, and a shutdown gives held jobs
-//!   back at once; a crash repeats only jobs that started: those running, and those whose
-//!   outcome was on its way (together at most the concurrency and `n`: no job starts while
-//!   that many are).
-//!   [`batch_size`](WorkerBuilder::batch_size) does not apply: a claim takes what the slots
-//!   and the prefetch leave room for. Under a
+//! - **Prefetching, on its own.** A claim for free slots only lets no job wait behind
+//!   another, and each job's completion claims the next in the same statement: a statement
+//!   per job. A queue of many short jobs spends most of its time on those statements; a
+//!   prefetching claim takes many jobs past the free slots, a slot frees as soon as its
+//!   handler ends (the outcome is written behind it, many jobs' outcomes to a statement), and
+//!   the next claim is sent while jobs run, once the held jobs fall to half the prefetch. By
+//!   default workers do both, each where it pays: they claim for free slots until a finished
+//!   job's completion finds the next job waiting (a backlog), then prefetch until a claim
+//!   comes back short with nothing held (the backlog is gone), and claim for free slots again.
+//!   An idle queue's job starts as soon as without prefetching; a backlog of short jobs drains
+//!   as fast as with it. The default prefetch holds as many jobs as the slots start within a
+//!   quarter of the lease at the pace jobs have run so far, at most
+//!   [`DEFAULT_PREFETCH`] (500): slow jobs (seconds each, against a 30 s lease) are never
+//!   prefetched, so no held job comes near the half lease it may wait.
+//!   [`adaptive_prefetch`](WorkerBuilder::adaptive_prefetch)`(n)` changes the most;
+//!   [`prefetch`](WorkerBuilder::prefetch)`(n)` always prefetches `n`, and `prefetch(0)`
+//!   never does.
+//!
+//!   Prefetching costs what it costs anywhere: held jobs are `running` to everyone else (a
+//!   cancel reaches them as it reaches a running job, at their first renewal), they keep their
+//!   place while more urgent jobs arrive (they start in the order they were picked, by
+//!   priority), and a job not started within half its lease goes back uncounted. It keeps
+//!   what the queue promises: held jobs are leased, so a dead worker's come back within a
+//!   lease like its running ones; a held job that never started is not counted as an attempt
+//!   when it comes back, and a shutdown gives held jobs back at once; a crash repeats only
+//!   jobs that started: those running, and those whose outcome was on its way (together at
+//!   most the concurrency and the prefetch: no job starts while that many are).
+//!   [`batch_size`](WorkerBuilder::batch_size) does not apply to prefetching claims: they
+//!   take what the slots and the prefetch leave room for. Under a
 //!   [`global_limit`](WorkerBuilder::global_limit) workers never prefetch (a held job would
-//!   take a place). A start is written about 50 ms after it (or with the job's outcome,
-//!   whichever comes first); a crash within that time counts the cut run as no attempt,
-//!   except for a job that was taken over from a dead worker, which writes its start before
-//!   it runs, so a job that kills its worker is still dead-lettered.
+//!   take a place). A prefetched job's start is written about 50 ms after it (or with the
+//!   job's outcome, whichever comes first); a crash within that time counts the cut run as no
+//!   attempt, except for a job that was taken over from a dead worker, which writes its start
+//!   before it runs, so a job that kills its worker is still dead-lettered.
 //!
 //!   ```no_run
 //!   # use idem_queue::{Job, Queue};
@@ -441,7 +457,7 @@
 //!   let workers = queue
 //!       .worker(|_job: Job| async { Ok::<_, std::io::Error>(()) })
 //!       .concurrency(16)
-//!       .prefetch(500)
+//!       .adaptive_prefetch(2_000) // hold more under a backlog; `.prefetch(0)` never prefetches
 //!       .start();
 //!   # workers.wait_idle().await;
 //!   # }

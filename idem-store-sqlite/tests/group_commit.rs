@@ -86,3 +86,40 @@ async fn concurrent_calls_share_commits() {
     drop(store);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A duplicate is answered from a read while another connection holds the file's write lock
+/// (it would otherwise wait for the busy timeout and fail), and a fresh call sent meanwhile
+/// runs once the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_never_wait_for_the_write_lock() {
+    use idem_store_sqlite::sqlx::{Connection, SqliteConnection};
+    let (store, dir) = counted("dup", Arc::default()).await;
+    let call =
+        |key: &'static str| Call::new(&store, key).run(async { Ok::<_, std::io::Error>(()) });
+    assert_eq!(call("done").await.unwrap(), Outcome::Executed(()));
+    let url = format!("sqlite://{}", dir.join("idem.db").display());
+    let mut other = SqliteConnection::connect(&url).await.unwrap();
+    idem_store_sqlite::sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    assert!(
+        call("done").await.unwrap().is_duplicate(),
+        "answered under the lock"
+    );
+    let fresh = tokio::spawn({
+        let store = store.clone();
+        async move {
+            Call::new(&store, "fresh")
+                .run(async { Ok::<_, std::io::Error>(()) })
+                .await
+        }
+    });
+    idem_store_sqlite::sqlx::raw_sql("COMMIT")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    assert_eq!(fresh.await.unwrap().unwrap(), Outcome::Executed(()));
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+}
