@@ -254,3 +254,100 @@ async fn default_workers_prefetch_under_a_backlog_and_not_when_idle() {
     assert!(runs.values().all(|&n| n == 1), "no job ran twice");
     workers.shutdown(Duration::from_secs(5)).await;
 }
+
+/// On the defaults, a switch from prefetching back to claiming for free slots never runs more
+/// handlers than the concurrency. A backlog is prefetched and drained but for one job `G`,
+/// held at a gate; the workers then claim for free slots again (seen: of three new jobs,
+/// gated too, they claim one for their one free slot). When `G` ends, its slot was given back
+/// as its handler ended (it was prefetched): its completion must claim no job for it, or that
+/// job would run in no slot while the workers, prefetching again, fill the free one too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_jobs_completion_claims_no_job_for_a_slot_it_gave_back() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const QUICK: usize = 40;
+    let test = TestStore::new("qp_giveback", 8).await;
+    let queue = support::queue(&test).await;
+    enqueue(&queue, (0..QUICK).map(|i| format!("quick:{i:03}"))).await;
+    enqueue(&queue, std::iter::once("gated:g".to_owned())).await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let quick_done = Arc::new(AtomicUsize::new(0));
+    let (open_g, gate_g) = tokio::sync::watch::channel(false);
+    let (open_p, gate_p) = tokio::sync::watch::channel(false);
+    let (started, mut probes) = tokio::sync::watch::channel(0usize);
+    let (r, m, q) = (running.clone(), most.clone(), quick_done.clone());
+    let workers = queue
+        .worker(move |job: Job| {
+            let (running, most, quick_done) = (r.clone(), m.clone(), q.clone());
+            let key = job.key().to_owned();
+            let mut gate = if key == "gated:g" {
+                Some(gate_g.clone())
+            } else if key.starts_with("probe:") {
+                started.send_modify(|n| *n += 1);
+                Some(gate_p.clone())
+            } else {
+                None
+            };
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                if let Some(gate) = gate.as_mut() {
+                    let _ = gate.wait_for(|open| *open).await;
+                } else {
+                    quick_done.fetch_add(1, Ordering::SeqCst);
+                }
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(())
+            }
+        })
+        .concurrency(2)
+        .start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // The backlog drained but for `G`; its outcomes written, no claim left holding jobs.
+    loop {
+        let stats = queue.stats().await.unwrap();
+        if quick_done.load(Ordering::SeqCst) == QUICK && stats.done == QUICK as u64 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the backlog drained");
+        tokio::time::sleep(Duration::from_millis(5)).await; // polls the queue's counts
+    }
+    enqueue(&queue, (0..3).map(|i| format!("probe:{i}"))).await;
+    probes.wait_for(|n| *n == 1).await.unwrap();
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(
+        (stats.running, stats.queued),
+        (2, 2),
+        "the workers claim for their one free slot again"
+    );
+    open_g.send_replace(true);
+    // `G` settles; then the workers claim for the slot it freed: one probe more, no other.
+    loop {
+        let stats = queue.stats().await.unwrap();
+        if stats.done == QUICK as u64 + 1 && *probes.borrow() >= 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "G settled and a probe took its slot"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await; // polls the queue's counts
+    }
+    let stats = queue.stats().await.unwrap();
+    assert_eq!(
+        (stats.running, stats.queued, *probes.borrow()),
+        (2, 1, 2),
+        "two probes hold the two slots; the third waits"
+    );
+    assert!(
+        most.load(Ordering::SeqCst) <= 2,
+        "no more handlers than slots"
+    );
+    open_p.send_replace(true);
+    workers.wait_idle().await;
+    assert!(
+        most.load(Ordering::SeqCst) <= 2,
+        "no more handlers than slots"
+    );
+    workers.shutdown(Duration::from_secs(5)).await;
+}

@@ -66,9 +66,9 @@ enum Written {
 
 type Reply = oneshot::Sender<Result<Written, StoreError>>;
 
-/// One store's writer: started on the first write, on the runtime of that write's caller,
-/// and again should that runtime have shut down since. It stops when the store's last clone
-/// is dropped.
+/// One store's writer: a thread of its own (with a runtime of its own), started on the first
+/// write, so that it serves callers on any runtime and shuts down with none of theirs; it
+/// stops when the store's last clone is dropped.
 #[derive(Debug)]
 pub(crate) struct Writer {
     pool: SqlitePool,
@@ -106,13 +106,13 @@ impl Writer {
         self.send(write, reply);
         answer.await.unwrap_or_else(|_| {
             Err(StoreError::msg(
-                "the SQLite store's writer stopped before it answered (its runtime shut down); \
-                 the write may or may not be on disk",
+                "the SQLite store's writer stopped before it answered; the write may or may not \
+                 be on disk",
             ))
         })
     }
 
-    /// Queues the write, starting the writer if there is none (or its runtime is gone).
+    /// Queues the write, starting the writer if there is none (or it died: a panic).
     fn send(&self, write: Write, reply: Reply) {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let job = match queue.as_ref() {
@@ -126,11 +126,22 @@ impl Writer {
         sender
             .send(job)
             .unwrap_or_else(|_| unreachable!("the receiver is here"));
-        tokio::spawn(write_batches(
-            self.pool.clone(),
-            Arc::clone(&self.sql),
-            jobs,
-        ));
+        let (pool, sql) = (self.pool.clone(), Arc::clone(&self.sql));
+        let started = std::thread::Builder::new()
+            .name("idem-sqlite-writer".to_owned())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(write_batches(pool, sql, jobs)),
+                    // The queued writes' callers hear that the writer stopped.
+                    Err(e) => tracing::error!(error = %e, "the SQLite store's writer could not start a runtime"),
+                }
+            });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "the SQLite store's writer thread could not start");
+        }
         *queue = Some(sender);
     }
 }

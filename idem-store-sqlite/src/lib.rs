@@ -113,12 +113,15 @@
 //! - **One writer at a time.** Claims, completions and renewals of every key and every
 //!   process take turns on the file's write lock; duplicates are answered from plain reads,
 //!   without it. A transactional body holds the lock for its whole length.
+//! - **The wall clock.** Times are the processes' wall clock in microseconds (the processes
+//!   share a machine, and so a clock); a lease therefore moves with a step of that clock (NTP,
+//!   a resumed VM).
 //!
 //! ## Group commit
 //!
 //! With `synchronous = FULL` every write transaction waits for the disk, so a store that gave
 //! each claim and each completion a transaction of its own would run at most half as many
-//! fresh calls as the disk syncs transactions. Instead one writer task per store takes every
+//! fresh calls as the disk syncs transactions. Instead one writer per store takes every
 //! claim that must write (the key fresh or lapsed) and every completion that has queued,
 //! writes them in one transaction, commits, and only then answers each caller: a claim is on
 //! disk before its body runs, a completion before its caller hears it applied, exactly as with
@@ -127,11 +130,8 @@
 //! repository's BENCHMARKS.md); a single caller waits for its sync as before. A write that
 //! fails is answered with its error and the others of its batch are written again without it;
 //! a commit that fails fails every call of its batch (fail closed: none of them is known to be
-//! on disk). The writer starts on the first write, on the caller's Tokio runtime, and stops
+//! on disk). The writer is a thread of the store's own, started on the first write; it stops
 //! when the store's last clone is dropped.
-//! - **The wall clock.** Times are the processes' wall clock in microseconds (the processes
-//!   share a machine, and so a clock); a lease therefore moves with a step of that clock (NTP,
-//!   a resumed VM).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]

@@ -123,3 +123,48 @@ async fn duplicates_never_wait_for_the_write_lock() {
     drop(store);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The writer belongs to no caller's runtime: a store whose first write came from a runtime
+/// that is now idle (its thread blocked elsewhere) still writes for a caller on another one.
+#[test]
+fn the_writer_serves_callers_on_any_runtime() {
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (store, dir) = first.block_on(counted("runtimes", Arc::default()));
+    assert_eq!(
+        first.block_on(fresh(&store, "first")).unwrap(),
+        Outcome::Executed(())
+    );
+    // `first` is idle from here on: nothing drives its tasks.
+    let other = store.clone();
+    let outcome = std::thread::spawn(move || {
+        let second = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        second.block_on(async {
+            // Bounded, so that a writer stuck on the idle runtime fails the test, not hangs it.
+            tokio::time::timeout(std::time::Duration::from_secs(20), fresh(&other, "second")).await
+        })
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        outcome.expect("written on the second runtime").unwrap(),
+        Outcome::Executed(())
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A call of `key` with an empty body.
+async fn fresh(
+    store: &SqliteStore,
+    key: &'static str,
+) -> Result<Outcome<()>, idem_core::Error<std::io::Error>> {
+    Call::new(store, key)
+        .run(async { Ok::<_, std::io::Error>(()) })
+        .await
+}

@@ -74,6 +74,9 @@ impl idem_core::Codec<serde_json::Value> for ResultCodec {
 /// job holds: given back as soon as its handler ends, before its outcome is written, so that
 /// the next job starts while the completion is on the wire.
 pub(crate) async fn run(shared: Arc<Shared>, job: Claimed, slot: Option<Slot>) {
+    // Without a slot of its own, the task holds one for as long as it runs (see `tasks`), and
+    // only then does a completion claim the next job for it.
+    let whole_slot = slot.is_none();
     let mut next = Some(job);
     let mut slot = slot;
     while let Some(job) = next.take() {
@@ -81,7 +84,9 @@ pub(crate) async fn run(shared: Arc<Shared>, job: Claimed, slot: Option<Slot>) {
         if let Some(traceparent) = &job.traceparent {
             trace::link(&span, traceparent);
         }
-        next = run_one(&shared, job, slot.take()).instrument(span).await;
+        next = run_one(&shared, job, slot.take(), whole_slot)
+            .instrument(span)
+            .await;
     }
 }
 
@@ -90,7 +95,12 @@ pub(crate) type Slot = tokio::sync::OwnedSemaphorePermit;
 
 /// Runs one claimed job and settles its claim; returns the job its completion claimed for the
 /// slot, if it did.
-async fn run_one(shared: &Arc<Shared>, job: Claimed, slot: Option<Slot>) -> Option<Claimed> {
+async fn run_one(
+    shared: &Arc<Shared>,
+    job: Claimed,
+    slot: Option<Slot>,
+    whole_slot: bool,
+) -> Option<Claimed> {
     let started = std::time::Instant::now();
     let (cancel, cancelled) = tokio::sync::watch::channel(false);
     let store = JobStore::new(
@@ -102,6 +112,7 @@ async fn run_one(shared: &Arc<Shared>, job: Claimed, slot: Option<Slot>) -> Opti
             taken_over: false,
         }),
         Some(Arc::clone(&shared.holder)),
+        whole_slot,
         cancel,
     );
     let settled = match rescue(&job) {

@@ -58,23 +58,25 @@ impl Holder {
     pub fn job_took(&self, took: Duration) {
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
         let average = self.job_micros.load(Ordering::Relaxed);
-        // An eighth of each new job: a few slow jobs do not stop a queue of quick ones
-        // from prefetching, a run of slow ones does. Races lose a sample, harmlessly.
-        let next = if average == 0 {
-            micros
-        } else {
-            average - average / 8 + micros / 8
-        };
-        self.job_micros.store(next.max(1), Ordering::Relaxed);
+        // Up at once, down by an eighth of each quicker job: a slow job stops prefetching
+        // before more are held than the slots start in time, and quick ones (a duplicate, a
+        // rescued job) resume it only as they keep coming. Races lose a sample, harmlessly.
+        let next = micros.max(average - average / 8 + micros / 8);
+        self.job_micros.store(next, Ordering::Relaxed);
     }
 
     /// How many jobs past `slots` free slots an adaptive prefetch holds now: as many as the
     /// slots start within a quarter of the lease at the jobs' pace so far, at most
-    /// `prefetch`. Held jobs then start well within the half lease they are given (see
-    /// `Claimed::start_by`); a queue of slow jobs does not prefetch at all.
+    /// `prefetch`; none before a job has ended. Held jobs then start well within the half
+    /// lease they are given (see `Claimed::start_by`); a queue of slow jobs does not prefetch
+    /// at all.
     pub fn prefetch_now(&self, slots: usize) -> usize {
-        let job = Duration::from_micros(self.job_micros.load(Ordering::Relaxed));
-        started_within(slots, self.lease / 4, job).min(self.prefetch)
+        match self.job_micros.load(Ordering::Relaxed) {
+            // No job has ended yet: nothing says how long they take.
+            0 => 0,
+            micros => started_within(slots, self.lease / 4, Duration::from_micros(micros))
+                .min(self.prefetch),
+        }
     }
 }
 

@@ -66,6 +66,11 @@ struct JobState {
     completion_sent: AtomicBool,
     /// The workers whose slot this job holds, for the completion to claim the next job for.
     workers: Option<Arc<Holder>>,
+    /// Whether the job's task holds its slot for as long as it runs (a job claimed for a free
+    /// slot, or one such a job's completion claimed): only then may its completion claim the
+    /// next job, which runs in the same task. A prefetched job's slot frees when its handler
+    /// ends; a next job run after it would run in no slot.
+    whole_slot: bool,
     /// The job the completion claimed for this slot.
     next: Mutex<Option<Claimed>>,
     /// Set when a renewal hears that an operator cancelled the job.
@@ -74,12 +79,14 @@ struct JobState {
 
 impl JobStore {
     /// The store of a job with `attempt`, with the record its claim took (if any), running in
-    /// a slot of `workers` (`None`: its completion claims nothing).
+    /// a slot of `workers` (`None`: its completion claims nothing), that slot held by its task
+    /// throughout when `whole_slot` (else its completion claims nothing either).
     pub(crate) fn new(
         queue: Queue,
         attempt: i32,
         claimed: Option<Claim>,
         workers: Option<Arc<Holder>>,
+        whole_slot: bool,
         cancel: tokio::sync::watch::Sender<bool>,
     ) -> JobStore {
         JobStore {
@@ -91,6 +98,7 @@ impl JobStore {
                 marked_done: AtomicBool::new(false),
                 completion_sent: AtomicBool::new(false),
                 workers,
+                whole_slot,
                 next: Mutex::new(None),
                 cancel,
             }),
@@ -151,6 +159,7 @@ impl Store for JobStore {
             // A queue with a global limit claims under its lock only (see `ClaimSql::claim_limited`).
             next: self.state.workers.clone().filter(|workers| {
                 workers.global_limit.is_none()
+                    && self.state.whole_slot
                     && !workers.prefetching.load(Ordering::SeqCst)
                     && !workers.stopping.load(Ordering::SeqCst)
                     && !self.state.completion_sent.swap(true, Ordering::SeqCst)

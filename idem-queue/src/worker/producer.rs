@@ -132,6 +132,11 @@ pub(crate) async fn produce(
                 let now = !prefetching_now.load(Ordering::SeqCst);
                 tracing::debug!(prefetching = now, "the queue's backlog changed");
                 prefetching_now.store(now, Ordering::SeqCst);
+                if !now {
+                    // A backlog a completion saw while prefetching is the one that just
+                    // drained, not a new one.
+                    let _ = shared.holder.backlog.take();
+                }
             }
         }
     };
