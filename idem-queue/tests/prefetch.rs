@@ -258,17 +258,20 @@ async fn default_workers_prefetch_under_a_backlog_and_not_when_idle() {
 /// On the defaults, a switch from prefetching back to claiming for free slots never runs more
 /// handlers than the concurrency. A backlog is prefetched and drained but for one job `G`,
 /// held at a gate; the workers then claim for free slots again (seen: of three new jobs,
-/// gated too, they claim one for their one free slot). When `G` ends, its slot was given back
-/// as its handler ended (it was prefetched): its completion must claim no job for it, or that
-/// job would run in no slot while the workers, prefetching again, fill the free one too.
+/// gated too, they claim one for their one free slot; should a last prefetching claim still
+/// have been on its way and taken all three, the round does not count). When `G` ends, its
+/// slot was given back as its handler ended (it was prefetched): its completion must claim no
+/// job for it, or that job would run in no slot while the workers, prefetching again, fill
+/// the free one too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefetched_jobs_completion_claims_no_job_for_a_slot_it_gave_back() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     const QUICK: usize = 40;
+    const ROUNDS: usize = 12;
+    // Rounds that reach the moment: each is a chance for a wrong claim to show.
+    const PLAY: usize = 3;
     let test = TestStore::new("qp_giveback", 8).await;
     let queue = support::queue(&test).await;
-    enqueue(&queue, (0..QUICK).map(|i| format!("quick:{i:03}"))).await;
-    enqueue(&queue, std::iter::once("gated:g".to_owned())).await;
     let running = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let quick_done = Arc::new(AtomicUsize::new(0));
@@ -280,7 +283,7 @@ async fn a_prefetched_jobs_completion_claims_no_job_for_a_slot_it_gave_back() {
         .worker(move |job: Job| {
             let (running, most, quick_done) = (r.clone(), m.clone(), q.clone());
             let key = job.key().to_owned();
-            let mut gate = if key == "gated:g" {
+            let mut gate = if key.starts_with("gated:") {
                 Some(gate_g.clone())
             } else if key.starts_with("probe:") {
                 started.send_modify(|n| *n += 1);
@@ -302,49 +305,74 @@ async fn a_prefetched_jobs_completion_claims_no_job_for_a_slot_it_gave_back() {
         })
         .concurrency(2)
         .start();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    // The backlog drained but for `G`; its outcomes written, no claim left holding jobs.
-    loop {
-        let stats = queue.stats().await.unwrap();
-        if quick_done.load(Ordering::SeqCst) == QUICK && stats.done == QUICK as u64 {
-            break;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut played = 0;
+    for round in 0..ROUNDS {
+        let (done_before, probes_before) = (queue.stats().await.unwrap().done, *probes.borrow());
+        open_g.send_replace(false);
+        open_p.send_replace(false);
+        // All at once, `G` last (by priority): the workers prefetch it with the backlog.
+        let mut backlog: Vec<NewJob> = (0..QUICK)
+            .map(|i| job(&format!("quick:{round}:{i:03}")))
+            .collect();
+        backlog.push(job(&format!("gated:{round}")).priority(-1));
+        queue.enqueue_many(backlog).await.unwrap();
+        // The backlog drained but for `G`, its outcomes written.
+        loop {
+            let stats = queue.stats().await.unwrap();
+            if quick_done.load(Ordering::SeqCst) == (round + 1) * QUICK
+                && stats.done == done_before + QUICK as u64
+            {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the backlog drained");
+            tokio::time::sleep(Duration::from_millis(5)).await; // polls the queue's counts
         }
-        assert!(std::time::Instant::now() < deadline, "the backlog drained");
-        tokio::time::sleep(Duration::from_millis(5)).await; // polls the queue's counts
-    }
-    enqueue(&queue, (0..3).map(|i| format!("probe:{i}"))).await;
-    probes.wait_for(|n| *n == 1).await.unwrap();
-    let stats = queue.stats().await.unwrap();
-    assert_eq!(
-        (stats.running, stats.queued),
-        (2, 2),
-        "the workers claim for their one free slot again"
-    );
-    open_g.send_replace(true);
-    // `G` settles; then the workers claim for the slot it freed: one probe more, no other.
-    loop {
+        enqueue(&queue, (0..3).map(|i| format!("probe:{round}:{i}"))).await;
+        probes.wait_for(|n| *n == probes_before + 1).await.unwrap();
         let stats = queue.stats().await.unwrap();
-        if stats.done == QUICK as u64 + 1 && *probes.borrow() >= 2 {
-            break;
+        if (stats.running, stats.queued) != (2, 2) {
+            // Still prefetching when the probes came: not the moment this test is after.
+            open_g.send_replace(true);
+            open_p.send_replace(true);
+            workers.wait_idle().await;
+            continue;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "G settled and a probe took its slot"
+        open_g.send_replace(true);
+        // `G` settles; then the workers claim for the slot it freed: one probe more, no other.
+        loop {
+            let stats = queue.stats().await.unwrap();
+            if stats.done == done_before + QUICK as u64 + 1 && *probes.borrow() >= probes_before + 2
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "G settled and a probe took its slot"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await; // polls the queue's counts
+        }
+        let stats = queue.stats().await.unwrap();
+        assert_eq!(
+            (
+                stats.running,
+                stats.queued,
+                *probes.borrow() - probes_before
+            ),
+            (2, 1, 2),
+            "two probes hold the two slots; the third waits"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await; // polls the queue's counts
+        open_p.send_replace(true);
+        workers.wait_idle().await;
+        played += 1;
+        if played == PLAY {
+            break;
+        }
     }
-    let stats = queue.stats().await.unwrap();
     assert_eq!(
-        (stats.running, stats.queued, *probes.borrow()),
-        (2, 1, 2),
-        "two probes hold the two slots; the third waits"
+        played, PLAY,
+        "in {ROUNDS} rounds the workers claimed for free slots again only {played} times"
     );
-    assert!(
-        most.load(Ordering::SeqCst) <= 2,
-        "no more handlers than slots"
-    );
-    open_p.send_replace(true);
-    workers.wait_idle().await;
     assert!(
         most.load(Ordering::SeqCst) <= 2,
         "no more handlers than slots"

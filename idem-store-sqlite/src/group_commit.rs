@@ -23,8 +23,8 @@ use idem_core::{Claim, Fence, Fenced, StoreError};
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::record::{applied, at, error_message, is_busy, judge, micros, now_us, store_error};
 use crate::sql::Sql;
-use crate::store::{applied, at, judge, micros, now_us, store_error};
 use crate::write_transaction::write_transaction;
 
 /// The most writes one transaction takes: the write lock is held for the whole batch, against
@@ -226,8 +226,8 @@ fn store_error_shared(e: &Arc<sqlx::Error>) -> StoreError {
             self.0.source()
         }
     }
-    let busy = crate::store::is_busy(e);
-    StoreError::new(crate::store::error_message(busy), Shared(Arc::clone(e)))
+    let busy = is_busy(e);
+    StoreError::new(error_message(busy), Shared(Arc::clone(e)))
 }
 
 async fn run(

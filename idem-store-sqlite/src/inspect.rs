@@ -13,7 +13,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::Sqlite;
 use std::time::SystemTime;
 
-use crate::store::store_error;
+use crate::record::store_error;
 use crate::SqliteStore;
 
 fn failed(operation: Operation) -> impl Fn(sqlx::Error) -> StoreError {

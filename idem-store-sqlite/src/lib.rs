@@ -139,6 +139,7 @@
 mod group_commit;
 mod inspect;
 mod migrate;
+mod record;
 mod sql;
 mod store;
 mod write_transaction;
