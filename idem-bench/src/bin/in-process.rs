@@ -138,6 +138,21 @@ async fn ours(store: &MemoryStore, id: u64) -> bool {
     )
 }
 
+/// Both stores for a row, and the ids its calls cycle through: with `duplicates`, each store
+/// holds [`DISTINCT_DUPLICATES`] completed keys first.
+async fn stores(duplicates: bool) -> (MemoryStore, Arc<TheirStore>, u64) {
+    let ours_store = MemoryStore::new();
+    let their_store = Arc::new(TheirStore::new(1024, Duration::from_secs(3600)));
+    if !duplicates {
+        return (ours_store, their_store, u64::MAX);
+    }
+    for id in 0..DISTINCT_DUPLICATES {
+        assert!(ours(&ours_store, id).await);
+        assert!(theirs(&their_store, id).await);
+    }
+    (ours_store, their_store, DISTINCT_DUPLICATES)
+}
+
 fn main() {
     let args: Args = clap::Parser::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -153,15 +168,7 @@ fn main() {
         println!("| workload | idem `MemoryStore` (calls/s) | `idempotent` 0.3 memory store (calls/s) | idem / idempotent |");
         println!("| --- | ---: | ---: | ---: |");
         for (name, duplicates) in [("fresh keys", false), ("only duplicates", true)] {
-            let ours_store = MemoryStore::new();
-            let their_store = Arc::new(TheirStore::new(1024, Duration::from_secs(3600)));
-            let distinct = if duplicates { DISTINCT_DUPLICATES } else { u64::MAX };
-            if duplicates {
-                for id in 0..DISTINCT_DUPLICATES {
-                    assert!(ours(&ours_store, id).await);
-                    assert!(theirs(&their_store, id).await);
-                }
-            }
+            let (ours_store, their_store, distinct) = stores(duplicates).await;
             let (idem_rate, idem_ran) =
                 load!(calls, tasks, distinct, ours_store, |s, id| ours(&s, id).await);
             if args.idem_only {
@@ -182,15 +189,7 @@ fn main() {
         println!("| workload | idem `MemoryStore` (ns per call) | `idempotent` 0.3 memory store (ns per call) | idempotent / idem |");
         println!("| --- | ---: | ---: | ---: |");
         for (name, duplicates) in [("fresh keys", false), ("only duplicates", true)] {
-            let ours_store = MemoryStore::new();
-            let their_store = Arc::new(TheirStore::new(1024, Duration::from_secs(3600)));
-            let distinct = if duplicates { DISTINCT_DUPLICATES } else { u64::MAX };
-            if duplicates {
-                for id in 0..DISTINCT_DUPLICATES {
-                    assert!(ours(&ours_store, id).await);
-                    assert!(theirs(&their_store, id).await);
-                }
-            }
+            let (ours_store, their_store, distinct) = stores(duplicates).await;
             let ours_alone = alone!(single, distinct, !duplicates, ours_store, |s, id| ours(&s, id).await);
             let their_alone = alone!(single, distinct, !duplicates, their_store, |s, id| theirs(&s, id).await);
             println!(
