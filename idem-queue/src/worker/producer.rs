@@ -51,6 +51,19 @@ pub(crate) struct ProducerConfig {
     pub adaptive: bool,
 }
 
+/// What both ways of claiming work with: the workers' shared state, the producer's settings,
+/// the shutdown's signal, the idle flag, the listener's wake-up and whether it listens yet,
+/// and the job tasks.
+struct Producing<'a> {
+    shared: &'a Arc<Shared>,
+    config: &'a ProducerConfig,
+    stopping: &'a mut watch::Receiver<Option<Instant>>,
+    idle: &'a watch::Sender<bool>,
+    wake: &'a Arc<Notify>,
+    listening: &'a AtomicBool,
+    tasks: &'a mut Tasks,
+}
+
 /// Why a way of claiming stopped.
 enum Ended {
     /// The workers stop; this many held jobs were given back.
@@ -102,29 +115,20 @@ pub(crate) async fn produce(
         ))
     });
     let prefetching_now = &shared.holder.prefetching;
+    let mut producing = Producing {
+        shared: &shared,
+        config: &config,
+        stopping: &mut stopping,
+        idle: &idle,
+        wake: &wake,
+        listening: &listening,
+        tasks: &mut tasks,
+    };
     let released = loop {
         let ended = if prefetching_now.load(Ordering::SeqCst) {
-            prefetching(
-                &shared,
-                &config,
-                &mut stopping,
-                &idle,
-                &wake,
-                &listening,
-                &mut tasks,
-            )
-            .await
+            prefetching(&mut producing).await
         } else {
-            claiming_for_slots(
-                &shared,
-                &config,
-                &mut stopping,
-                &idle,
-                &wake,
-                &listening,
-                &mut tasks,
-            )
-            .await
+            claiming_for_slots(&mut producing).await
         };
         match ended {
             Ended::Stopping(released) => break released,
@@ -149,15 +153,16 @@ pub(crate) async fn produce(
 /// producer claims for slots that none refilled. Returns when `stopping` names a deadline, or,
 /// prefetching adaptively, when a completion found the queue backlogged and the jobs are quick
 /// enough to prefetch.
-async fn claiming_for_slots(
-    shared: &Arc<Shared>,
-    config: &ProducerConfig,
-    stopping: &mut watch::Receiver<Option<Instant>>,
-    idle: &watch::Sender<bool>,
-    wake: &Notify,
-    listening: &AtomicBool,
-    tasks: &mut Tasks,
-) -> Ended {
+async fn claiming_for_slots(producing: &mut Producing<'_>) -> Ended {
+    let Producing {
+        shared,
+        config,
+        stopping,
+        idle,
+        wake,
+        listening,
+        tasks,
+    } = producing;
     let adaptive = config.adaptive && config.prefetch > 0;
     let backlog = &shared.holder.backlog;
     'produce: loop {
@@ -253,15 +258,16 @@ type Sent = (Result<(Vec<Claimed>, bool, bool), sqlx::Error>, usize, bool);
 /// back the jobs it held and did not start (saying how many). Prefetching adaptively, it also
 /// returns once a claim came back short and nothing is held or on the wire: the backlog is
 /// gone, and the next jobs are best claimed for free slots.
-async fn prefetching(
-    shared: &Arc<Shared>,
-    config: &ProducerConfig,
-    stopping: &mut watch::Receiver<Option<Instant>>,
-    idle: &watch::Sender<bool>,
-    wake: &Arc<Notify>,
-    listening: &AtomicBool,
-    tasks: &mut Tasks,
-) -> Ended {
+async fn prefetching(producing: &mut Producing<'_>) -> Ended {
+    let Producing {
+        shared,
+        config,
+        stopping,
+        idle,
+        wake,
+        listening,
+        tasks,
+    } = producing;
     // Jobs running or writing their outcome, together at most the jobs a claim could hold: a
     // slot frees when its handler ends, and no job starts while that many are on their way (so
     // a crash repeats at most `concurrency + prefetch` jobs, and a slow database holds the next
